@@ -1,0 +1,56 @@
+# One entry point for people and CI. `make demo` runs the main job locally;
+# `make test` runs every check CI runs (.ci/run calls it after installing packages).
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+CARGO ?= cargo
+TOOLS := target/testbed/bin
+HELM := $(TOOLS)/helm
+CHART := charts/elemental-changelog
+
+.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt
+
+## build: compile the whole workspace
+build:
+	$(CARGO) build --locked --workspace
+
+## deps: install missing Debian packages (docker-registry, ...)
+deps:
+	.ci/deps
+
+## tools: build etcd, kube-apiserver, kubectl and helm into target/testbed/bin (cached)
+tools:
+	bash integration/testbed/build.sh
+
+## server: build the elemental-changelog-apiserver binary the tests and demo run
+server:
+	$(CARGO) build --locked -p elemental-changelog-apiserver
+
+## demo: a real control plane with our server registered; Ctrl-C tears it down
+demo: deps tools server
+	$(CARGO) run --locked -p elemental-changelog-integration --bin demo
+
+## test: every check: format, clippy, docs, chart, unit, property and end-to-end tests
+test: lint tools server
+	$(CARGO) test --workspace --locked
+
+## lint: format check, clippy, rustdoc warnings, helm lint
+lint: fmt-check clippy doc helm-lint
+
+fmt-check:
+	$(CARGO) fmt --all --check
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+doc:
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --workspace --no-deps --locked
+
+helm-lint: tools
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true
+	$(HELM) template elemental-changelog $(CHART) --namespace cattle-elemental-system >/dev/null

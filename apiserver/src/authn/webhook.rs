@@ -1,0 +1,458 @@
+//! Calls to the kube API's review endpoints (TokenReview, SubjectAccessReview), made the way
+//! k8s.io/apiserver's webhook clients make them (`pkg/util/webhook`,
+//! `plugin/pkg/authenticator/token/webhook`, `plugin/pkg/authorizer/webhook`): retried with
+//! exponential backoff on transient errors under an overall timeout, and answered from a cache
+//! whose concurrent lookups for the same key share one review (single flight).
+//!
+//! Shared by [`crate::authn`] (tokens) and [`crate::authz`] (access reviews).
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    hash::Hash,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use futures::future::{BoxFuture, FutureExt, Shared};
+use tokio::time::Instant;
+
+/// Why a review could not be made. A review that was made and said "no" is not an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The kube API refused or could not be reached (after retries for transient errors).
+    #[error("review request failed")]
+    Request(#[source] kube::Error),
+    /// No answer within the review timeout, retries included.
+    #[error("no review answer within {0:?}")]
+    TimedOut(Duration),
+    /// The task making the review panicked or was cancelled at shutdown.
+    #[error("review task failed")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+/// Exponential backoff between attempts, as Go's `wait.Backoff` (without jitter).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Backoff {
+    /// Delay after the first failed attempt.
+    pub(crate) initial: Duration,
+    /// Growth of the delay after each attempt.
+    pub(crate) factor: f64,
+    /// Attempts in all (not retries).
+    pub(crate) steps: u32,
+}
+
+/// k8s.io/apiserver's `DefaultAuthWebhookRetryBackoff()`: 500 ms, ×1.5, 5 attempts. Its 0.2
+/// jitter is left out: a handful of replicas do not synchronise their retries in a harmful way.
+pub(crate) const DEFAULT_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(500),
+    factor: 1.5,
+    steps: 5,
+};
+
+/// Overall time allowed for one review, retries included (k8s.io/apiserver: 10 s).
+pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most answers a review cache keeps; expired answers go first, then the oldest.
+pub(crate) const CACHE_CAPACITY: usize = 8192;
+
+/// Whether `error` is transient, as `webhook.DefaultShouldRetry`: a broken connection, or an API
+/// answer that says "internal error", "timeout", "too many requests" or asks to retry later.
+pub(crate) fn should_retry(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::Api(status) => {
+            matches!(
+                status.reason.as_str(),
+                "InternalError" | "Timeout" | "ServerTimeout" | "TooManyRequests"
+            ) || matches!(status.code, 429 | 500 | 504)
+                || status
+                    .details
+                    .as_ref()
+                    .is_some_and(|details| details.retry_after_seconds > 0)
+        }
+        _ => false,
+    }
+}
+
+/// Runs `call` until it succeeds, fails for good, or `backoff` runs out of attempts, all within
+/// `timeout`.
+pub(crate) async fn with_backoff<T, F, Fut>(
+    backoff: Backoff,
+    timeout: Duration,
+    mut call: F,
+) -> Result<T, ReviewError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let attempts = async {
+        let mut delay = backoff.initial;
+        let mut attempt = 1;
+        loop {
+            match call().await {
+                Ok(answer) => return Ok(answer),
+                Err(error) if attempt < backoff.steps && should_retry(&error) => {
+                    tracing::debug!(%error, attempt, ?delay, "review failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = delay.mul_f64(backoff.factor);
+                    attempt += 1;
+                }
+                Err(error) => return Err(ReviewError::Request(error)),
+            }
+        }
+    };
+    tokio::time::timeout(timeout, attempts)
+        .await
+        .unwrap_or(Err(ReviewError::TimedOut(timeout)))
+}
+
+/// The outcome of a review as its waiters see it.
+pub(crate) type Outcome<V> = Result<V, Arc<ReviewError>>;
+
+/// A review in flight, awaited by every caller that asked for the same key meanwhile.
+type Pending<V> = Shared<BoxFuture<'static, Outcome<V>>>;
+
+/// Answers of reviews, kept for a time that depends on the answer, with concurrent lookups of
+/// one key coalesced into one review. The review runs in its own task, so a caller that goes
+/// away does not cancel it for the others (as Go's `singleflight.DoChan` with a detached
+/// context in k8s.io/apiserver's token cache). Errors are never cached.
+pub(crate) struct ReviewCache<K, V> {
+    state: Arc<Mutex<State<K, V>>>,
+    capacity: usize,
+}
+
+struct State<K, V> {
+    answers: HashMap<K, Answer<V>>,
+    pending: HashMap<K, Pending<V>>,
+}
+
+struct Answer<V> {
+    value: V,
+    expires: Instant,
+}
+
+fn lock<K, V>(state: &Mutex<State<K, V>>) -> MutexGuard<'_, State<K, V>> {
+    // The critical sections only move map entries around; a panic cannot leave them half done.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<K, V> State<K, V>
+where
+    K: Eq + Hash + Clone,
+{
+    fn insert(&mut self, key: K, value: V, expires: Instant, capacity: usize) {
+        if self.answers.len() >= capacity && !self.answers.contains_key(&key) {
+            let now = Instant::now();
+            self.answers.retain(|_, answer| answer.expires > now);
+            if self.answers.len() >= capacity {
+                let oldest = self
+                    .answers
+                    .iter()
+                    .min_by_key(|(_, answer)| answer.expires)
+                    .map(|(key, _)| key.clone());
+                if let Some(oldest) = oldest {
+                    self.answers.remove(&oldest);
+                }
+            }
+        }
+        self.answers.insert(key, Answer { value, expires });
+    }
+}
+
+/// Removes a key from the reviews in flight when the review task ends, panics included.
+struct PendingGuard<K: Eq + Hash, V> {
+    state: Arc<Mutex<State<K, V>>>,
+    key: K,
+}
+
+impl<K: Eq + Hash, V> Drop for PendingGuard<K, V> {
+    fn drop(&mut self) {
+        lock(&self.state).pending.remove(&self.key);
+    }
+}
+
+impl<K, V> ReviewCache<K, V>
+where
+    K: Eq + Hash + Clone + Send + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// An empty cache holding at most `capacity` answers.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State {
+                answers: HashMap::new(),
+                pending: HashMap::new(),
+            })),
+            capacity,
+        }
+    }
+
+    /// The unexpired answer for `key`; else the answer of the review in flight for `key`; else
+    /// the answer of `review`, started now in its own task and kept for `ttl(&answer)` when
+    /// that is `Some` non-zero duration.
+    pub(crate) async fn get_or_review<R, T>(&self, key: K, review: R, ttl: T) -> Outcome<V>
+    where
+        R: Future<Output = Result<V, ReviewError>> + Send + 'static,
+        T: FnOnce(&V) -> Option<Duration> + Send + 'static,
+    {
+        let pending = {
+            let mut state = lock(&self.state);
+            match state.answers.get(&key) {
+                Some(answer) if answer.expires > Instant::now() => return Ok(answer.value.clone()),
+                Some(_) => {
+                    state.answers.remove(&key);
+                }
+                None => {}
+            }
+            if let Some(pending) = state.pending.get(&key) {
+                pending.clone()
+            } else {
+                let guard = PendingGuard {
+                    state: Arc::clone(&self.state),
+                    key: key.clone(),
+                };
+                let capacity = self.capacity;
+                let task = tokio::spawn(async move {
+                    let outcome = review.await.map_err(Arc::new);
+                    if let Ok(value) = &outcome
+                        && let Some(ttl) = ttl(value).filter(|ttl| !ttl.is_zero())
+                    {
+                        let expires = Instant::now() + ttl;
+                        lock(&guard.state).insert(guard.key.clone(), value.clone(), expires, capacity);
+                    }
+                    drop(guard);
+                    outcome
+                });
+                let pending = async move {
+                    match task.await {
+                        Ok(outcome) => outcome,
+                        Err(error) => Err(Arc::new(ReviewError::Task(error))),
+                    }
+                }
+                .boxed()
+                .shared();
+                state.pending.insert(key, pending.clone());
+                pending
+            }
+        };
+        pending.await
+    }
+
+    /// How many answers are kept (expired ones included until they are looked up or evicted).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.state).answers.len()
+    }
+}
+
+/// A scripted kube API for unit tests: every request is checked, then answered.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod mock {
+    use std::task::Poll;
+
+    use http::{Method, Request, Response, StatusCode};
+    use kube::{Client, client::Body};
+    use serde_json::Value;
+
+    /// The test's end of the mock API.
+    pub(crate) type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// A kube client talking to the mock API, and the handle that answers for it.
+    pub(crate) fn client() -> (Client, Handle) {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        (Client::new(service, "default"), handle)
+    }
+
+    /// Receives the next request, checks that it POSTs `body` (as JSON) to `path`, and answers
+    /// `answer` with `status`.
+    pub(crate) async fn expect_post(handle: &mut Handle, path: &str, body: &Value, status: StatusCode, answer: &Value) {
+        let (request, respond) = handle.next_request().await.expect("a request");
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!(request.uri().path(), path);
+        let sent: Value = serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap()).unwrap();
+        assert_eq!(&sent, body);
+        let response = Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(answer).unwrap()))
+            .unwrap();
+        respond.send_response(response);
+    }
+
+    /// Receives the next request and fails it as a broken connection would.
+    pub(crate) async fn fail_next(handle: &mut Handle) {
+        let (_, respond) = handle.next_request().await.expect("a request");
+        respond.send_error(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+    }
+
+    /// Whether no request is waiting.
+    pub(crate) fn idle(handle: &mut Handle) -> bool {
+        matches!(handle.poll_request(), Poll::Pending)
+    }
+
+    /// A kube `Status` error body.
+    pub(crate) fn status(code: u16, reason: &str) -> Value {
+        serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "test", "reason": reason, "code": code,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status {
+                code,
+                reason: reason.to_owned(),
+                ..kube::core::Status::failure("boom", reason)
+            }
+            .boxed(),
+        )
+    }
+
+    #[test]
+    fn transient_errors_are_retried() {
+        assert!(should_retry(&api_error(500, "InternalError")));
+        assert!(should_retry(&api_error(429, "TooManyRequests")));
+        assert!(should_retry(&api_error(504, "Timeout")));
+        assert!(!should_retry(&api_error(403, "Forbidden")));
+        assert!(!should_retry(&api_error(400, "BadRequest")));
+        assert!(!should_retry(&api_error(503, "ServiceUnavailable")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_retries_five_times_with_growing_delays() {
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let result: Result<(), _> = with_backoff(DEFAULT_BACKOFF, REVIEW_TIMEOUT, || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(api_error(500, "InternalError")) }
+        })
+        .await;
+        assert!(matches!(result, Err(ReviewError::Request(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+        // 500 + 750 + 1125 + 1687.5 ms between the five attempts (timers round up to ms).
+        let waited = start.elapsed();
+        assert!(
+            (Duration::from_micros(4_062_500)..Duration::from_millis(4_070)).contains(&waited),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_are_not_retried() {
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = with_backoff(DEFAULT_BACKOFF, REVIEW_TIMEOUT, || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(api_error(403, "Forbidden")) }
+        })
+        .await;
+        assert!(matches!(result, Err(ReviewError::Request(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_review_times_out() {
+        let result: Result<(), _> = with_backoff(DEFAULT_BACKOFF, REVIEW_TIMEOUT, || {
+            futures::future::pending::<Result<(), kube::Error>>()
+        })
+        .await;
+        assert!(matches!(result, Err(ReviewError::TimedOut(t)) if t == REVIEW_TIMEOUT));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_expire_after_their_ttl() {
+        let cache = ReviewCache::<&str, u32>::new(10);
+        let reviews = Arc::new(AtomicU32::new(0));
+        let review = |reviews: &Arc<AtomicU32>| {
+            let reviews = Arc::clone(reviews);
+            async move { Ok(reviews.fetch_add(1, Ordering::SeqCst)) }
+        };
+        let ttl = |_: &u32| Some(Duration::from_secs(10));
+        assert_eq!(cache.get_or_review("k", review(&reviews), ttl).await.ok(), Some(0));
+        tokio::time::advance(Duration::from_millis(9_999)).await;
+        assert_eq!(cache.get_or_review("k", review(&reviews), ttl).await.ok(), Some(0));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(cache.get_or_review("k", review(&reviews), ttl).await.ok(), Some(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_and_zero_ttls_are_not_cached() {
+        let cache = ReviewCache::<&str, u32>::new(10);
+        let failed = cache
+            .get_or_review(
+                "k",
+                async { Err(ReviewError::TimedOut(Duration::ZERO)) },
+                |_: &u32| Some(Duration::from_secs(10)),
+            )
+            .await;
+        assert!(failed.is_err());
+        let zero = cache
+            .get_or_review("k", async { Ok(1) }, |_: &u32| Some(Duration::ZERO))
+            .await;
+        assert_eq!(zero.ok(), Some(1));
+        assert_eq!(cache.len(), 0);
+        let second = cache
+            .get_or_review("k", async { Ok(2) }, |_: &u32| None)
+            .await;
+        assert_eq!(second.ok(), Some(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_lookups_share_one_review() {
+        let cache = ReviewCache::<&str, u32>::new(10);
+        let reviews = Arc::new(AtomicU32::new(0));
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let counted = Arc::clone(&reviews);
+        let first = cache.get_or_review(
+            "k",
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                released.await.ok();
+                Ok(7)
+            },
+            |_: &u32| None,
+        );
+        let counted = Arc::clone(&reviews);
+        let second = cache.get_or_review(
+            "k",
+            async move { Ok(counted.fetch_add(1, Ordering::SeqCst) + 100) },
+            |_: &u32| None,
+        );
+        let (first, second, ()) = tokio::join!(first, second, async {
+            tokio::task::yield_now().await;
+            release.send(()).ok();
+        });
+        assert_eq!((first.ok(), second.ok()), (Some(7), Some(7)));
+        assert_eq!(reviews.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_cache_evicts_the_oldest_answer() {
+        let cache = ReviewCache::<u32, u32>::new(2);
+        for (key, ttl) in [(1, 30), (2, 20), (3, 40)] {
+            cache
+                .get_or_review(key, async move { Ok(key) }, move |_: &u32| {
+                    Some(Duration::from_secs(ttl))
+                })
+                .await
+                .ok();
+        }
+        assert_eq!(cache.len(), 2);
+        // Key 2 (expiring first) was evicted: asking again reviews again.
+        let again = cache
+            .get_or_review(2, async { Ok(200) }, |_: &u32| None)
+            .await;
+        assert_eq!(again.ok(), Some(200));
+        let kept = cache.get_or_review(1, async { Ok(100) }, |_: &u32| None).await;
+        assert_eq!(kept.ok(), Some(1));
+    }
+}

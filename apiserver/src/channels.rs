@@ -1,0 +1,495 @@
+//! Channels and versions: the elemental-operator's objects kept in memory by
+//! reflectors, and the refresh of each channel's image data.
+//!
+//! One worker task per channel fetches its image: when the channel is first
+//! seen, when the operator changes or re-syncs it (see
+//! [`crd::ManagedOSVersionChannel::sync_key`]), and every refresh interval
+//! (a digest check that pulls nothing when the image is unchanged), with
+//! backoff after failures. Results land in the [`Cache`].
+
+pub mod crd;
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use elemental_changelog::data::{ChannelData, DataError, FileError};
+use futures::{StreamExt, future::BoxFuture, stream::FuturesUnordered};
+use jiff::Timestamp;
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio::sync::{mpsc, watch};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use self::crd::{ManagedOSVersion, ManagedOSVersionChannel, SyncKey};
+use crate::{
+    cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, Snapshot},
+    health::{Health, Heartbeat, ReadyFlag},
+    metrics::{FetchResult, Metrics},
+    oci::{Fetched, Fetcher},
+};
+
+/// Shortest wait before retrying a failed fetch; doubles per failure up to
+/// the refresh interval.
+const MIN_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Reflector stores for one kind: one store for all namespaces, or one per
+/// watched namespace (a store fed by several watches would be wiped by each
+/// watch's re-list).
+#[derive(Clone)]
+pub struct Stores<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
+    all: Option<Store<K>>,
+    namespaced: BTreeMap<String, Store<K>>,
+}
+
+impl<K> Stores<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// The object `namespace/name`, if watched and present.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let store = self.all.as_ref().or_else(|| self.namespaced.get(namespace))?;
+        store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Every object, in `namespace` or in all watched namespaces.
+    pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<K>> {
+        let mut out: Vec<Arc<K>> = match (&self.all, namespace) {
+            (Some(all), Some(ns)) => all.state().into_iter().filter(|o| o.meta().namespace.as_deref() == Some(ns)).collect(),
+            (Some(all), None) => all.state(),
+            (None, Some(ns)) => self.namespaced.get(ns).map(Store::state).unwrap_or_default(),
+            (None, None) => self.namespaced.values().flat_map(Store::state).collect(),
+        };
+        out.sort_by(|a, b| (a.meta().namespace.as_deref(), a.meta().name.as_deref()).cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref())));
+        out
+    }
+
+    /// Whether `namespace` is watched at all.
+    pub fn watches(&self, namespace: &str) -> bool {
+        self.all.is_some() || self.namespaced.contains_key(namespace)
+    }
+
+    async fn wait_until_ready(&self) {
+        if let Some(all) = &self.all {
+            // The writer lives as long as the process; an error means it is gone.
+            let _ = all.wait_until_ready().await;
+        }
+        for store in self.namespaced.values() {
+            let _ = store.wait_until_ready().await;
+        }
+    }
+}
+
+/// The read side shared with request handlers.
+#[derive(Clone)]
+pub struct Objects {
+    /// ManagedOSVersionChannels.
+    pub channels: Stores<ManagedOSVersionChannel>,
+    /// ManagedOSVersions.
+    pub versions: Stores<ManagedOSVersion>,
+}
+
+/// Settings of the refresh loop.
+#[derive(Clone, Debug)]
+pub struct RefreshSettings {
+    /// Periodic digest check interval.
+    pub interval: Duration,
+    /// Architectures whose data is read.
+    pub architectures: Vec<String>,
+}
+
+/// Everything a channel worker needs.
+struct Context {
+    fetcher: Arc<Fetcher>,
+    cache: Arc<Cache>,
+    metrics: Arc<Metrics>,
+    versions: Stores<ManagedOSVersion>,
+    settings: RefreshSettings,
+    attempted: mpsc::UnboundedSender<ChannelKey>,
+}
+
+enum ChannelEvent {
+    Applied(Arc<ManagedOSVersionChannel>),
+    Deleted(ChannelKey),
+    VersionDeleted(ChannelKey),
+}
+
+/// Builds the reflectors and returns the read side, plus the future that runs
+/// everything (watches, channel workers); the future returns only on a fatal
+/// error, and the caller treats its end as fatal.
+pub fn start(
+    client: Client,
+    namespaces: &[String],
+    fetcher: Arc<Fetcher>,
+    cache: Arc<Cache>,
+    metrics: Arc<Metrics>,
+    health: &Health,
+    settings: RefreshSettings,
+) -> (Objects, BoxFuture<'static, ()>) {
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
+
+    let channels = watch_kind::<ManagedOSVersionChannel>(&client, namespaces, &metrics, &mut drivers, {
+        let tx = events_tx.clone();
+        move |event| match event {
+            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
+                let _ = tx.send(ChannelEvent::Applied(Arc::new(c.clone())));
+            }
+            watcher::Event::Delete(c) => {
+                let _ = tx.send(ChannelEvent::Deleted(ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any())));
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    });
+    let versions = watch_kind::<ManagedOSVersion>(&client, namespaces, &metrics, &mut drivers, {
+        let tx = events_tx.clone();
+        move |event| {
+            if let watcher::Event::Delete(v) = event
+                && let Some(channel) = v.channel_name()
+            {
+                let _ = tx.send(ChannelEvent::VersionDeleted(ChannelKey::new(v.namespace().unwrap_or_default(), channel)));
+            }
+        }
+    });
+    drop(events_tx);
+
+    let objects = Objects { channels: channels.clone(), versions: versions.clone() };
+    let synced = health.ready_flag("informer-sync");
+    let fetched = health.ready_flag("channels-first-fetch");
+    let heartbeat = health.heartbeat("channel-controller");
+    let (attempted_tx, attempted_rx) = mpsc::unbounded_channel();
+    let ctx = Arc::new(Context { fetcher, cache, metrics, versions: versions.clone(), settings, attempted: attempted_tx });
+
+    let controller = controller(objects.clone(), ctx, events_rx, attempted_rx, synced, fetched, heartbeat);
+    drivers.push(Box::pin(controller));
+    let run = async move {
+        let mut all: FuturesUnordered<_> = drivers.into_iter().collect();
+        // Every driver loops forever; the first one to end is a bug or a
+        // shutdown, and either way the process must not go on half-blind.
+        if all.next().await.is_some() {
+            warn!("a watch or the channel controller stopped");
+        }
+    };
+    (objects, Box::pin(run))
+}
+
+/// Starts the watches of one kind (one per namespace, or one for all),
+/// feeding stores, counting errors, and passing events to `on_event`.
+fn watch_kind<K>(
+    client: &Client,
+    namespaces: &[String],
+    metrics: &Arc<Metrics>,
+    drivers: &mut Vec<BoxFuture<'static, ()>>,
+    on_event: impl Fn(&watcher::Event<K>) + Clone + Send + Sync + 'static,
+) -> Stores<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let resource = K::plural(&()).into_owned();
+    let label: &'static str = if resource == "managedosversions" { "managedosversions" } else { "managedosversionchannels" };
+    let mut stores = Stores { all: None, namespaced: BTreeMap::new() };
+    let apis: Vec<(Option<String>, Api<K>)> = if namespaces.is_empty() {
+        vec![(None, Api::all(client.clone()))]
+    } else {
+        namespaces.iter().map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns))).collect()
+    };
+    for (namespace, api) in apis {
+        let (store, writer) = reflector::store();
+        match &namespace {
+            Some(ns) => {
+                stores.namespaced.insert(ns.clone(), store);
+            }
+            None => stores.all = Some(store),
+        }
+        let metrics = metrics.clone();
+        let on_event = on_event.clone();
+        let span = info_span!("watch", resource = label, namespace = namespace.as_deref().unwrap_or("*"));
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+        drivers.push(Box::pin(
+            async move {
+                metrics.watch_synced(label, false);
+                let mut stream = std::pin::pin!(stream);
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(event) => {
+                            if matches!(event, watcher::Event::InitDone) {
+                                metrics.watch_synced(label, true);
+                                debug!("initial list done");
+                            }
+                            on_event(&event);
+                        }
+                        Err(error) => {
+                            metrics.watch_error(label);
+                            warn!(%error, "watch failed; retrying with backoff");
+                        }
+                    }
+                }
+                warn!("watch stream ended");
+            }
+            .instrument(span),
+        ));
+    }
+    stores
+}
+
+struct Worker {
+    trigger: watch::Sender<(Option<String>, SyncKey)>,
+}
+
+async fn controller(
+    objects: Objects,
+    ctx: Arc<Context>,
+    mut events: mpsc::UnboundedReceiver<ChannelEvent>,
+    mut attempted: mpsc::UnboundedReceiver<ChannelKey>,
+    synced: ReadyFlag,
+    fetched: ReadyFlag,
+    heartbeat: Heartbeat,
+) {
+    let mut workers: HashMap<ChannelKey, Worker> = HashMap::new();
+    // Channels present at start whose first fetch is still to be attempted;
+    // `None` until the reflectors have synced.
+    let mut pending_first: Option<HashSet<ChannelKey>> = None;
+    let mut stores_ready = std::pin::pin!({
+        let channels = objects.channels.clone();
+        let versions = objects.versions.clone();
+        async move {
+            channels.wait_until_ready().await;
+            versions.wait_until_ready().await;
+        }
+    });
+    let mut ready_done = false;
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        tokio::select! {
+            () = &mut stores_ready, if !ready_done => {
+                ready_done = true;
+                synced.set();
+                let pending: HashSet<ChannelKey> = objects
+                    .channels
+                    .list(None)
+                    .iter()
+                    .map(|c| ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any()))
+                    .filter(|k| !ctx.cache.get(k).is_some_and(|s| s.attempted))
+                    .collect();
+                info!(channels = pending.len(), "reflectors synced; waiting for first fetches");
+                if pending.is_empty() {
+                    fetched.set();
+                }
+                pending_first = Some(pending);
+            }
+            Some(key) = attempted.recv() => {
+                if let Some(pending) = &mut pending_first
+                    && pending.remove(&key)
+                    && pending.is_empty()
+                {
+                    info!("every channel had its first fetch attempted");
+                    fetched.set();
+                }
+            }
+            event = events.recv() => {
+                let Some(event) = event else { return };
+                match event {
+                    ChannelEvent::Applied(channel) => {
+                        let key = ChannelKey::new(channel.namespace().unwrap_or_default(), channel.name_any());
+                        let want = (channel.image().map(str::to_owned), channel.sync_key());
+                        match workers.get(&key) {
+                            Some(worker) => {
+                                worker.trigger.send_if_modified(|current| {
+                                    let changed = *current != want;
+                                    if changed {
+                                        *current = want.clone();
+                                    }
+                                    changed
+                                });
+                            }
+                            None => {
+                                let (trigger, rx) = watch::channel(want);
+                                let span = info_span!("channel", namespace = %key.namespace, name = %key.name);
+                                tokio::spawn(worker(key.clone(), rx, ctx.clone()).instrument(span));
+                                workers.insert(key, Worker { trigger });
+                            }
+                        }
+                    }
+                    ChannelEvent::Deleted(key) => {
+                        // Dropping the sender ends the worker, which forgets the data.
+                        workers.remove(&key);
+                        if let Some(pending) = &mut pending_first
+                            && pending.remove(&key)
+                            && pending.is_empty()
+                        {
+                            fetched.set();
+                        }
+                    }
+                    ChannelEvent::VersionDeleted(key) => {
+                        let versions = objects.versions.clone();
+                        let namespace = key.namespace.clone();
+                        ctx.cache.prune_retained(&key, |name| versions.get(&namespace, name).is_some());
+                        update_totals(&ctx);
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                heartbeat.beat();
+                for (key, state) in ctx.cache.all() {
+                    if let Some(confirmed) = state.archs.values().filter_map(|a| a.confirmed_at).max() {
+                        let age = Timestamp::now().duration_since(confirmed).as_secs_f64();
+                        ctx.metrics.channel_age(&key.namespace, &key.name, age);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Refreshes one channel until its channel object is deleted.
+async fn worker(key: ChannelKey, mut trigger: watch::Receiver<(Option<String>, SyncKey)>, ctx: Arc<Context>) {
+    let mut failures: u32 = 0;
+    loop {
+        let (image, _) = trigger.borrow_and_update().clone();
+        let ok = refresh(&key, image.as_deref(), &ctx).await;
+        let _ = ctx.attempted.send(key.clone());
+        failures = if ok { 0 } else { failures.saturating_add(1) };
+        let wait = if ok {
+            ctx.settings.interval
+        } else {
+            MIN_BACKOFF.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16))).min(ctx.settings.interval)
+        };
+        tokio::select! {
+            changed = trigger.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                debug!("channel changed or re-synced by the operator");
+            }
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+    ctx.cache.remove(&key);
+    ctx.metrics.forget_channel(&key.namespace, &key.name);
+    update_totals(&ctx);
+    info!("channel deleted; its data was dropped");
+}
+
+/// Fetches every architecture of a channel's image once; true when all
+/// succeeded (or there is nothing to fetch).
+async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
+    let Some(image) = image else {
+        ctx.cache.update(key, |_| ChannelState { image: None, attempted: true, archs: BTreeMap::new() });
+        return true;
+    };
+    let previous = ctx.cache.get(key);
+    let mut all_ok = true;
+    let mut archs = BTreeMap::new();
+    // A single-platform image serves every architecture: fetched once.
+    let mut single_platform: Option<ArchState> = None;
+    for arch in &ctx.settings.architectures {
+        if let Some(state) = &single_platform {
+            archs.insert(arch.clone(), state.clone());
+            continue;
+        }
+        let old = previous.as_ref().and_then(|p| p.archs.get(arch)).cloned().unwrap_or_default();
+        let state = refresh_arch(key, image, arch, old, ctx).await;
+        all_ok &= state.last_error.is_none();
+        if state.last_error.is_none() && state.snapshot.as_ref().is_some_and(|s| s.image == image && s.platform.is_none()) {
+            single_platform = Some(state.clone());
+        }
+        archs.insert(arch.clone(), state);
+    }
+    ctx.cache.update(key, |_| ChannelState { image: Some(image.to_owned()), attempted: true, archs });
+    update_totals(ctx);
+    all_ok
+}
+
+async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState, ctx: &Context) -> ArchState {
+    let known = old.snapshot.as_ref().filter(|s| s.image == image).map(|s| s.digest.clone());
+    let started = Instant::now();
+    let result = ctx.fetcher.fetch(image, arch, known.as_deref()).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let now = Timestamp::now();
+    match result {
+        Ok(Fetched::Unchanged { digest }) => {
+            ctx.metrics.fetch(FetchResult::Unchanged, seconds, 0);
+            debug!(%image, arch, %digest, "image unchanged");
+            ArchState { snapshot: old.snapshot, confirmed_at: Some(now), last_error: None }
+        }
+        Ok(Fetched::Pulled { digest, files, compressed_bytes, platform, .. }) => match ChannelData::from_files(files) {
+            Ok(mut data) => {
+                for problem in data.problems() {
+                    ctx.metrics.file_problem(file_problem_kind(&problem.error));
+                    warn!(%image, arch, %digest, file = %problem.path, error = %problem.error, "rejected a file of the channel image");
+                }
+                if let Some(previous) = &old.snapshot {
+                    let namespace = key.namespace.clone();
+                    let versions = ctx.versions.clone();
+                    data.retain_from(&previous.data, &previous.digest, |name| versions.get(&namespace, name).is_some());
+                }
+                ctx.metrics.fetch(FetchResult::Pulled, seconds, compressed_bytes);
+                info!(%image, arch, %digest, versions = data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
+                let snapshot = Snapshot { image: image.to_owned(), digest, platform, data: Arc::new(data), fetched_at: now };
+                ArchState { snapshot: Some(Arc::new(snapshot)), confirmed_at: Some(now), last_error: None }
+            }
+            Err(error) => {
+                let kind = match error {
+                    DataError::MissingChannelJson => "missing_channel_json",
+                    DataError::ChannelJson(_) => "invalid_channel_json",
+                };
+                let message = error_chain(&error);
+                ctx.metrics.fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
+                warn!(%image, arch, %digest, error = %message, "channel image is unusable; keeping the last good data");
+                let failure = FetchFailure { kind, message, at: now };
+                ArchState { last_error: Some(failure), ..old }
+            }
+        },
+        Err(error) => {
+            let kind = error.kind().as_str();
+            let message = error_chain(&error);
+            ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
+            warn!(%image, arch, error = %message, kind, "fetching the channel image failed; keeping the last good data");
+            let failure = FetchFailure { kind, message, at: now };
+            ArchState { last_error: Some(failure), ..old }
+        }
+    }
+}
+
+/// The bounded metric label of a rejected file.
+fn file_problem_kind(error: &FileError) -> &'static str {
+    match error {
+        FileError::Updates(_) => "updates_log",
+        FileError::Packages(_) => "packages",
+        FileError::UpdateInfo(_) => "updateinfo",
+        FileError::UnknownVersion { .. } => "unknown_version",
+        FileError::NotAContainer { .. } => "not_a_container",
+        FileError::DuplicateUpdateInfo { .. } => "duplicate_updateinfo",
+    }
+}
+
+/// An error and its sources on one line: `a: b: c`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+fn update_totals(ctx: &Context) {
+    let t = ctx.cache.totals();
+    ctx.metrics.cache_size(t.channels, t.versions, t.advisories, t.retained);
+}

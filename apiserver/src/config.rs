@@ -1,0 +1,145 @@
+//! Command line and environment: parsed once into typed settings.
+//!
+//! Flag names follow k8s.io/apiserver where they overlap (`--secure-port`,
+//! `--tls-cert-file`, ...). Every flag has an environment variable
+//! `ELEMENTAL_CHANGELOG_<FLAG>`.
+
+use std::{net::IpAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// Kubernetes aggregated API server serving Elemental OS changelogs as the
+/// read-only `changelog` subresource of ManagedOSVersion.
+#[derive(Debug, Parser)]
+#[command(name = "elemental-changelog-apiserver", version, about, long_about = None)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// Run a one-off command instead of the server.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Server settings (when no command is given).
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Commands besides serving.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Pull a channel image and print what the server would serve for it,
+    /// without any cluster: a debugging aid for channel builders.
+    Inspect(InspectArgs),
+    /// Write the precomputed `<name>.updates.log` files a channel image should
+    /// carry, from its channel.json, package lists and updateinfo.xml.
+    Compute(ComputeArgs),
+}
+
+/// `inspect` settings.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Image reference, e.g. `registry.example.com/elemental/channel:v1`.
+    pub image: String,
+    /// Architecture to read from a multi-architecture image.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_ARCH", default_value = "x86_64")]
+    pub arch: String,
+    /// ManagedOSVersion name to print the full changelog of (default: a summary of every version).
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Compare against this version instead of the previous one.
+    #[arg(long, requires = "version")]
+    pub from: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Log line format.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Registry access.
+    #[command(flatten)]
+    pub registry: crate::oci::RegistryArgs,
+}
+
+/// `compute` settings.
+#[derive(Debug, Args)]
+pub struct ComputeArgs {
+    /// The channel's `channel.json`.
+    #[arg(long)]
+    pub channel: PathBuf,
+    /// Folder holding `<name>.packages` files (rpm -qa format) for the versions.
+    #[arg(long)]
+    pub packages: PathBuf,
+    /// SUSE repodata `updateinfo.xml` (optionally `.gz` or `.zst`).
+    #[arg(long)]
+    pub updateinfo: PathBuf,
+    /// Folder to write `<name>.updates.log` files into.
+    #[arg(long)]
+    pub output: PathBuf,
+}
+
+/// Output format of `inspect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// JSON, as the API serves it.
+    Json,
+    /// Plain text for people.
+    Text,
+}
+
+/// Server settings.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Port to serve HTTPS on.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_SECURE_PORT", default_value_t = 8443)]
+    pub secure_port: u16,
+    /// Address to listen on.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Serving certificate (PEM, leaf first, then intermediates). Reloaded when it changes.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_TLS_CERT_FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key of the serving certificate (PEM).
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_TLS_PRIVATE_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Folder for a self-signed serving pair, generated when no certificate files are given.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_CERT_DIR", default_value = "apiserver.local.config/certificates")]
+    pub cert_dir: PathBuf,
+    /// Host names and addresses the self-signed certificate is valid for.
+    #[arg(
+        long = "self-signed-host",
+        env = "ELEMENTAL_CHANGELOG_SELF_SIGNED_HOSTS",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1"
+    )]
+    pub self_signed_hosts: Vec<String>,
+    /// Kubeconfig to reach the Kubernetes API (default: $KUBECONFIG, else in-cluster).
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace to watch channels and versions in; repeat for several (default: all).
+    #[arg(long = "namespace", env = "ELEMENTAL_CHANGELOG_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// How often each channel image's digest is checked (nothing is pulled when unchanged).
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_REFRESH_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub refresh_interval: Duration,
+    /// Architectures whose data is read from multi-architecture channel images.
+    #[arg(long = "architecture", env = "ELEMENTAL_CHANGELOG_ARCHITECTURES", value_delimiter = ',', default_value = "x86_64,aarch64")]
+    pub architectures: Vec<String>,
+    /// Architecture served when a request names none.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_DEFAULT_ARCH", default_value = "x86_64")]
+    pub default_arch: String,
+    /// Time given to in-flight requests on shutdown.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_GRACE_PERIOD", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace_period: Duration,
+    /// Log line format.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+    /// Registry access.
+    #[command(flatten)]
+    pub registry: crate::oci::RegistryArgs,
+    /// Authentication.
+    #[command(flatten)]
+    pub authn: crate::authn::AuthnArgs,
+    /// Authorization.
+    #[command(flatten)]
+    pub authz: crate::authz::AuthzArgs,
+}

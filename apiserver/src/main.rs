@@ -1,0 +1,149 @@
+//! `elemental-changelog-apiserver`: serves Elemental OS changelogs through the
+//! Kubernetes aggregation layer; `inspect` and `compute` help channel builders.
+
+use std::{process::ExitCode, sync::Arc};
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use elemental_changelog_apiserver::{
+    cache::Cache,
+    channels::{self, RefreshSettings},
+    cli,
+    config::{Cli, Command, ServeArgs},
+    health::Health,
+    metrics::Metrics,
+    oci::Fetcher,
+    routes::{App, query::Query},
+    server, telemetry,
+};
+use elemental_changelog_certs::{serving, tls};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tracing::{error, info};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Both kube and oci-client build rustls clients; they use this provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("elemental-changelog-apiserver: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Some(Command::Inspect(args)) => cli::inspect(args).await.map_err(anyhow::Error::from),
+            Some(Command::Compute(args)) => cli::compute(&args).map_err(anyhow::Error::from),
+            None => serve(cli.serve).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line that names what failed and why, for people and for
+            // `kubectl logs` alike.
+            eprintln!("elemental-changelog-apiserver: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    telemetry::init(args.log_format);
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+
+    let source = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => serving::CertSource::Files { cert: cert.clone(), key: key.clone() },
+        _ => serving::CertSource::SelfSigned { dir: args.cert_dir.clone(), hosts: args.self_signed_hosts.clone() },
+    };
+    let files = source.prepare().context("serving certificate")?;
+    let resolver = Arc::new(serving::ReloadingResolver::new(files).context("serving certificate")?);
+    let tls_config = Arc::new(tls::server_config(resolver.clone()).context("TLS configuration")?);
+
+    let kube_config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig =
+                Kubeconfig::read_from(path).with_context(|| format!("kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig: neither --kubeconfig, $KUBECONFIG, ~/.kube/config nor in-cluster configuration")?,
+    };
+    let client = kube::Client::try_from(kube_config).context("Kubernetes client")?;
+
+    let fetcher = Arc::new(Fetcher::new(args.registry.to_config().context("registry settings")?).context("registry client")?);
+    let cache = Arc::new(Cache::default());
+    let (objects, channels_run) = channels::start(
+        client.clone(),
+        &args.namespaces,
+        fetcher,
+        cache.clone(),
+        metrics.clone(),
+        &health,
+        RefreshSettings { interval: args.refresh_interval, architectures: args.architectures.clone() },
+    );
+
+    let authn = Arc::new(elemental_changelog_apiserver::authn::Authenticator::new(
+        client.clone(),
+        &args.authn,
+        metrics.clone(),
+    ));
+    let authn_run = authn.clone().run(health.ready_flag("authentication-config"));
+    let authz = Arc::new(elemental_changelog_apiserver::authz::Authorizer::new(client.clone(), &args.authz, metrics.clone()));
+
+    let app = Arc::new(App {
+        metrics: metrics.clone(),
+        health: health.clone(),
+        authn,
+        authz,
+        query: Query::new(objects, cache, args.default_arch.clone(), args.architectures.clone()),
+    });
+
+    let addr = std::net::SocketAddr::new(args.bind_address, args.secure_port);
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+    info!(%addr, version = env!("CARGO_PKG_VERSION"), "serving");
+
+    let certs_run = resolver.watch(serving::DEFAULT_POLL_INTERVAL);
+    let server = server::serve(listener, tls_config, app, shutdown_signal(), args.shutdown_grace_period);
+    tokio::select! {
+        () = server => {
+            info!("stopped");
+            Ok(())
+        }
+        () = channels_run => {
+            error!("the channel controller stopped");
+            anyhow::bail!("the channel controller stopped")
+        }
+        () = authn_run => {
+            error!("the authentication configuration watch stopped");
+            anyhow::bail!("the authentication configuration watch stopped")
+        }
+        () = certs_run => anyhow::bail!("the serving certificate reloader stopped"),
+    }
+}
+
+/// Completes on SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = term => info!("SIGTERM received"),
+        r = tokio::signal::ctrl_c() => {
+            if r.is_ok() {
+                info!("SIGINT received");
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! Prometheus metrics. [`Metrics`] owns the registry; every label value is a
+//! bounded enum or a Kubernetes object key that leaves with its object, never
+//! an error string.
+
+use std::time::Instant;
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// The resource label of request metrics: what was asked for, in a few words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestResource {
+    /// `managedosversions` (summaries).
+    Summaries,
+    /// `managedosversions/changelog`.
+    Changelog,
+    /// Discovery documents.
+    Discovery,
+    /// OpenAPI documents.
+    OpenApi,
+    /// `/livez`, `/readyz`, `/healthz`.
+    Health,
+    /// `/metrics`.
+    Metrics,
+    /// Anything else (answered 404).
+    Other,
+}
+
+impl RequestResource {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Summaries => "managedosversions",
+            Self::Changelog => "managedosversions/changelog",
+            Self::Discovery => "discovery",
+            Self::OpenApi => "openapi",
+            Self::Health => "health",
+            Self::Metrics => "metrics",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// How a fetch of a channel image ended; the `result` label of fetch metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchResult {
+    /// Pulled and parsed.
+    Pulled,
+    /// The digest was unchanged: nothing pulled.
+    Unchanged,
+    /// Failed; the label is the error kind.
+    Failed(&'static str),
+}
+
+/// All metrics of the process.
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    request_duration: HistogramVec,
+    fetches: IntCounterVec,
+    fetch_duration: HistogramVec,
+    fetch_bytes: IntCounter,
+    file_problems: IntCounterVec,
+    channels: IntGauge,
+    versions: IntGauge,
+    advisories: IntGauge,
+    retained_versions: IntGauge,
+    data_age: GaugeVec,
+    watch_errors: IntCounterVec,
+    watch_ready: IntGaugeVec,
+    authentications: IntCounterVec,
+    authorizations: IntCounterVec,
+    cert_reloads: IntCounterVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help).namespace("elemental_changelog"), labels)
+        .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
+    registry
+        .register(Box::new(c.clone()))
+        .unwrap_or_else(|e| unreachable!("metric {name} registered twice: {e}"));
+    c
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).namespace("elemental_changelog").buckets(buckets),
+        labels,
+    )
+    .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
+    registry
+        .register(Box::new(h.clone()))
+        .unwrap_or_else(|e| unreachable!("metric {name} registered twice: {e}"));
+    h
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::with_opts(Opts::new(name, help).namespace("elemental_changelog"))
+        .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
+    registry
+        .register(Box::new(g.clone()))
+        .unwrap_or_else(|e| unreachable!("metric {name} registered twice: {e}"));
+    g
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests = counter(
+            &registry,
+            "http_requests_total",
+            "HTTP requests answered, by verb, resource and status code.",
+            &["verb", "resource", "code"],
+        );
+        let request_duration = histogram(
+            &registry,
+            "http_request_duration_seconds",
+            "Time to answer an HTTP request, authentication and authorization included.",
+            &["verb", "resource"],
+            vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+        );
+        let fetches = counter(
+            &registry,
+            "channel_fetches_total",
+            "Channel image fetches, by result (pulled, unchanged, or the error kind).",
+            &["result"],
+        );
+        let fetch_duration = histogram(
+            &registry,
+            "channel_fetch_duration_seconds",
+            "Time to check and, when the digest changed, pull and parse a channel image.",
+            &["result"],
+            vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0],
+        );
+        let fetch_bytes = IntCounter::with_opts(
+            Opts::new("channel_fetch_bytes_total", "Compressed bytes pulled from registries.")
+                .namespace("elemental_changelog"),
+        )
+        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
+        registry
+            .register(Box::new(fetch_bytes.clone()))
+            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
+        let file_problems = counter(
+            &registry,
+            "channel_file_problems_total",
+            "Files of channel images that were rejected (did not parse), by file kind.",
+            &["file"],
+        );
+        let channels = gauge(&registry, "channels", "Channels with data in the cache.");
+        let versions = gauge(&registry, "versions", "Versions with data in the cache, over all channels and architectures.");
+        let advisories = gauge(&registry, "advisories", "Precomputed advisories in the cache, over all channels.");
+        let retained_versions = gauge(
+            &registry,
+            "retained_versions",
+            "Versions served from an earlier image of their channel because the current one no longer lists them.",
+        );
+        let data_age = GaugeVec::new(
+            Opts::new(
+                "channel_data_age_seconds",
+                "Seconds since each channel's data was last confirmed current (pulled, or digest unchanged).",
+            )
+            .namespace("elemental_changelog"),
+            &["namespace", "channel"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
+        registry
+            .register(Box::new(data_age.clone()))
+            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
+        let watch_errors = counter(
+            &registry,
+            "watch_errors_total",
+            "Errors of the watches on the Kubernetes API, by watched resource; each is retried with backoff.",
+            &["resource"],
+        );
+        let watch_ready = IntGaugeVec::new(
+            Opts::new("watch_synced", "1 when the watch of a resource has completed its initial list.")
+                .namespace("elemental_changelog"),
+            &["resource"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
+        registry
+            .register(Box::new(watch_ready.clone()))
+            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
+        let authentications = counter(
+            &registry,
+            "authentications_total",
+            "Authentication results, by method (requestheader, x509, token, anonymous) or failure.",
+            &["result"],
+        );
+        let authorizations = counter(
+            &registry,
+            "authorizations_total",
+            "Authorization decisions (allowed, denied, error).",
+            &["decision"],
+        );
+        let cert_reloads = counter(
+            &registry,
+            "serving_cert_reloads_total",
+            "Serving certificate reloads, by result (loaded, rejected).",
+            &["result"],
+        );
+        Self {
+            registry,
+            requests,
+            request_duration,
+            fetches,
+            fetch_duration,
+            fetch_bytes,
+            file_problems,
+            channels,
+            versions,
+            advisories,
+            retained_versions,
+            data_age,
+            watch_errors,
+            watch_ready,
+            authentications,
+            authorizations,
+            cert_reloads,
+        }
+    }
+
+    /// Starts timing a request; the returned guard records when it is
+    /// finished with a status code (or as 500 when dropped unfinished).
+    pub fn request(&self, verb: &str, resource: RequestResource) -> RequestTimer<'_> {
+        RequestTimer { metrics: self, verb: bounded_verb(verb), resource, start: Instant::now(), code: None }
+    }
+
+    /// Records a finished fetch.
+    pub fn fetch(&self, result: FetchResult, seconds: f64, bytes: u64) {
+        let label = match result {
+            FetchResult::Pulled => "pulled",
+            FetchResult::Unchanged => "unchanged",
+            FetchResult::Failed(kind) => kind,
+        };
+        self.fetches.with_label_values(&[label]).inc();
+        self.fetch_duration.with_label_values(&[label]).observe(seconds);
+        self.fetch_bytes.inc_by(bytes);
+    }
+
+    /// Counts a rejected file of a channel image (`file` is its kind).
+    pub fn file_problem(&self, file: &'static str) {
+        self.file_problems.with_label_values(&[file]).inc();
+    }
+
+    /// Sets the cache size gauges.
+    pub fn cache_size(&self, channels: usize, versions: usize, advisories: usize, retained: usize) {
+        self.channels.set(gauge_value(channels));
+        self.versions.set(gauge_value(versions));
+        self.advisories.set(gauge_value(advisories));
+        self.retained_versions.set(gauge_value(retained));
+    }
+
+    /// Sets the age of a channel's data.
+    pub fn channel_age(&self, namespace: &str, channel: &str, seconds: f64) {
+        self.data_age.with_label_values(&[namespace, channel]).set(seconds);
+    }
+
+    /// Forgets a deleted channel's series.
+    pub fn forget_channel(&self, namespace: &str, channel: &str) {
+        // An absent series is fine: nothing to forget.
+        let _ = self.data_age.remove_label_values(&[namespace, channel]);
+    }
+
+    /// Counts a watch error of `resource`.
+    pub fn watch_error(&self, resource: &'static str) {
+        self.watch_errors.with_label_values(&[resource]).inc();
+    }
+
+    /// Records whether the watch of `resource` has synced.
+    pub fn watch_synced(&self, resource: &'static str, synced: bool) {
+        self.watch_ready.with_label_values(&[resource]).set(i64::from(synced));
+    }
+
+    /// Counts an authentication result.
+    pub fn authentication(&self, result: &'static str) {
+        self.authentications.with_label_values(&[result]).inc();
+    }
+
+    /// Counts an authorization decision.
+    pub fn authorization(&self, decision: &'static str) {
+        self.authorizations.with_label_values(&[decision]).inc();
+    }
+
+    /// Counts a serving certificate reload.
+    pub fn cert_reload(&self, result: &'static str) {
+        self.cert_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for the text format.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Keeps the verb label bounded: the Kubernetes verbs this server can see.
+fn bounded_verb(verb: &str) -> &'static str {
+    match verb {
+        "get" => "get",
+        "list" => "list",
+        "watch" => "watch",
+        "create" => "create",
+        "update" => "update",
+        "patch" => "patch",
+        "delete" => "delete",
+        "deletecollection" => "deletecollection",
+        "head" => "head",
+        "options" => "options",
+        "post" => "post",
+        "put" => "put",
+        _ => "other",
+    }
+}
+
+/// Times one request; see [`Metrics::request`].
+pub struct RequestTimer<'a> {
+    metrics: &'a Metrics,
+    verb: &'static str,
+    resource: RequestResource,
+    start: Instant,
+    code: Option<u16>,
+}
+
+impl RequestTimer<'_> {
+    /// Sets the resource once the route is known.
+    pub fn resource(&mut self, resource: RequestResource) {
+        self.resource = resource;
+    }
+
+    /// Sets the verb once it is known.
+    pub fn verb(&mut self, verb: &str) {
+        self.verb = bounded_verb(verb);
+    }
+
+    /// Records the status code answered.
+    pub fn finish(mut self, code: u16) {
+        self.code = Some(code);
+    }
+}
+
+impl Drop for RequestTimer<'_> {
+    fn drop(&mut self) {
+        let code = self.code.unwrap_or(500);
+        let resource = self.resource.as_str();
+        self.metrics
+            .requests
+            .with_label_values(&[self.verb, resource, status_label(code)])
+            .inc();
+        self.metrics
+            .request_duration
+            .with_label_values(&[self.verb, resource])
+            .observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+fn status_label(code: u16) -> &'static str {
+    match code {
+        200 => "200",
+        304 => "304",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        406 => "406",
+        500 => "500",
+        503 => "503",
+        c if c < 300 => "2xx",
+        c if c < 400 => "3xx",
+        c if c < 500 => "4xx",
+        _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_timer_records_code_and_duration() {
+        let m = Metrics::new();
+        m.request("get", RequestResource::Changelog).finish(404);
+        {
+            let _unfinished = m.request("list", RequestResource::Summaries);
+        }
+        let text = String::from_utf8(m.encode()).unwrap_or_default();
+        assert!(text.contains(
+            r#"elemental_changelog_http_requests_total{code="404",resource="managedosversions/changelog",verb="get"} 1"#
+        ));
+        assert!(text.contains(r#"elemental_changelog_http_requests_total{code="500",resource="managedosversions",verb="list"} 1"#));
+        assert!(text.contains("elemental_changelog_http_request_duration_seconds_bucket"));
+    }
+
+    #[test]
+    fn labels_stay_bounded() {
+        let m = Metrics::new();
+        m.request("BREW", RequestResource::Other).finish(418);
+        let text = String::from_utf8(m.encode()).unwrap_or_default();
+        assert!(text.contains(r#"code="4xx",resource="other",verb="other""#));
+    }
+
+    #[test]
+    fn forgotten_channel_leaves_no_series() {
+        let m = Metrics::new();
+        m.channel_age("fleet-default", "sl-micro", 3.0);
+        assert!(String::from_utf8(m.encode()).unwrap_or_default().contains("sl-micro"));
+        m.forget_channel("fleet-default", "sl-micro");
+        assert!(!String::from_utf8(m.encode()).unwrap_or_default().contains("sl-micro"));
+    }
+}

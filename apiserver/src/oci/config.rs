@@ -1,0 +1,456 @@
+//! Registry settings: command line flags, credentials from a Docker config
+//! JSON, an extra CA bundle, plain-HTTP registries, limits and timeouts.
+
+use std::{collections::HashMap, fmt, path::PathBuf, sync::Arc, time::Duration};
+
+use base64::Engine as _;
+use rustls_pki_types::{CertificateDer, pem::PemObject as _};
+use serde::Deserialize;
+
+use super::layer::FetchLimits;
+
+/// Registry flags, to be flattened into the server's and `inspect`'s command
+/// lines; [`RegistryArgs::to_config`] turns them into a [`FetchConfig`].
+#[derive(Clone, Debug, clap::Args)]
+pub struct RegistryArgs {
+    /// Registry credentials: a Docker config JSON file, as the `.dockerconfigjson` key of a
+    /// `kubernetes.io/dockerconfigjson` Secret (`{"auths":{"host[:port]":{"auth":"base64(user:password)"}}}`).
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_CONFIG")]
+    pub registry_config: Option<PathBuf>,
+    /// PEM bundle of CA certificates trusted for registries, besides the system roots.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_CA_FILE")]
+    pub registry_ca_file: Option<PathBuf>,
+    /// Registry (`host[:port]`) reached over plain HTTP; repeat for several. All others use HTTPS.
+    #[arg(long = "insecure-registry", env = "ELEMENTAL_CHANGELOG_INSECURE_REGISTRIES", value_delimiter = ',')]
+    pub insecure_registries: Vec<String>,
+    /// Most compressed bytes pulled for one image (all layers), e.g. `256MiB`.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_IMAGE_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
+    pub max_image_size: u64,
+    /// Most decompressed bytes read from one image's layers, e.g. `512MiB`.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_UNCOMPRESSED_SIZE", default_value = "512MiB", value_parser = parse_byte_size)]
+    pub max_uncompressed_size: u64,
+    /// Most tar entries read from one image's layers.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_LAYER_ENTRIES", default_value_t = 100_000)]
+    pub max_layer_entries: u64,
+    /// Largest `channel.json` or `changelogs/*` file accepted, e.g. `32MiB`.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_FILE_SIZE", default_value = "32MiB", value_parser = parse_byte_size)]
+    pub max_file_size: u64,
+    /// Most bytes of channel data kept from one image (all kept files together), e.g. `128MiB`.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "128MiB", value_parser = parse_byte_size)]
+    pub max_kept_size: u64,
+    /// Timeout for connecting to a registry.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_CONNECT_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub registry_connect_timeout: Duration,
+    /// Timeout for each read from a registry connection.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_READ_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub registry_read_timeout: Duration,
+    /// Timeout for a whole fetch (digest check, manifests and layers) of one image.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_FETCH_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub fetch_timeout: Duration,
+}
+
+impl RegistryArgs {
+    /// Reads the files the flags name and builds the fetcher settings.
+    pub fn to_config(&self) -> Result<FetchConfig, ConfigError> {
+        let credentials = match &self.registry_config {
+            Some(path) => {
+                let data = std::fs::read(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                RegistryCredentials::from_docker_config(&data).map_err(|source| ConfigError::DockerConfig {
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            None => RegistryCredentials::default(),
+        };
+        let extra_roots = match &self.registry_ca_file {
+            Some(path) => {
+                let data = std::fs::read(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                parse_ca_bundle(&data).map_err(|source| ConfigError::CaBundle {
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            None => Vec::new(),
+        };
+        Ok(FetchConfig {
+            credentials,
+            extra_roots,
+            insecure_registries: self.insecure_registries.clone(),
+            limits: FetchLimits {
+                max_compressed_bytes: self.max_image_size,
+                max_uncompressed_bytes: self.max_uncompressed_size,
+                max_entries: self.max_layer_entries,
+                max_file_bytes: self.max_file_size,
+                max_kept_bytes: self.max_kept_size,
+            },
+            connect_timeout: self.registry_connect_timeout,
+            read_timeout: self.registry_read_timeout,
+            fetch_timeout: self.fetch_timeout,
+        })
+    }
+}
+
+/// Everything the fetcher needs to know, parsed and validated.
+#[derive(Clone, Debug)]
+pub struct FetchConfig {
+    /// Credentials by registry; registries without an entry are pulled anonymously.
+    pub credentials: RegistryCredentials,
+    /// CA certificates trusted besides the system roots (DER).
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Registries (`host[:port]`, as in image references) reached over plain HTTP.
+    pub insecure_registries: Vec<String>,
+    /// Size and count limits per image.
+    pub limits: FetchLimits,
+    /// Timeout for connecting to a registry.
+    pub connect_timeout: Duration,
+    /// Timeout for each read from a registry connection.
+    pub read_timeout: Duration,
+    /// Timeout for a whole fetch of one image.
+    pub fetch_timeout: Duration,
+}
+
+impl Default for FetchConfig {
+    /// Anonymous HTTPS pulls, system roots, default limits, the flags' default timeouts.
+    fn default() -> Self {
+        Self {
+            credentials: RegistryCredentials::default(),
+            extra_roots: Vec::new(),
+            insecure_registries: Vec::new(),
+            limits: FetchLimits::default(),
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(30),
+            fetch_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Why the registry settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A file named by a flag could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--registry-config` file is not a valid Docker config JSON.
+    #[error("invalid registry credentials in {}", path.display())]
+    DockerConfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: CredentialsError,
+    },
+    /// The `--registry-ca-file` file holds no usable certificate.
+    #[error("invalid CA bundle {}", path.display())]
+    CaBundle {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: CaBundleError,
+    },
+}
+
+/// What is wrong with a Docker config JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    /// Not JSON of the expected shape.
+    #[error("not a Docker config JSON object with \"auths\"")]
+    Json(#[source] serde_json::Error),
+    /// An `auth` value is not base64.
+    #[error("the \"auth\" of {registry} is not base64")]
+    Base64 {
+        /// The registry key.
+        registry: String,
+        /// The decoding error.
+        #[source]
+        source: base64::DecodeError,
+    },
+    /// An `auth` value does not decode to UTF-8 `user:password`.
+    #[error("the \"auth\" of {registry} is not \"user:password\"")]
+    AuthFormat {
+        /// The registry key.
+        registry: String,
+    },
+    /// An entry has neither `auth` nor `username` and `password`.
+    #[error("{registry} has neither \"auth\" nor \"username\" and \"password\"")]
+    MissingCredentials {
+        /// The registry key.
+        registry: String,
+    },
+}
+
+/// What is wrong with a CA bundle.
+#[derive(Debug, thiserror::Error)]
+pub enum CaBundleError {
+    /// A PEM section could not be decoded.
+    #[error("invalid PEM")]
+    Pem(#[source] rustls_pki_types::pem::Error),
+    /// The file holds no `CERTIFICATE` section.
+    #[error("no certificate in the bundle")]
+    Empty,
+}
+
+/// Parses a PEM bundle into DER certificates (other PEM sections are skipped).
+pub fn parse_ca_bundle(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, CaBundleError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CaBundleError::Pem)?;
+    if certs.is_empty() {
+        return Err(CaBundleError::Empty);
+    }
+    Ok(certs)
+}
+
+/// A user name and password for one registry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credential {
+    /// The user name.
+    pub username: String,
+    /// The password (or token used as a password).
+    pub password: String,
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credential")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Credentials by registry host, from a Docker config JSON.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryCredentials {
+    by_registry: HashMap<String, Arc<Credential>>,
+}
+
+#[derive(Deserialize)]
+struct DockerConfig {
+    auths: HashMap<String, DockerAuth>,
+}
+
+#[derive(Deserialize)]
+struct DockerAuth {
+    #[serde(default)]
+    auth: Option<String>,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+}
+
+impl RegistryCredentials {
+    /// Parses a Docker config JSON (`{"auths":{"host":{"auth":"..."}}}`; an
+    /// entry may give `username` and `password` instead of `auth`). Keys may
+    /// be `host[:port]` or URLs such as `https://index.docker.io/v1/`.
+    pub fn from_docker_config(json: &[u8]) -> Result<Self, CredentialsError> {
+        let config: DockerConfig = serde_json::from_slice(json).map_err(CredentialsError::Json)?;
+        let mut by_registry = HashMap::new();
+        for (key, auth) in config.auths {
+            let credential = match (auth.auth.filter(|auth| !auth.is_empty()), auth.username, auth.password) {
+                (Some(encoded), _, _) => {
+                    let decoded = base64::engine::general_purpose::STANDARD
+                        .decode(encoded.trim())
+                        .map_err(|source| CredentialsError::Base64 {
+                            registry: key.clone(),
+                            source,
+                        })?;
+                    let decoded = String::from_utf8(decoded)
+                        .map_err(|_| CredentialsError::AuthFormat { registry: key.clone() })?;
+                    let (username, password) = decoded
+                        .split_once(':')
+                        .ok_or_else(|| CredentialsError::AuthFormat { registry: key.clone() })?;
+                    Credential {
+                        username: username.to_owned(),
+                        password: password.to_owned(),
+                    }
+                }
+                (None, Some(username), Some(password)) => Credential { username, password },
+                _ => return Err(CredentialsError::MissingCredentials { registry: key }),
+            };
+            by_registry.insert(registry_host(&key), Arc::new(credential));
+        }
+        Ok(Self { by_registry })
+    }
+
+    /// Adds (or replaces) the credential of one registry (`host[:port]`).
+    pub fn insert(&mut self, registry: &str, credential: Credential) {
+        self.by_registry.insert(registry_host(registry), Arc::new(credential));
+    }
+
+    /// The credential for a registry as written in an image reference
+    /// (`host[:port]`; Docker Hub under any of its names).
+    pub fn get(&self, registry: &str) -> Option<&Credential> {
+        self.by_registry.get(&registry_host(registry)).map(Arc::as_ref)
+    }
+
+    /// Whether no registry has credentials.
+    pub fn is_empty(&self) -> bool {
+        self.by_registry.is_empty()
+    }
+}
+
+/// Reduces a Docker config key or a reference's registry to `host[:port]`,
+/// lower-cased, with Docker Hub's names folded into `index.docker.io`.
+fn registry_host(key: &str) -> String {
+    let key = key.trim();
+    let key = key
+        .strip_prefix("https://")
+        .or_else(|| key.strip_prefix("http://"))
+        .unwrap_or(key);
+    let host = key.split('/').next().unwrap_or(key).to_ascii_lowercase();
+    match host.as_str() {
+        "docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => "index.docker.io".to_owned(),
+        _ => host,
+    }
+}
+
+/// Parses a byte size: a whole number of bytes, optionally followed by a unit
+/// (`B`, `KiB`, `MiB`, `GiB`, `TiB`, or decimal `kB`, `KB`, `MB`, `GB`, `TB`).
+pub fn parse_byte_size(text: &str) -> Result<u64, ByteSizeError> {
+    let text = text.trim();
+    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits_end);
+    let number: u64 = number.parse().map_err(|_| ByteSizeError::Number)?;
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => return Err(ByteSizeError::Unit),
+    };
+    number.checked_mul(multiplier).ok_or(ByteSizeError::Overflow)
+}
+
+/// Why a byte size does not parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ByteSizeError {
+    /// It does not start with a whole number.
+    #[error("expected a whole number of bytes, optionally with a unit such as MiB")]
+    Number,
+    /// The unit is unknown.
+    #[error("unknown unit (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)")]
+    Unit,
+    /// The size does not fit 64 bits.
+    #[error("size too large")]
+    Overflow,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_byte_size("0"), Ok(0));
+        assert_eq!(parse_byte_size("1234"), Ok(1234));
+        assert_eq!(parse_byte_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_byte_size("1 GiB"), Ok(1 << 30));
+        assert_eq!(parse_byte_size("10MB"), Ok(10_000_000));
+        assert_eq!(parse_byte_size("12B"), Ok(12));
+        assert_eq!(parse_byte_size("MiB"), Err(ByteSizeError::Number));
+        assert_eq!(parse_byte_size("-1"), Err(ByteSizeError::Number));
+        assert_eq!(parse_byte_size("1.5GiB"), Err(ByteSizeError::Unit));
+        assert_eq!(parse_byte_size("3mb"), Err(ByteSizeError::Unit));
+        assert_eq!(parse_byte_size("99999999999TiB"), Err(ByteSizeError::Overflow));
+    }
+
+    proptest! {
+        #[test]
+        fn byte_size_round_trips(n in 0u64..(1 << 40), unit in prop::sample::select(vec![("", 1u64), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GB", 1_000_000_000)])) {
+            let text = format!("{n}{}", unit.0);
+            prop_assert_eq!(parse_byte_size(&text), n.checked_mul(unit.1).ok_or(ByteSizeError::Overflow));
+        }
+
+        #[test]
+        fn byte_size_never_panics(text in ".{0,40}") {
+            let _ = parse_byte_size(&text);
+        }
+    }
+
+    #[test]
+    fn docker_config_auth_and_username_password() {
+        let json = br#"{"auths":{
+            "registry.example.com:5000":{"auth":"dXNlcjpwYTpzcw=="},
+            "https://index.docker.io/v1/":{"username":"hub","password":"secret"},
+            "other.example.com":{"auth":"","username":"u","password":"p","email":"x@example.com"}
+        }}"#;
+        let creds = RegistryCredentials::from_docker_config(json).unwrap();
+        let cred = creds.get("registry.example.com:5000").unwrap();
+        assert_eq!((cred.username.as_str(), cred.password.as_str()), ("user", "pa:ss"));
+        assert_eq!(creds.get("docker.io").unwrap().username, "hub");
+        assert_eq!(creds.get("index.docker.io").unwrap().password, "secret");
+        assert_eq!(creds.get("OTHER.example.com").unwrap().username, "u");
+        assert!(creds.get("registry.example.com").is_none());
+        assert!(!format!("{cred:?}").contains("pa:ss"));
+    }
+
+    #[test]
+    fn docker_config_errors() {
+        assert!(matches!(
+            RegistryCredentials::from_docker_config(b"{}"),
+            Err(CredentialsError::Json(_))
+        ));
+        assert!(matches!(
+            RegistryCredentials::from_docker_config(br#"{"auths":{"r":{"auth":"%%%"}}}"#),
+            Err(CredentialsError::Base64 { .. })
+        ));
+        assert!(matches!(
+            RegistryCredentials::from_docker_config(br#"{"auths":{"r":{"auth":"bm9jb2xvbg=="}}}"#),
+            Err(CredentialsError::AuthFormat { .. })
+        ));
+        assert!(matches!(
+            RegistryCredentials::from_docker_config(br#"{"auths":{"r":{"username":"u"}}}"#),
+            Err(CredentialsError::MissingCredentials { .. })
+        ));
+    }
+
+    #[test]
+    fn ca_bundle() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["ca.example".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let bundle = format!("{}\n{}", cert.pem(), cert.pem());
+        assert_eq!(parse_ca_bundle(bundle.as_bytes()).unwrap().len(), 2);
+        assert!(matches!(parse_ca_bundle(b"nothing here"), Err(CaBundleError::Empty)));
+    }
+
+    #[test]
+    fn args_defaults_load() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            registry: RegistryArgs,
+        }
+        let cli = Cli::try_parse_from(["x", "--insecure-registry", "127.0.0.1:5000", "--max-file-size", "1MiB"]).unwrap();
+        let config = cli.registry.to_config().unwrap();
+        assert_eq!(config.insecure_registries, vec!["127.0.0.1:5000".to_owned()]);
+        assert_eq!(config.limits.max_file_bytes, 1 << 20);
+        assert_eq!(config.limits.max_compressed_bytes, FetchLimits::default().max_compressed_bytes);
+        assert_eq!(config.fetch_timeout, FetchConfig::default().fetch_timeout);
+    }
+}

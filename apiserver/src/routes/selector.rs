@@ -1,0 +1,247 @@
+//! Label and field selectors, with the syntax and meaning of
+//! k8s.io/apimachinery `pkg/labels` and `pkg/fields`.
+
+use std::collections::BTreeMap;
+
+use elemental_changelog_apiservice::status::StatusError;
+
+/// One requirement of a label selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Requirement {
+    /// `key`.
+    Exists(String),
+    /// `!key`.
+    DoesNotExist(String),
+    /// `key=v`, `key==v`, `key in (a,b)`.
+    In(String, Vec<String>),
+    /// `key!=v`, `key notin (a,b)`: true also when the key is absent.
+    NotIn(String, Vec<String>),
+}
+
+/// A parsed label selector; the empty selector matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector(Vec<Requirement>);
+
+impl LabelSelector {
+    /// Parses `labelSelector`. Errors are 400s worded like kube-apiserver's.
+    pub fn parse(input: &str) -> Result<Self, StatusError> {
+        let mut requirements = Vec::new();
+        for part in split_top_level(input) {
+            let part = part.trim();
+            if part.is_empty() {
+                continue;
+            }
+            requirements.push(parse_requirement(part).map_err(|why| {
+                StatusError::bad_request(format!("unable to parse requirement: {why}: {part:?}"))
+            })?);
+        }
+        Ok(Self(requirements))
+    }
+
+    /// Whether `labels` satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            Requirement::In(k, values) => labels.get(k).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(k, values) => labels.get(k).is_none_or(|v| !values.contains(v)),
+        })
+    }
+}
+
+/// Splits on commas that are not inside `( )`.
+fn split_top_level(input: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in input.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&input[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&input[start..]);
+    parts
+}
+
+fn parse_requirement(part: &str) -> Result<Requirement, &'static str> {
+    if let Some(key) = part.strip_prefix('!') {
+        return Ok(Requirement::DoesNotExist(key_of(key.trim())?));
+    }
+    if let Some((key, value)) = part.split_once("!=") {
+        return Ok(Requirement::NotIn(key_of(key.trim())?, vec![value_of(value.trim())?]));
+    }
+    if let Some((key, value)) = part.split_once("==").or_else(|| part.split_once('=')) {
+        return Ok(Requirement::In(key_of(key.trim())?, vec![value_of(value.trim())?]));
+    }
+    if let Some((key, rest)) = split_keyword(part, "notin") {
+        return Ok(Requirement::NotIn(key_of(key)?, set_of(rest)?));
+    }
+    if let Some((key, rest)) = split_keyword(part, "in") {
+        return Ok(Requirement::In(key_of(key)?, set_of(rest)?));
+    }
+    Ok(Requirement::Exists(key_of(part)?))
+}
+
+/// `key <keyword> (...)` → (`key`, `(...)`).
+fn split_keyword<'a>(part: &'a str, keyword: &str) -> Option<(&'a str, &'a str)> {
+    let mut words = part.splitn(2, char::is_whitespace);
+    let key = words.next()?.trim();
+    let rest = words.next()?.trim_start();
+    let rest = rest.strip_prefix(keyword)?.trim_start();
+    rest.starts_with('(').then_some((key, rest))
+}
+
+fn set_of(rest: &str) -> Result<Vec<String>, &'static str> {
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or("expected a set of values in parentheses")?;
+    let values: Vec<String> = inner.split(',').map(|v| value_of(v.trim())).collect::<Result<_, _>>()?;
+    if values.iter().all(String::is_empty) {
+        return Err("a set needs at least one value");
+    }
+    Ok(values)
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of up
+/// to 63 characters of alphanumerics, `-`, `_`, `.`.
+fn key_of(key: &str) -> Result<String, &'static str> {
+    let name = match key.rsplit_once('/') {
+        Some((prefix, name)) => {
+            if prefix.is_empty() || prefix.len() > 253 || !prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.') {
+                return Err("invalid label key prefix");
+            }
+            name
+        }
+        None => key,
+    };
+    if name.is_empty() || name.len() > 63 || !is_label_chars(name) {
+        return Err("invalid label key");
+    }
+    Ok(key.to_owned())
+}
+
+/// A label value: empty, or up to 63 characters like a key name.
+fn value_of(value: &str) -> Result<String, &'static str> {
+    if value.len() > 63 || (!value.is_empty() && !is_label_chars(value)) {
+        return Err("invalid label value");
+    }
+    Ok(value.to_owned())
+}
+
+fn is_label_chars(s: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    alnum(s.chars().next())
+        && alnum(s.chars().last())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The field selectors this API supports: `metadata.name` and
+/// `metadata.namespace`, with `=`, `==` and `!=`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<(Field, bool, String)>);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Name,
+    Namespace,
+}
+
+impl FieldSelector {
+    /// Parses `fieldSelector`.
+    pub fn parse(input: &str) -> Result<Self, StatusError> {
+        let mut out = Vec::new();
+        for part in input.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+                (f, true, v)
+            } else {
+                return Err(StatusError::bad_request(format!("invalid selector: '{part}'; can't understand '{part}'")));
+            };
+            let field = match field.trim() {
+                "metadata.name" => Field::Name,
+                "metadata.namespace" => Field::Namespace,
+                other => {
+                    return Err(StatusError::bad_request(format!(
+                        "field label not supported: {other} (supported: metadata.name, metadata.namespace)"
+                    )));
+                }
+            };
+            out.push((field, equal, value.trim().to_owned()));
+        }
+        Ok(Self(out))
+    }
+
+    /// Whether an object with this name and namespace is selected.
+    pub fn matches(&self, name: &str, namespace: &str) -> bool {
+        self.0.iter().all(|(field, equal, value)| {
+            let actual = match field {
+                Field::Name => name,
+                Field::Namespace => namespace,
+            };
+            (actual == value) == *equal
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    fn sel(s: &str) -> LabelSelector {
+        LabelSelector::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn label_selectors_match_like_kubernetes() {
+        let l = labels(&[("elemental.cattle.io/channel", "sl-micro"), ("tier", "prod")]);
+        assert!(sel("").matches(&l));
+        assert!(sel("elemental.cattle.io/channel=sl-micro").matches(&l));
+        assert!(sel("elemental.cattle.io/channel==sl-micro,tier").matches(&l));
+        assert!(!sel("elemental.cattle.io/channel!=sl-micro").matches(&l));
+        assert!(sel("missing!=x").matches(&l), "!= matches when the key is absent");
+        assert!(sel("tier in (dev, prod)").matches(&l));
+        assert!(!sel("tier notin (dev,prod)").matches(&l));
+        assert!(sel("!missing").matches(&l));
+        assert!(!sel("!tier").matches(&l));
+        assert!(!sel("tier=dev").matches(&l));
+    }
+
+    #[test]
+    fn bad_label_selectors_are_400() {
+        for bad in ["tier in dev", "=x", "tier=(x", "tier in ()", "-bad=1", "a/b/c=d"] {
+            let e = LabelSelector::parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
+            assert_eq!(e.code, 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn field_selectors() {
+        let f = FieldSelector::parse("metadata.name=v1,metadata.namespace!=kube-system").unwrap_or_default();
+        assert!(f.matches("v1", "fleet-default"));
+        assert!(!f.matches("v2", "fleet-default"));
+        assert!(!f.matches("v1", "kube-system"));
+        assert_eq!(FieldSelector::parse("spec.version=1").err().map(|e| e.code), Some(400));
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_never_panics(s in ".{0,64}") {
+            let _ = LabelSelector::parse(&s);
+            let _ = FieldSelector::parse(&s);
+        }
+    }
+}

@@ -1,0 +1,639 @@
+//! The queries the server answers from a [`ChannelData`]: version order,
+//! changelogs between two versions, summaries and "which versions fix this
+//! CVE", and the generator of precomputed `updates.log` files.
+//!
+//! The rules are described in `docs/channel-image-format.md`.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+
+use elemental_changelog_apiservice::types::{
+    Advisory, ChangelogSummary, ManagedOSVersionChangelog, PackageChange, PackageChanges, Severity,
+    Source, VersionRef,
+};
+use jiff::Timestamp;
+
+use crate::channel::{self, ChannelEntry};
+use crate::data::{ChannelData, VersionData};
+use crate::packages::{self, Package, PackageList};
+use crate::rpmver::{Evr, rpmvercmp};
+use crate::updates;
+
+/// Why a changelog query cannot be answered. The server maps `FromUnknown`
+/// and `FromNotOlder` to 400, the others to 404.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// The version is not in this channel's data.
+    #[error("version {name:?} is not in the channel data")]
+    UnknownVersion {
+        /// The version asked for.
+        name: String,
+    },
+    /// `from` is not a version of this channel's data.
+    #[error("from={from:?} is not a version of this channel")]
+    FromUnknown {
+        /// The `from` asked for.
+        from: String,
+    },
+    /// `from` is the version itself or a newer one.
+    #[error("from={from:?} is not older than {name:?}")]
+    FromNotOlder {
+        /// The `from` asked for.
+        from: String,
+        /// The version asked for.
+        name: String,
+    },
+    /// The version is known but the image carries no changelog data for it.
+    #[error("the channel image carries no changelog data for {name:?}")]
+    NoData {
+        /// The version asked for.
+        name: String,
+    },
+}
+
+/// Why [`generate_updates_logs`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    /// `channel.json` does not parse.
+    #[error("invalid channel.json")]
+    ChannelJson(#[source] channel::Error),
+    /// A package list does not parse.
+    #[error("invalid package list of {name:?}")]
+    Packages {
+        /// Version name.
+        name: String,
+        /// Why.
+        #[source]
+        source: packages::Error,
+    },
+    /// A package list for a name that is not a container entry.
+    #[error("package list for {name:?}, which is not a container entry of channel.json")]
+    UnknownVersion {
+        /// Version name.
+        name: String,
+    },
+}
+
+const SHIFTED_WARNING: &str = "the precomputed changelog files of this channel look shifted by one version: \
+each file holds only advisories issued before the previous version was built and the oldest file is empty \
+(a known bug of upstream's generator), so these advisories probably belong to the previous upgrade";
+
+/// A package of `updateinfo` and the advisory that ships it.
+#[derive(Debug)]
+struct Shipped {
+    advisory: usize,
+    arch: String,
+    evr: Evr,
+}
+
+/// What is cached for one version.
+#[derive(Clone, Debug)]
+struct Cached {
+    from: Option<VersionRef>,
+    summary: ChangelogSummary,
+    cves: BTreeSet<String>,
+}
+
+/// Order and caches of a [`ChannelData`], built on first use.
+#[derive(Debug)]
+pub(crate) struct Index {
+    /// Version names, oldest first.
+    order: Vec<String>,
+    position: HashMap<String, usize>,
+    shifted: bool,
+    /// `updateinfo` packages by name; built on first computed query.
+    shipped: OnceLock<HashMap<String, Vec<Shipped>>>,
+    summaries: Vec<OnceLock<Result<Cached, QueryError>>>,
+}
+
+fn strip_v(version: &str) -> &str {
+    version
+        .strip_prefix('v')
+        .or_else(|| version.strip_prefix('V'))
+        .filter(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        .unwrap_or(version)
+}
+
+/// Compares two versions of a channel: by `created`, then by RPM order of
+/// `version` (a leading `v` stripped), then by name. When some version of
+/// the channel lacks `created`, the version string decides first.
+fn version_cmp(a: &ChannelEntry, b: &ChannelEntry, all_created: bool) -> Ordering {
+    let by_version = || rpmvercmp(strip_v(&a.version), strip_v(&b.version));
+    let first = if all_created {
+        a.created.cmp(&b.created).then_with(by_version)
+    } else {
+        by_version().then_with(|| a.created.cmp(&b.created))
+    };
+    first.then_with(|| a.name.cmp(&b.name))
+}
+
+fn issued(a: &Advisory) -> Option<Timestamp> {
+    a.issued.as_deref().and_then(|s| s.parse().ok())
+}
+
+impl Index {
+    pub(crate) fn new(versions: &BTreeMap<String, Arc<VersionData>>) -> Self {
+        let all_created = versions.values().all(|v| v.entry.created.is_some());
+        let mut order: Vec<&Arc<VersionData>> = versions.values().collect();
+        order.sort_by(|a, b| version_cmp(&a.entry, &b.entry, all_created));
+        let shifted = looks_shifted(&order);
+        let order: Vec<String> = order.into_iter().map(|v| v.entry.name.clone()).collect();
+        let position = order
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        let summaries = order.iter().map(|_| OnceLock::new()).collect();
+        Self {
+            order,
+            position,
+            shifted,
+            shipped: OnceLock::new(),
+            summaries,
+        }
+    }
+}
+
+/// Upstream's generator bug: every advisory in a version's file predates the
+/// previous version's `created`, and the oldest version's file is empty.
+fn looks_shifted(order: &[&Arc<VersionData>]) -> bool {
+    let Some(oldest) = order.first() else {
+        return false;
+    };
+    if !oldest.advisories.as_ref().is_some_and(Vec::is_empty) {
+        return false;
+    }
+    let mut checked = false;
+    for pair in order.windows(2) {
+        let [previous, version] = pair else { continue };
+        let Some(advisories) = version.advisories.as_ref().filter(|a| !a.is_empty()) else {
+            continue;
+        };
+        let Some(previous_created) = previous.entry.created else {
+            return false;
+        };
+        for a in advisories {
+            match issued(a) {
+                Some(t) if t < previous_created => {}
+                _ => return false,
+            }
+        }
+        checked = true;
+    }
+    checked
+}
+
+/// The result of a query before it is shaped for the response.
+struct Outcome<'a> {
+    from: Option<usize>,
+    source: Source,
+    advisories: Vec<&'a Advisory>,
+    packages: Option<PackageChanges>,
+    warnings: Vec<String>,
+}
+
+/// Packages of two versions side by side: (old, new) for each name and
+/// architecture (highest EVR of each).
+fn pair_packages<'a>(
+    old: &'a PackageList,
+    new: &'a PackageList,
+) -> Vec<(Option<&'a Package>, Option<&'a Package>)> {
+    let mut out = Vec::new();
+    let mut a = old.latest().peekable();
+    let mut b = new.latest().peekable();
+    loop {
+        let ord = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(x), Some(y)) => x.name.cmp(&y.name).then_with(|| x.arch.cmp(&y.arch)),
+        };
+        match ord {
+            Ordering::Less => out.push((a.next(), None)),
+            Ordering::Greater => out.push((None, b.next())),
+            Ordering::Equal => out.push((a.next(), b.next())),
+        }
+    }
+    out
+}
+
+fn change(old: Option<&Package>, new: Option<&Package>) -> Option<PackageChange> {
+    let p = new.or(old)?;
+    Some(PackageChange {
+        name: p.name.clone(),
+        arch: p.arch.clone(),
+        from: old.map(|o| o.evr.to_string()),
+        to: new.map(|n| n.evr.to_string()),
+    })
+}
+
+fn evr_unchanged(a: &Evr, b: &Evr) -> bool {
+    (a.epoch == b.epoch && a.version == b.version && a.release == b.release) || a == b
+}
+
+fn package_changes(pairs: &[(Option<&Package>, Option<&Package>)]) -> PackageChanges {
+    let mut changes = PackageChanges::default();
+    for &(old, new) in pairs {
+        let list = match (old, new) {
+            (Some(o), Some(n)) if evr_unchanged(&o.evr, &n.evr) => continue,
+            (Some(o), Some(n)) if n.evr > o.evr => &mut changes.upgraded,
+            (Some(_), Some(_)) => &mut changes.downgraded,
+            (None, Some(_)) => &mut changes.added,
+            (Some(_), None) => &mut changes.removed,
+            (None, None) => continue,
+        };
+        list.extend(change(old, new));
+    }
+    changes
+}
+
+fn arch_matches(shipped: &str, installed: &str) -> bool {
+    shipped == installed || shipped == "noarch" || installed == "noarch"
+}
+
+fn sort_newest_first(advisories: &mut [&Advisory]) {
+    advisories.sort_by(|a, b| b.issued.cmp(&a.issued).then_with(|| a.id.cmp(&b.id)));
+}
+
+fn summarize(
+    advisories: &[&Advisory],
+    packages: Option<&PackageChanges>,
+) -> (ChangelogSummary, BTreeSet<String>) {
+    let mut by_type = BTreeMap::new();
+    let mut cves = BTreeSet::new();
+    let mut highest = Severity::Unspecified;
+    for a in advisories {
+        *by_type.entry(a.type_.clone()).or_insert(0) += 1;
+        cves.extend(a.cves.iter().cloned());
+        highest = highest.max(a.severity);
+    }
+    let summary = ChangelogSummary {
+        advisories: advisories.len(),
+        by_type,
+        cves: cves.len(),
+        highest_severity: highest,
+        packages_upgraded: packages.map(|p| p.upgraded.len()),
+        packages_downgraded: packages.map(|p| p.downgraded.len()),
+        packages_added: packages.map(|p| p.added.len()),
+        packages_removed: packages.map(|p| p.removed.len()),
+    };
+    (summary, cves)
+}
+
+impl ChannelData {
+    /// Version names, oldest first: by `created`, then RPM order of
+    /// `version` (a leading `v` stripped), then name. When some version
+    /// lacks `created`, the version string decides first.
+    pub fn order(&self) -> &[String] {
+        &self.index().order
+    }
+
+    /// The version just before `name` in [`ChannelData::order`].
+    pub fn previous(&self, name: &str) -> Result<Option<VersionRef>, QueryError> {
+        let pos = self.position(name)?;
+        Ok(pos.checked_sub(1).map(|p| self.version_ref(p)))
+    }
+
+    /// Whether the precomputed files carry the signature of upstream's
+    /// generator bug (see `docs/channel-image-format.md`).
+    pub fn looks_shifted(&self) -> bool {
+        self.index().shifted
+    }
+
+    fn position(&self, name: &str) -> Result<usize, QueryError> {
+        self.index()
+            .position
+            .get(name)
+            .copied()
+            .ok_or_else(|| QueryError::UnknownVersion {
+                name: name.to_owned(),
+            })
+    }
+
+    fn at(&self, pos: usize) -> &VersionData {
+        let name = &self.index().order[pos];
+        // Every name of the order is a key of `versions`.
+        &self.versions()[name]
+    }
+
+    fn version_ref(&self, pos: usize) -> VersionRef {
+        let v = self.at(pos);
+        VersionRef {
+            name: v.entry.name.clone(),
+            version: v.entry.version.clone(),
+        }
+    }
+
+    fn shipped(&self) -> Option<&HashMap<String, Vec<Shipped>>> {
+        let updateinfo = self.updateinfo()?;
+        Some(self.index().shipped.get_or_init(|| {
+            let mut map: HashMap<String, Vec<Shipped>> = HashMap::new();
+            for (i, a) in updateinfo.iter().enumerate() {
+                for p in &a.packages {
+                    let Ok(epoch) = Evr::parse_epoch(p.epoch.as_deref().unwrap_or("")) else {
+                        continue;
+                    };
+                    map.entry(p.name.clone()).or_default().push(Shipped {
+                        advisory: i,
+                        arch: p.arch.clone(),
+                        evr: Evr::new(epoch, p.version.clone(), p.release.clone()),
+                    });
+                }
+            }
+            map
+        }))
+    }
+
+    /// Advisories of `updateinfo` whose package moved into the new version's
+    /// range: EVR ≤ the new one and > the old one (or absent in the old).
+    fn computed_advisories(
+        &self,
+        pairs: &[(Option<&Package>, Option<&Package>)],
+    ) -> Vec<&Advisory> {
+        let (Some(shipped), Some(updateinfo)) = (self.shipped(), self.updateinfo()) else {
+            return Vec::new();
+        };
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for &(old, new) in pairs {
+            let Some(new) = new else { continue };
+            if old.is_some_and(|o| new.evr <= o.evr) {
+                continue;
+            }
+            let Some(candidates) = shipped.get(&new.name) else {
+                continue;
+            };
+            for s in candidates {
+                if !arch_matches(&s.arch, &new.arch) || s.evr > new.evr {
+                    continue;
+                }
+                if old.is_some_and(|o| s.evr <= o.evr) {
+                    continue;
+                }
+                if seen.insert(s.advisory) {
+                    out.push(&updateinfo[s.advisory]);
+                }
+            }
+        }
+        out
+    }
+
+    fn outcome(
+        &self,
+        pos: usize,
+        from: Option<usize>,
+        explicit: bool,
+    ) -> Result<Outcome<'_>, QueryError> {
+        let version = self.at(pos);
+        let from = if explicit { from } else { pos.checked_sub(1) };
+        let pairs = from.and_then(|f| {
+            let old = self.at(f).packages.as_ref()?;
+            let new = version.packages.as_ref()?;
+            Some(pair_packages(old, new))
+        });
+        let packages = pairs.as_deref().map(package_changes);
+        let no_data = || QueryError::NoData {
+            name: version.entry.name.clone(),
+        };
+        let mut warnings = Vec::new();
+
+        if let Some(pairs) = &pairs
+            && self.updateinfo().is_some()
+        {
+            let mut advisories = self.computed_advisories(pairs);
+            sort_newest_first(&mut advisories);
+            return Ok(Outcome {
+                from,
+                source: Source::Computed,
+                advisories,
+                packages,
+                warnings,
+            });
+        }
+
+        let range = match from {
+            Some(f) if explicit => f + 1..pos + 1,
+            _ => pos..pos + 1,
+        };
+        let count = range.len();
+        let mut missing = Vec::new();
+        let mut seen = HashSet::new();
+        let mut advisories = Vec::new();
+        for p in range {
+            let v = self.at(p);
+            match &v.advisories {
+                Some(list) => advisories.extend(list.iter().filter(|a| seen.insert(a.id.as_str()))),
+                None => missing.push(v.entry.name.as_str()),
+            }
+        }
+        if missing.len() < count {
+            if !missing.is_empty() {
+                warnings.push(format!(
+                    "the channel image has no changelog data for {}; their advisories are missing",
+                    missing.join(", ")
+                ));
+            }
+            if self.looks_shifted() {
+                warnings.push(SHIFTED_WARNING.to_owned());
+            }
+            sort_newest_first(&mut advisories);
+            return Ok(Outcome {
+                from,
+                source: Source::Precomputed,
+                advisories,
+                packages,
+                warnings,
+            });
+        }
+        if packages.is_some() {
+            warnings.push(
+                "the channel image has no updateinfo: only package changes are listed".to_owned(),
+            );
+            return Ok(Outcome {
+                from,
+                source: Source::Computed,
+                advisories: Vec::new(),
+                packages,
+                warnings,
+            });
+        }
+        if from.is_none() && version.packages.is_some() {
+            warnings.push(
+                "this is the oldest version of the channel: there is nothing to compare it with"
+                    .to_owned(),
+            );
+            return Ok(Outcome {
+                from,
+                source: Source::Computed,
+                advisories: Vec::new(),
+                packages: None,
+                warnings,
+            });
+        }
+        Err(no_data())
+    }
+
+    fn resolve(
+        &self,
+        name: &str,
+        from: Option<&str>,
+    ) -> Result<(usize, Option<usize>), QueryError> {
+        let pos = self.position(name)?;
+        let Some(from) = from else {
+            return Ok((pos, None));
+        };
+        let f =
+            self.index()
+                .position
+                .get(from)
+                .copied()
+                .ok_or_else(|| QueryError::FromUnknown {
+                    from: from.to_owned(),
+                })?;
+        if f >= pos {
+            return Err(QueryError::FromNotOlder {
+                from: from.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        Ok((pos, Some(f)))
+    }
+
+    /// The changelog of version `name` compared with `from` (default: the
+    /// previous version of the channel). Fills `version`, `from`, `source`,
+    /// `summary`, `advisories` (newest first), `packages` and `warnings`;
+    /// the caller fills `metadata`, `channel` and `arch`.
+    pub fn changelog(
+        &self,
+        name: &str,
+        from: Option<&str>,
+    ) -> Result<ManagedOSVersionChangelog, QueryError> {
+        let (pos, f) = self.resolve(name, from)?;
+        let outcome = self.outcome(pos, f, from.is_some())?;
+        let (summary, _) = summarize(&outcome.advisories, outcome.packages.as_ref());
+        let mut changelog = ManagedOSVersionChangelog::new();
+        changelog.version = self.at(pos).entry.version.clone();
+        changelog.from = outcome.from.map(|p| self.version_ref(p));
+        changelog.source = outcome.source;
+        changelog.summary = summary;
+        changelog.advisories = outcome.advisories.into_iter().cloned().collect();
+        changelog.packages = outcome.packages;
+        changelog.warnings = outcome.warnings;
+        Ok(changelog)
+    }
+
+    fn cached(&self, name: &str) -> Result<&Cached, QueryError> {
+        let pos = self.position(name)?;
+        self.index().summaries[pos]
+            .get_or_init(|| {
+                let outcome = self.outcome(pos, None, false)?;
+                let (summary, cves) = summarize(&outcome.advisories, outcome.packages.as_ref());
+                Ok(Cached {
+                    from: outcome.from.map(|p| self.version_ref(p)),
+                    summary,
+                    cves,
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The summary of the default changelog of `name` (compared with the
+    /// previous version) and that previous version. Cached: cheap to call
+    /// for every version of a list.
+    pub fn summary(
+        &self,
+        name: &str,
+    ) -> Result<(Option<VersionRef>, ChangelogSummary), QueryError> {
+        self.cached(name)
+            .map(|c| (c.from.clone(), c.summary.clone()))
+    }
+
+    /// Computes and caches the summary of every version, so that later
+    /// [`ChannelData::summary`] and [`ChannelData::fixes_cve`] calls are
+    /// lookups. Worth calling once off the request path after building the
+    /// data (tens of milliseconds for 500 versions of 800 packages).
+    pub fn precompute_summaries(&self) {
+        for name in self.order() {
+            // Errors (no data) are cached too.
+            let _ = self.cached(name);
+        }
+    }
+
+    /// Whether the default changelog of `name` lists an advisory fixing
+    /// `cve` (case-insensitive). False when there is no data.
+    pub fn fixes_cve(&self, name: &str, cve: &str) -> bool {
+        self.cached(name)
+            .is_ok_and(|c| c.cves.contains(&cve.trim().to_ascii_uppercase()))
+    }
+}
+
+/// Writes the precomputed `<name>.updates.log` files a channel image should
+/// carry, from its `channel.json`, the package list of each version (keyed
+/// by version name; a `.packages` suffix is ignored) and the repository's
+/// `updateinfo` advisories.
+///
+/// For each container version, oldest first: the advisories whose packages
+/// moved between the previous version's package list and its own (see
+/// [`ChannelData::changelog`]); when either list is missing but both
+/// versions have `created`, the advisories issued after the previous
+/// version's `created` and not after its own (upstream's date window, with
+/// the bounds the right way round). The oldest version gets an empty file;
+/// a version with neither gets none. Returns file name → content.
+pub fn generate_updates_logs(
+    channel_json: &[u8],
+    packages: &BTreeMap<String, Vec<u8>>,
+    updateinfo: &[Advisory],
+) -> Result<BTreeMap<String, Vec<u8>>, GenerateError> {
+    let entries = channel::parse(channel_json).map_err(GenerateError::ChannelJson)?;
+    let mut lists = BTreeMap::new();
+    for (key, bytes) in packages {
+        let name = key.strip_suffix(".packages").unwrap_or(key);
+        if !entries
+            .iter()
+            .any(|e| e.name == name && e.kind == channel::EntryKind::Container)
+        {
+            return Err(GenerateError::UnknownVersion {
+                name: name.to_owned(),
+            });
+        }
+        let list = packages::parse(bytes).map_err(|source| GenerateError::Packages {
+            name: name.to_owned(),
+            source,
+        })?;
+        lists.insert(name.to_owned(), list);
+    }
+    let data = ChannelData::from_parts(entries, BTreeMap::new(), lists, Some(updateinfo.to_vec()));
+    let mut files = BTreeMap::new();
+    for (pos, name) in data.order().iter().enumerate() {
+        let advisories: Vec<&Advisory> = match pos.checked_sub(1) {
+            None => Vec::new(),
+            Some(prev) => {
+                let (old, new) = (data.at(prev), data.at(pos));
+                if let (Some(o), Some(n)) = (&old.packages, &new.packages) {
+                    let pairs = pair_packages(o, n);
+                    let mut a = data.computed_advisories(&pairs);
+                    sort_newest_first(&mut a);
+                    a
+                } else if let (Some(after), Some(until)) = (old.entry.created, new.entry.created) {
+                    let mut a: Vec<&Advisory> = updateinfo
+                        .iter()
+                        .filter(|a| issued(a).is_some_and(|t| t > after && t <= until))
+                        .collect();
+                    sort_newest_first(&mut a);
+                    a
+                } else {
+                    continue;
+                }
+            }
+        };
+        let owned: Vec<Advisory> = advisories.into_iter().cloned().collect();
+        files.insert(format!("{name}.updates.log"), updates::write(&owned));
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

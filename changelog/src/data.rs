@@ -1,0 +1,471 @@
+//! The parsed content of one channel image for one architecture.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use elemental_changelog_apiservice::types::Advisory;
+
+use crate::channel::{self, ChannelEntry, EntryKind};
+use crate::compute::Index;
+use crate::packages::{self, PackageList};
+use crate::{updateinfo, updates};
+
+/// Why a channel image is unusable as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// There is no `/channel.json`.
+    #[error("the image has no /channel.json")]
+    MissingChannelJson,
+    /// `/channel.json` does not parse.
+    #[error("invalid /channel.json")]
+    ChannelJson(#[source] channel::Error),
+}
+
+/// Why one file of an image was not used (the rest still is).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// An `updates.log` that does not parse.
+    #[error("invalid updates.log")]
+    Updates(#[source] updates::Error),
+    /// A package list that does not parse.
+    #[error("invalid package list")]
+    Packages(#[source] packages::Error),
+    /// An `updateinfo.xml` that does not parse.
+    #[error("invalid updateinfo")]
+    UpdateInfo(#[source] updateinfo::Error),
+    /// A file for a name `channel.json` does not list.
+    #[error("channel.json has no entry named {name:?}")]
+    UnknownVersion {
+        /// The name in the file name.
+        name: String,
+    },
+    /// A file for an entry that is not a `container` (only those have
+    /// changelogs).
+    #[error("channel.json entry {name:?} is of type {kind:?}, not container")]
+    NotAContainer {
+        /// The entry.
+        name: String,
+        /// Its type.
+        kind: String,
+    },
+    /// A second `updateinfo.xml[.gz|.zst]`.
+    #[error("ignored: {used} is used")]
+    DuplicateUpdateInfo {
+        /// The file used instead.
+        used: String,
+    },
+}
+
+/// A file of an image that was not used, and why.
+#[derive(Debug)]
+pub struct FileProblem {
+    /// Path in the image, as given to [`ChannelData::from_files`].
+    pub path: String,
+    /// Why.
+    pub error: FileError,
+}
+
+impl fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.error)?;
+        let mut source = std::error::Error::source(&self.error);
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
+/// The data of one version (a `container` entry of `channel.json`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VersionData {
+    /// Its `channel.json` entry.
+    pub entry: ChannelEntry,
+    /// Advisories of its precomputed `<name>.updates.log`, when the image has one.
+    pub advisories: Option<Vec<Advisory>>,
+    /// Its `<name>.packages`, when the image has one.
+    pub packages: Option<PackageList>,
+    /// Digest of the older image this data was kept from, when the current
+    /// image no longer lists the version.
+    pub retained_from: Option<String>,
+}
+
+impl VersionData {
+    /// A version without changelog data.
+    pub fn new(entry: ChannelEntry) -> Self {
+        Self {
+            entry,
+            advisories: None,
+            packages: None,
+            retained_from: None,
+        }
+    }
+
+    /// Whether the image carries a precomputed file or a package list for it.
+    pub fn has_changelog_data(&self) -> bool {
+        self.advisories.is_some() || self.packages.is_some()
+    }
+}
+
+/// The parsed content of one channel image for one architecture. Immutable
+/// once built (apart from [`ChannelData::retain_from`]); the version order
+/// and summaries are computed on first use and cached.
+#[derive(Debug, Default)]
+pub struct ChannelData {
+    versions: BTreeMap<String, Arc<VersionData>>,
+    updateinfo: Option<Arc<Vec<Advisory>>>,
+    problems: Vec<FileProblem>,
+    index: OnceLock<Index>,
+}
+
+impl Clone for ChannelData {
+    /// Shares the version data; the clone computes its own caches (and,
+    /// since [`FileProblem`] is not `Clone`, has no problems recorded).
+    fn clone(&self) -> Self {
+        Self {
+            versions: self.versions.clone(),
+            updateinfo: self.updateinfo.clone(),
+            problems: Vec::new(),
+            index: OnceLock::new(),
+        }
+    }
+}
+
+/// Where a file of `/changelogs/` goes.
+enum ChangelogFile<'a> {
+    Updates(&'a str),
+    Packages(&'a str),
+    UpdateInfo,
+}
+
+fn classify(path: &str) -> Option<ChangelogFile<'_>> {
+    let rest = path.strip_prefix("changelogs/")?;
+    if rest.contains('/') {
+        return None;
+    }
+    if updateinfo::FILE_NAMES.contains(&rest) {
+        return Some(ChangelogFile::UpdateInfo);
+    }
+    if let Some(name) = rest.strip_suffix(".updates.log") {
+        return Some(ChangelogFile::Updates(name));
+    }
+    rest.strip_suffix(".packages").map(ChangelogFile::Packages)
+}
+
+impl ChannelData {
+    /// Builds the data of an image from its files: `channel.json` and
+    /// `changelogs/*` (a leading `/` or `./` is ignored; other files are
+    /// ignored). `channel.json` missing or invalid is an error; any other
+    /// file that cannot be used is recorded in [`ChannelData::problems`] and
+    /// the rest is served.
+    pub fn from_files(
+        files: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> Result<ChannelData, DataError> {
+        Self::from_files_with_limits(files, updateinfo::Limits::default())
+    }
+
+    /// [`ChannelData::from_files`] with limits for `updateinfo.xml`.
+    pub fn from_files_with_limits(
+        files: impl IntoIterator<Item = (String, Vec<u8>)>,
+        limits: updateinfo::Limits,
+    ) -> Result<ChannelData, DataError> {
+        let mut channel_json = None;
+        let mut changelogs = Vec::new();
+        for (path, bytes) in files {
+            let clean = path.trim_start_matches("./").trim_start_matches('/');
+            if clean == "channel.json" {
+                channel_json = Some(bytes);
+            } else if clean.starts_with("changelogs/") {
+                changelogs.push((path, bytes));
+            }
+        }
+        let channel_json = channel_json.ok_or(DataError::MissingChannelJson)?;
+        let entries = channel::parse(&channel_json).map_err(DataError::ChannelJson)?;
+
+        let mut problems = Vec::new();
+        let mut advisories = BTreeMap::new();
+        let mut package_lists = BTreeMap::new();
+        let mut updateinfo: Option<(String, Vec<Advisory>)> = None;
+        let kind_of = |name: &str| entries.iter().find(|e| e.name == name).map(|e| &e.kind);
+        for (path, bytes) in changelogs {
+            let clean = path.trim_start_matches("./").trim_start_matches('/');
+            let Some(file) = classify(clean) else {
+                continue;
+            };
+            let name = match file {
+                ChangelogFile::Updates(name) | ChangelogFile::Packages(name) => Some(name),
+                ChangelogFile::UpdateInfo => None,
+            };
+            if let Some(name) = name {
+                let problem = match kind_of(name) {
+                    None => Some(FileError::UnknownVersion {
+                        name: name.to_owned(),
+                    }),
+                    Some(EntryKind::Container) => None,
+                    Some(kind) => Some(FileError::NotAContainer {
+                        name: name.to_owned(),
+                        kind: kind.as_str().to_owned(),
+                    }),
+                };
+                if let Some(error) = problem {
+                    problems.push(FileProblem { path, error });
+                    continue;
+                }
+            }
+            let result = match file {
+                ChangelogFile::Updates(name) => updates::parse(&bytes)
+                    .map(|a| {
+                        advisories.insert(name.to_owned(), a);
+                    })
+                    .map_err(FileError::Updates),
+                ChangelogFile::Packages(name) => packages::parse(&bytes)
+                    .map(|p| {
+                        package_lists.insert(name.to_owned(), p);
+                    })
+                    .map_err(FileError::Packages),
+                ChangelogFile::UpdateInfo => match &updateinfo {
+                    Some((used, _)) => Err(FileError::DuplicateUpdateInfo { used: used.clone() }),
+                    None => updateinfo::decoder_for(clean, &bytes[..])
+                        .and_then(|r| updateinfo::parse(r, limits))
+                        .map(|a| updateinfo = Some((path.clone(), a)))
+                        .map_err(FileError::UpdateInfo),
+                },
+            };
+            if let Err(error) = result {
+                problems.push(FileProblem { path, error });
+            }
+        }
+        let mut data = Self::from_parts(
+            entries,
+            advisories,
+            package_lists,
+            updateinfo.map(|(_, a)| a),
+        );
+        data.problems = problems;
+        Ok(data)
+    }
+
+    /// Builds the data from parsed parts: the `channel.json` entries (only
+    /// `container` entries become versions), precomputed advisories and
+    /// package lists by version name (names that are not container entries
+    /// are ignored), and the `updateinfo` advisories.
+    pub fn from_parts(
+        entries: Vec<ChannelEntry>,
+        mut advisories: BTreeMap<String, Vec<Advisory>>,
+        mut packages: BTreeMap<String, PackageList>,
+        updateinfo: Option<Vec<Advisory>>,
+    ) -> ChannelData {
+        let versions = entries
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::Container)
+            .map(|entry| {
+                let name = entry.name.clone();
+                let data = VersionData {
+                    advisories: advisories.remove(&name),
+                    packages: packages.remove(&name),
+                    entry,
+                    retained_from: None,
+                };
+                (name, Arc::new(data))
+            })
+            .collect();
+        Self {
+            versions,
+            updateinfo: updateinfo.map(Arc::new),
+            problems: Vec::new(),
+            index: OnceLock::new(),
+        }
+    }
+
+    /// The versions (container entries, and retained ones) by name.
+    pub fn versions(&self) -> &BTreeMap<String, Arc<VersionData>> {
+        &self.versions
+    }
+
+    /// One version by name.
+    pub fn version(&self, name: &str) -> Option<&Arc<VersionData>> {
+        self.versions.get(name)
+    }
+
+    /// The advisories of the image's `updateinfo.xml`, when it has one.
+    pub fn updateinfo(&self) -> Option<&Arc<Vec<Advisory>>> {
+        self.updateinfo.as_ref()
+    }
+
+    /// Files that were not used, and why.
+    pub fn problems(&self) -> &[FileProblem] {
+        &self.problems
+    }
+
+    /// Whether any version has changelog data (files or package lists).
+    pub fn has_changelog_data(&self) -> bool {
+        self.versions.values().any(|v| v.has_changelog_data())
+    }
+
+    /// Carries over versions of `previous` (the data of an older image of the
+    /// same channel) that this data lacks, when they had changelog data and
+    /// `keep(name)` says so (their ManagedOSVersion still exists). They are
+    /// marked as retained from `previous_digest`, unless they already were
+    /// retained from an even older image.
+    pub fn retain_from(
+        &mut self,
+        previous: &ChannelData,
+        previous_digest: &str,
+        keep: impl Fn(&str) -> bool,
+    ) {
+        let mut changed = false;
+        for (name, old) in &previous.versions {
+            if self.versions.contains_key(name) || !old.has_changelog_data() || !keep(name) {
+                continue;
+            }
+            let data = if old.retained_from.is_some() {
+                Arc::clone(old)
+            } else {
+                let mut data = VersionData::clone(old);
+                data.retained_from = Some(previous_digest.to_owned());
+                Arc::new(data)
+            };
+            self.versions.insert(name.clone(), data);
+            changed = true;
+        }
+        if changed {
+            self.index = OnceLock::new();
+        }
+    }
+
+    /// Drops retained versions for which `keep(name)` says no (their
+    /// ManagedOSVersion is gone). Returns whether anything was dropped.
+    pub fn drop_retained(&mut self, keep: impl Fn(&str) -> bool) -> bool {
+        let before = self.versions.len();
+        self.versions
+            .retain(|name, v| v.retained_from.is_none() || keep(name));
+        let changed = self.versions.len() != before;
+        if changed {
+            self.index = OnceLock::new();
+        }
+        changed
+    }
+
+    /// The cached order and summaries.
+    pub(crate) fn index(&self) -> &Index {
+        self.index.get_or_init(|| Index::new(&self.versions))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const SL_MICRO_61: &[u8] = include_bytes!("../tests/fixtures/channel-sl-micro-6.1-base.json");
+    const EXAMPLE_LOG: &[u8] = include_bytes!("../tests/fixtures/example.updates.log.json");
+    const SAMPLE_XML: &[u8] = include_bytes!("../tests/fixtures/updateinfo-sample.xml");
+    const HEAD40: &[u8] = include_bytes!("../tests/fixtures/base-v2.2.0-4.57-os.packages.head40");
+
+    fn file(path: &str, bytes: &[u8]) -> (String, Vec<u8>) {
+        (path.to_owned(), bytes.to_vec())
+    }
+
+    #[test]
+    fn channel_json_is_required_and_must_parse() {
+        let err = ChannelData::from_files([file("changelogs/x.updates.log", b"[]")]).unwrap_err();
+        assert!(matches!(err, DataError::MissingChannelJson));
+        let err = ChannelData::from_files([file("channel.json", b"{}")]).unwrap_err();
+        assert!(matches!(
+            err,
+            DataError::ChannelJson(channel::Error::NotArray { .. })
+        ));
+    }
+
+    #[test]
+    fn only_containers_are_versions_and_bad_files_are_problems() {
+        let data = ChannelData::from_files([
+            file("/channel.json", SL_MICRO_61),
+            file("changelogs/base-v2.2.0-3.12-os.updates.log", EXAMPLE_LOG),
+            file("./changelogs/base-v2.2.0-3.9-os.updates.log", b"{not json"),
+            file("changelogs/base-v2.2.0-3.8-os.packages", HEAD40),
+            file("changelogs/base-v2.2.0-3.7-iso.updates.log", b"[]"),
+            file("changelogs/nobody.packages", HEAD40),
+            file("changelogs/updateinfo.xml", SAMPLE_XML),
+            file("changelogs/updateinfo.xml.gz", b"junk"),
+            file("changelogs/README.md", b"hello"),
+            file("etc/os-release", b"x"),
+        ])
+        .unwrap();
+        assert_eq!(data.versions().len(), 3);
+        let v = data.version("base-v2.2.0-3.12-os").unwrap();
+        assert_eq!(v.advisories.as_ref().unwrap().len(), 2);
+        assert!(v.packages.is_none());
+        assert!(
+            data.version("base-v2.2.0-3.9-os")
+                .unwrap()
+                .advisories
+                .is_none()
+        );
+        assert_eq!(
+            data.version("base-v2.2.0-3.8-os")
+                .unwrap()
+                .packages
+                .as_ref()
+                .unwrap()
+                .len(),
+            40
+        );
+        assert_eq!(data.updateinfo().unwrap().len(), 2);
+        let problems: Vec<String> = data.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+        assert!(problems[0].starts_with(
+            "./changelogs/base-v2.2.0-3.9-os.updates.log: invalid updates.log: not a JSON array"
+        ));
+        assert_eq!(
+            problems[1],
+            r#"changelogs/base-v2.2.0-3.7-iso.updates.log: channel.json entry "base-v2.2.0-3.7-iso" is of type "iso", not container"#
+        );
+        assert_eq!(
+            problems[2],
+            r#"changelogs/nobody.packages: channel.json has no entry named "nobody""#
+        );
+        assert_eq!(
+            problems[3],
+            "changelogs/updateinfo.xml.gz: ignored: changelogs/updateinfo.xml is used"
+        );
+        assert!(data.has_changelog_data());
+    }
+
+    #[test]
+    fn retains_dropped_versions_that_still_exist() {
+        let old = ChannelData::from_files([
+            file("channel.json", SL_MICRO_61),
+            file("changelogs/base-v2.2.0-3.8-os.updates.log", EXAMPLE_LOG),
+            file("changelogs/base-v2.2.0-3.9-os.updates.log", EXAMPLE_LOG),
+        ])
+        .unwrap();
+        let newer_json = br#"[{"metadata":{"name":"base-v2.2.0-3.12-os"},"spec":{"version":"v2.2.0-3.12","type":"container"}}]"#;
+        let mut new = ChannelData::from_files([file("channel.json", newer_json)]).unwrap();
+        new.retain_from(&old, "sha256:old", |name| name != "base-v2.2.0-3.9-os");
+        let names: Vec<&String> = new.versions().keys().collect();
+        assert_eq!(names, ["base-v2.2.0-3.12-os", "base-v2.2.0-3.8-os"]);
+        let kept = new.version("base-v2.2.0-3.8-os").unwrap();
+        assert_eq!(kept.retained_from.as_deref(), Some("sha256:old"));
+        assert!(
+            new.version("base-v2.2.0-3.12-os")
+                .unwrap()
+                .retained_from
+                .is_none()
+        );
+
+        // Retained again from a newer image: the original digest stays.
+        let mut newest = ChannelData::from_files([file("channel.json", newer_json)]).unwrap();
+        newest.retain_from(&new, "sha256:new", |_| true);
+        assert_eq!(
+            newest
+                .version("base-v2.2.0-3.8-os")
+                .unwrap()
+                .retained_from
+                .as_deref(),
+            Some("sha256:old")
+        );
+    }
+}

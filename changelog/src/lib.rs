@@ -1,0 +1,17 @@
+//! Elemental channel data and the changelogs computed from it.
+//!
+//! A channel image carries `/channel.json` ([`channel`]) and, optionally,
+//! under `/changelogs/`: precomputed advisories per version ([`updates`]),
+//! package lists per version ([`packages`]) and a repodata
+//! `updateinfo.xml` ([`updateinfo`]). [`data::ChannelData`] holds the parsed
+//! content of one image for one architecture and answers the queries in
+//! [`compute`]. Package versions are ordered by [`rpmver`]. Nothing here does
+//! I/O: callers pass bytes or readers in.
+
+pub mod channel;
+pub mod compute;
+pub mod data;
+pub mod packages;
+pub mod rpmver;
+pub mod updateinfo;
+pub mod updates;

@@ -1,0 +1,9 @@
+//! End-to-end test bed for elemental-changelog: real etcd, kube-apiserver with
+//! the aggregation layer, kubectl and helm on loopback, with our server
+//! registered through an `APIService` ([`testbed`]).
+//!
+//! Used by the end-to-end tests under `tests/` and by the `demo` binary.
+
+pub mod image;
+pub mod registry;
+pub mod testbed;

@@ -1,0 +1,309 @@
+//! The walking skeleton end to end (issue 2): our server registered with a real
+//! kube-apiserver through an `APIService`, seen by kubectl and by the
+//! aggregation layer's discovery and OpenAPI, with the operator's own
+//! `elemental.cattle.io` objects still answering to `kubectl get managedosversions`.
+//!
+//! One test bed for the whole file: the checks run in sequence against it.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
+use elemental_changelog_integration::testbed::{
+    AGGREGATED_DISCOVERY, APISERVICE_NAME, FLEET_NAMESPACE, TestBed, TestBedOptions,
+};
+use serde_json::Value;
+
+const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
+/// Bound on waiting for the aggregator's own periodic syncs (discovery, OpenAPI).
+const AGGREGATOR_SYNC: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn skeleton_end_to_end() -> Result<()> {
+    let started = Instant::now();
+    let mut bed = TestBed::start(TestBedOptions::default()).await?;
+    let control_plane = started.elapsed();
+    bed.start_server(&[]).await?;
+    eprintln!(
+        "control plane ready in {control_plane:?}, server registered and Available after {:?}",
+        started.elapsed()
+    );
+    let result = checks(&bed).await;
+    eprintln!("skeleton checks done after {:?}", started.elapsed());
+    bed.finish(result)
+}
+
+async fn checks(bed: &TestBed) -> Result<()> {
+    apiservice_is_available(bed).await?;
+    kubectl_lists_our_resource(bed).await?;
+    discovery_through_the_aggregator(bed).await?;
+    aggregated_discovery_includes_our_group(bed).await?;
+    openapi_v3_lists_our_group_version(bed).await?;
+    operator_objects_keep_their_name(bed).await?;
+    missing_version_is_a_not_found_status(bed).await?;
+    direct_requests(bed).await?;
+    Ok(())
+}
+
+async fn apiservice_is_available(bed: &TestBed) -> Result<()> {
+    let status = bed
+        .kubectl_ok(&[
+            "get",
+            "apiservice",
+            APISERVICE_NAME,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+        ])
+        .await?;
+    ensure!(status == "True", "APIService Available={status:?}");
+    Ok(())
+}
+
+async fn kubectl_lists_our_resource(bed: &TestBed) -> Result<()> {
+    let out = bed
+        .kubectl_ok(&[
+            "api-resources",
+            "--api-group=changelog.elemental.cattle.io",
+            "-o",
+            "name",
+        ])
+        .await?;
+    ensure!(
+        out.lines()
+            .any(|l| l == "managedosversions.changelog.elemental.cattle.io"),
+        "kubectl api-resources did not list our resource:\n{out}"
+    );
+    Ok(())
+}
+
+async fn discovery_through_the_aggregator(bed: &TestBed) -> Result<()> {
+    let list: Value =
+        serde_json::from_str(&bed.kubectl_ok(&["get", "--raw", GROUP_VERSION]).await?)
+            .context("our APIResourceList is not JSON")?;
+    ensure!(list["kind"] == "APIResourceList", "{list}");
+    ensure!(
+        list["groupVersion"] == "changelog.elemental.cattle.io/v1beta1",
+        "{list}"
+    );
+    let resources = list["resources"].as_array().context("no resources")?;
+    let find = |name: &str| resources.iter().find(|r| r["name"] == name).cloned();
+    let summaries = find("managedosversions").context("no managedosversions")?;
+    ensure!(summaries["namespaced"] == true, "{summaries}");
+    ensure!(
+        summaries["kind"] == "ManagedOSVersionChangelogSummary",
+        "{summaries}"
+    );
+    ensure!(verbs(&summaries) == ["get", "list"], "{summaries}");
+    let changelog =
+        find("managedosversions/changelog").context("no managedosversions/changelog")?;
+    ensure!(
+        changelog["kind"] == "ManagedOSVersionChangelog",
+        "{changelog}"
+    );
+    ensure!(verbs(&changelog) == ["get"], "{changelog}");
+    Ok(())
+}
+
+/// kube-apiserver's merged `/apis` in the aggregated (v2) format carries our
+/// group with both resources once the aggregator has synced our discovery.
+async fn aggregated_discovery_includes_our_group(bed: &TestBed) -> Result<()> {
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    let url = format!("{}/apis", bed.apiserver_url());
+    let deadline = Instant::now() + AGGREGATOR_SYNC;
+    loop {
+        let response = http
+            .get(&url)
+            .header("Accept", AGGREGATED_DISCOVERY)
+            .send()
+            .await?;
+        ensure!(response.status() == 200, "GET /apis: {}", response.status());
+        let content_type = header(&response, "content-type");
+        ensure!(
+            content_type.contains("as=APIGroupDiscoveryList"),
+            "GET /apis answered {content_type}"
+        );
+        let body: Value = response.json().await?;
+        let group = body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|g| g["metadata"]["name"] == "changelog.elemental.cattle.io");
+        if let Some(group) = group {
+            let version = &group["versions"][0];
+            ensure!(version["version"] == "v1beta1", "{group}");
+            let resource = version["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["resource"] == "managedosversions");
+            if let Some(resource) = resource {
+                ensure!(resource["scope"] == "Namespaced", "{resource}");
+                let subresources: Vec<&str> = resource["subresources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s["subresource"].as_str())
+                    .collect();
+                ensure!(subresources == ["changelog"], "{resource}");
+                ensure!(version["freshness"] != "Stale", "{group}");
+                return Ok(());
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("aggregated discovery never listed our group's resources: {body}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The aggregator downloads our OpenAPI v3 and lists our group-version in
+/// kube-apiserver's own `/openapi/v3`, whose document describes our kinds.
+async fn openapi_v3_lists_our_group_version(bed: &TestBed) -> Result<()> {
+    let deadline = Instant::now() + AGGREGATOR_SYNC;
+    let relative_url = loop {
+        let root: Value =
+            serde_json::from_str(&bed.kubectl_ok(&["get", "--raw", "/openapi/v3"]).await?)?;
+        if let Some(url) =
+            root["paths"]["apis/changelog.elemental.cattle.io/v1beta1"]["serverRelativeURL"]
+                .as_str()
+        {
+            break url.to_owned();
+        }
+        if Instant::now() >= deadline {
+            bail!("/openapi/v3 never listed our group-version");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let document = bed.kubectl_ok(&["get", "--raw", &relative_url]).await?;
+    for kind in [
+        "ManagedOSVersionChangelog",
+        "ManagedOSVersionChangelogSummary",
+    ] {
+        ensure!(
+            document.contains(kind),
+            "our OpenAPI v3 document lacks {kind}"
+        );
+    }
+    Ok(())
+}
+
+/// With our group registered at a low priority, `managedosversions` still
+/// means the operator's `elemental.cattle.io` resource.
+async fn operator_objects_keep_their_name(bed: &TestBed) -> Result<()> {
+    let channel = elemental::apply_custom_channel(
+        &bed.client(),
+        FLEET_NAMESPACE,
+        "skeleton",
+        "localhost:1/skeleton:v1",
+    )
+    .await?;
+    elemental::sync_channel(
+        &bed.client(),
+        &channel,
+        &[VersionEntry {
+            name: "skeleton-v1.0.0".to_owned(),
+            version: "v1.0.0".to_owned(),
+            upgrade_image: "localhost:1/os:v1.0.0".to_owned(),
+            created: Some(1_700_000_000),
+        }],
+    )
+    .await?;
+    let list: Value = serde_json::from_str(
+        &bed.kubectl_ok(&[
+            "get",
+            "managedosversions",
+            "-n",
+            FLEET_NAMESPACE,
+            "-o",
+            "json",
+        ])
+        .await?,
+    )?;
+    let items = list["items"].as_array().context("no items")?;
+    ensure!(items.len() == 1, "{list}");
+    ensure!(
+        items[0]["apiVersion"] == "elemental.cattle.io/v1beta1",
+        "{list}"
+    );
+    ensure!(items[0]["metadata"]["name"] == "skeleton-v1.0.0", "{list}");
+    ensure!(items[0]["spec"]["version"] == "v1.0.0", "{list}");
+    Ok(())
+}
+
+/// A changelog of a ManagedOSVersion that does not exist is a 404 `Status`,
+/// through the aggregator, both for kubectl and on the wire.
+async fn missing_version_is_a_not_found_status(bed: &TestBed) -> Result<()> {
+    let path =
+        format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/nope/changelog");
+    let out = bed.kubectl(&["get", "--raw", &path]).await?;
+    ensure!(!out.status.success(), "kubectl get --raw {path} succeeded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(stderr.contains("NotFound"), "kubectl said: {stderr}");
+
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    let response = http
+        .get(format!("{}{path}", bed.apiserver_url()))
+        .send()
+        .await?;
+    ensure!(response.status() == 404, "{path}: {}", response.status());
+    let status: Value = response.json().await?;
+    expect_status(&status, 404, "NotFound")?;
+    ensure!(status["details"]["name"] == "nope", "{status}");
+    Ok(())
+}
+
+/// Straight to our server, as the aggregator would talk to it.
+async fn direct_requests(bed: &TestBed) -> Result<()> {
+    let server = bed.server().context("our server is not running")?;
+    let http = bed.server_http(Some(&bed.pki().admin))?;
+
+    let livez = http.get(format!("{}/livez", server.url())).send().await?;
+    ensure!(livez.status() == 200, "/livez: {}", livez.status());
+
+    let unknown = http
+        .get(format!("{}/no/such/path", server.url()))
+        .send()
+        .await?;
+    ensure!(
+        unknown.status() == 404,
+        "unknown path: {}",
+        unknown.status()
+    );
+    expect_status(&unknown.json().await?, 404, "NotFound")?;
+
+    let collection = format!(
+        "{}{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions",
+        server.url()
+    );
+    let post = http.post(&collection).body("{}").send().await?;
+    ensure!(post.status() == 405, "POST: {}", post.status());
+    expect_status(&post.json().await?, 405, "MethodNotAllowed")?;
+    Ok(())
+}
+
+fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
+    ensure!(status["kind"] == "Status", "not a Status: {status}");
+    ensure!(status["apiVersion"] == "v1", "{status}");
+    ensure!(status["status"] == "Failure", "{status}");
+    ensure!(status["code"] == code, "{status}");
+    ensure!(status["reason"] == reason, "{status}");
+    Ok(())
+}
+
+fn verbs(resource: &Value) -> Vec<&str> {
+    resource["verbs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
