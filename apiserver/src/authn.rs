@@ -44,9 +44,10 @@ use elemental_changelog_certs::client::VerifyError;
 
 pub use self::{
     config::{
-        AuthConfig, CLIENT_CA_FILE, CONFIG_MAP_NAME, CONFIG_MAP_NAMESPACE, ConfigError, REQUESTHEADER_ALLOWED_NAMES,
-        REQUESTHEADER_CLIENT_CA_FILE, REQUESTHEADER_EXTRA_HEADERS_PREFIX, REQUESTHEADER_GROUP_HEADERS,
-        REQUESTHEADER_UID_HEADERS, REQUESTHEADER_USERNAME_HEADERS,
+        AuthConfig, CLIENT_CA_FILE, CONFIG_MAP_NAME, CONFIG_MAP_NAMESPACE, ConfigError,
+        REQUESTHEADER_ALLOWED_NAMES, REQUESTHEADER_CLIENT_CA_FILE,
+        REQUESTHEADER_EXTRA_HEADERS_PREFIX, REQUESTHEADER_GROUP_HEADERS, REQUESTHEADER_UID_HEADERS,
+        REQUESTHEADER_USERNAME_HEADERS,
     },
     watch::{WatchError, watch_config},
     webhook::ReviewError,
@@ -272,6 +273,7 @@ impl Authenticator {
 
     fn mark_ready(&self) {
         self.ready.send_replace(true);
+        self.metrics.watch_synced(CONFIG_METRIC_LABEL, true);
     }
 
     /// Counts a failure of the configuration watch.
@@ -348,7 +350,10 @@ impl Authenticator {
             None => Ok((UserInfo::anonymous(), Method::Anonymous)),
             Some(first) => {
                 for other in errors {
-                    tracing::debug!(error = &other as &dyn std::error::Error, "another authenticator failed too");
+                    tracing::debug!(
+                        error = &other as &dyn std::error::Error,
+                        "another authenticator failed too"
+                    );
                 }
                 Err(first)
             }

@@ -16,6 +16,9 @@
 //! (kube-apiserver writes `Internal Server Error: "<request URI>": <error>`).
 
 mod request_info;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
 
 use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
@@ -159,9 +162,11 @@ impl FromStr for AlwaysAllowPaths {
                 let path = entry.strip_prefix('/').unwrap_or(entry);
                 match path.strip_suffix('*') {
                     _ if path.is_empty() => Ok(PathRule::Exact(String::new())),
-                    _ if path.bytes().rev().skip(1).any(|byte| byte == b'*') => Err(AllowPathError {
-                        path: entry.to_owned(),
-                    }),
+                    _ if path.bytes().rev().skip(1).any(|byte| byte == b'*') => {
+                        Err(AllowPathError {
+                            path: entry.to_owned(),
+                        })
+                    }
                     Some(prefix) => Ok(PathRule::Prefix(prefix.to_owned())),
                     None => Ok(PathRule::Exact(path.to_owned())),
                 }
@@ -273,7 +278,11 @@ impl Authorizer {
     }
 
     /// Whether `user` may do what `attributes` describe.
-    pub async fn authorize(&self, user: &UserInfo, attributes: &Attributes) -> Result<Decision, AuthzError> {
+    pub async fn authorize(
+        &self,
+        user: &UserInfo,
+        attributes: &Attributes,
+    ) -> Result<Decision, AuthzError> {
         let decision = self.decide(user, attributes).await;
         self.metrics.authorization(match &decision {
             Ok(Decision::Allow) => "allowed",
@@ -283,7 +292,11 @@ impl Authorizer {
         decision
     }
 
-    async fn decide(&self, user: &UserInfo, attributes: &Attributes) -> Result<Decision, AuthzError> {
+    async fn decide(
+        &self,
+        user: &UserInfo,
+        attributes: &Attributes,
+    ) -> Result<Decision, AuthzError> {
         if user.groups.iter().any(|group| group == PRIVILEGED_GROUP) {
             return Ok(Decision::Allow);
         }
@@ -355,12 +368,18 @@ fn review_spec(user: &UserInfo, attributes: &Attributes) -> SubjectAccessReviewS
 }
 
 /// One SubjectAccessReview.
-async fn review(api: Api<SubjectAccessReview>, spec: SubjectAccessReviewSpec) -> Result<SubjectAccessReviewStatus, ReviewError> {
+async fn review(
+    api: Api<SubjectAccessReview>,
+    spec: SubjectAccessReviewSpec,
+) -> Result<SubjectAccessReviewStatus, ReviewError> {
     let request = SubjectAccessReview {
         spec,
         ..SubjectAccessReview::default()
     };
     let params = PostParams::default();
-    let reviewed = with_backoff(DEFAULT_BACKOFF, REVIEW_TIMEOUT, || api.create(&params, &request)).await?;
+    let reviewed = with_backoff(DEFAULT_BACKOFF, REVIEW_TIMEOUT, || {
+        api.create(&params, &request)
+    })
+    .await?;
     Ok(reviewed.status.unwrap_or_default())
 }

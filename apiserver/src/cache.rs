@@ -150,6 +150,7 @@ impl Cache {
             if !data.drop_retained(&keep) {
                 continue;
             }
+            data.precompute_summaries();
             arch.snapshot = Some(Arc::new(Snapshot {
                 image: snapshot.image.clone(),
                 digest: snapshot.digest.clone(),

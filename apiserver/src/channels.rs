@@ -34,7 +34,7 @@ use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
-    oci::{Fetched, Fetcher},
+    oci::{FetchError, Fetched, Fetcher},
 };
 
 /// Shortest wait before retrying a failed fetch; doubles per failure up to
@@ -72,6 +72,13 @@ where
         out
     }
 
+    /// Stores fed by the caller, in tests: one for all namespaces, or one
+    /// per namespace.
+    #[cfg(test)]
+    pub(crate) fn from_stores(all: Option<Store<K>>, namespaced: BTreeMap<String, Store<K>>) -> Self {
+        Self { all, namespaced }
+    }
+
     /// Whether `namespace` is watched at all.
     pub fn watches(&self, namespace: &str) -> bool {
         self.all.is_some() || self.namespaced.contains_key(namespace)
@@ -106,9 +113,32 @@ pub struct RefreshSettings {
     pub architectures: Vec<String>,
 }
 
+/// Where channel images are read from: the registry through a [`Fetcher`]
+/// (a fake in tests, so the worker's decisions are tested without one).
+trait ImageSource: Send + Sync {
+    /// See [`Fetcher::fetch`].
+    fn fetch_image<'a>(
+        &'a self,
+        image: &'a str,
+        arch: &'a str,
+        known_digest: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
+}
+
+impl ImageSource for Fetcher {
+    fn fetch_image<'a>(
+        &'a self,
+        image: &'a str,
+        arch: &'a str,
+        known_digest: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
+        Box::pin(self.fetch(image, arch, known_digest))
+    }
+}
+
 /// Everything a channel worker needs.
 struct Context {
-    fetcher: Arc<Fetcher>,
+    fetcher: Arc<dyn ImageSource>,
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     versions: Stores<ManagedOSVersion>,
@@ -139,23 +169,17 @@ pub fn start(
 
     let channels = watch_kind::<ManagedOSVersionChannel>(&client, namespaces, &metrics, &mut drivers, {
         let tx = events_tx.clone();
-        move |event| match event {
-            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
-                let _ = tx.send(ChannelEvent::Applied(Arc::new(c.clone())));
+        move |event| {
+            if let Some(event) = channel_event(event) {
+                let _ = tx.send(event);
             }
-            watcher::Event::Delete(c) => {
-                let _ = tx.send(ChannelEvent::Deleted(ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any())));
-            }
-            watcher::Event::Init | watcher::Event::InitDone => {}
         }
     });
     let versions = watch_kind::<ManagedOSVersion>(&client, namespaces, &metrics, &mut drivers, {
         let tx = events_tx.clone();
         move |event| {
-            if let watcher::Event::Delete(v) = event
-                && let Some(channel) = v.channel_name()
-            {
-                let _ = tx.send(ChannelEvent::VersionDeleted(ChannelKey::new(v.namespace().unwrap_or_default(), channel)));
+            if let Some(event) = version_event(event) {
+                let _ = tx.send(event);
             }
         }
     });
@@ -179,6 +203,27 @@ pub fn start(
         }
     };
     (objects, Box::pin(run))
+}
+
+/// What the controller hears of a channel watch event.
+fn channel_event(event: &watcher::Event<ManagedOSVersionChannel>) -> Option<ChannelEvent> {
+    match event {
+        watcher::Event::Apply(c) | watcher::Event::InitApply(c) => Some(ChannelEvent::Applied(Arc::new(c.clone()))),
+        watcher::Event::Delete(c) => {
+            Some(ChannelEvent::Deleted(ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any())))
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    }
+}
+
+/// What the controller hears of a version watch event.
+fn version_event(event: &watcher::Event<ManagedOSVersion>) -> Option<ChannelEvent> {
+    match event {
+        watcher::Event::Delete(v) => v
+            .channel_name()
+            .map(|channel| ChannelEvent::VersionDeleted(ChannelKey::new(v.namespace().unwrap_or_default(), channel))),
+        _ => None,
+    }
 }
 
 /// Starts the watches of one kind (one per namespace, or one for all),
@@ -363,11 +408,7 @@ async fn worker(key: ChannelKey, mut trigger: watch::Receiver<(Option<String>, S
         let ok = refresh(&key, image.as_deref(), &ctx).await;
         let _ = ctx.attempted.send(key.clone());
         failures = if ok { 0 } else { failures.saturating_add(1) };
-        let wait = if ok {
-            ctx.settings.interval
-        } else {
-            MIN_BACKOFF.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16))).min(ctx.settings.interval)
-        };
+        let wait = next_wait(failures, ctx.settings.interval);
         tokio::select! {
             changed = trigger.changed() => {
                 if changed.is_err() {
@@ -382,6 +423,16 @@ async fn worker(key: ChannelKey, mut trigger: watch::Receiver<(Option<String>, S
     ctx.metrics.forget_channel(&key.namespace, &key.name);
     update_totals(&ctx);
     info!("channel deleted; its data was dropped");
+}
+
+/// How long a worker waits before its next fetch after `failures`
+/// consecutive failed ones (0: the last succeeded): the refresh interval, or
+/// a backoff doubling from [`MIN_BACKOFF`] and capped by the interval.
+fn next_wait(failures: u32, interval: Duration) -> Duration {
+    if failures == 0 {
+        return interval;
+    }
+    MIN_BACKOFF.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16))).min(interval)
 }
 
 /// Fetches every architecture of a channel's image once; true when all
@@ -417,7 +468,7 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
 async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState, ctx: &Context) -> ArchState {
     let known = old.snapshot.as_ref().filter(|s| s.image == image).map(|s| s.digest.clone());
     let started = Instant::now();
-    let result = ctx.fetcher.fetch(image, arch, known.as_deref()).await;
+    let result = ctx.fetcher.fetch_image(image, arch, known.as_deref()).await;
     let seconds = started.elapsed().as_secs_f64();
     let now = Timestamp::now();
     match result {
@@ -426,34 +477,47 @@ async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState,
             debug!(%image, arch, %digest, "image unchanged");
             ArchState { snapshot: old.snapshot, confirmed_at: Some(now), last_error: None }
         }
-        Ok(Fetched::Pulled { digest, files, compressed_bytes, platform, .. }) => match ChannelData::from_files(files) {
-            Ok(mut data) => {
-                for problem in data.problems() {
-                    ctx.metrics.file_problem(file_problem_kind(&problem.error));
-                    warn!(%image, arch, %digest, file = %problem.path, error = %problem.error, "rejected a file of the channel image");
-                }
-                if let Some(previous) = &old.snapshot {
-                    let namespace = key.namespace.clone();
-                    let versions = ctx.versions.clone();
+        Ok(Fetched::Pulled { digest, files, compressed_bytes, platform, .. }) => {
+            // Parsing and summarizing are CPU work: off the async threads, and
+            // a bug that panics there costs this fetch, not the process.
+            let previous = old.snapshot.clone();
+            let versions = ctx.versions.clone();
+            let namespace = key.namespace.clone();
+            let built = tokio::task::spawn_blocking(move || {
+                let mut data = ChannelData::from_files(files)?;
+                if let Some(previous) = &previous {
                     data.retain_from(&previous.data, &previous.digest, |name| versions.get(&namespace, name).is_some());
                 }
-                ctx.metrics.fetch(FetchResult::Pulled, seconds, compressed_bytes);
-                info!(%image, arch, %digest, versions = data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
-                let snapshot = Snapshot { image: image.to_owned(), digest, platform, data: Arc::new(data), fetched_at: now };
-                ArchState { snapshot: Some(Arc::new(snapshot)), confirmed_at: Some(now), last_error: None }
-            }
-            Err(error) => {
-                let kind = match error {
-                    DataError::MissingChannelJson => "missing_channel_json",
-                    DataError::ChannelJson(_) => "invalid_channel_json",
-                };
-                let message = error_chain(&error);
+                data.precompute_summaries();
+                Ok::<_, DataError>(data)
+            })
+            .await;
+            let failure = |kind: &'static str, message: String| {
                 ctx.metrics.fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
-                warn!(%image, arch, %digest, error = %message, "channel image is unusable; keeping the last good data");
-                let failure = FetchFailure { kind, message, at: now };
-                ArchState { last_error: Some(failure), ..old }
+                warn!(%image, arch, %digest, error = %message, kind, "channel image is unusable; keeping the last good data");
+                FetchFailure { kind, message, at: now }
+            };
+            match built {
+                Ok(Ok(data)) => {
+                    for problem in data.problems() {
+                        ctx.metrics.file_problem(file_problem_kind(&problem.error));
+                        warn!(%image, arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
+                    }
+                    ctx.metrics.fetch(FetchResult::Pulled, seconds, compressed_bytes);
+                    info!(%image, arch, %digest, versions = data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
+                    let snapshot = Snapshot { image: image.to_owned(), digest, platform, data: Arc::new(data), fetched_at: now };
+                    ArchState { snapshot: Some(Arc::new(snapshot)), confirmed_at: Some(now), last_error: None }
+                }
+                Ok(Err(error)) => {
+                    let kind = match error {
+                        DataError::MissingChannelJson => "missing_channel_json",
+                        DataError::ChannelJson(_) => "invalid_channel_json",
+                    };
+                    ArchState { last_error: Some(failure(kind, error_chain(&error))), ..old }
+                }
+                Err(panicked) => ArchState { last_error: Some(failure("internal", panicked.to_string())), ..old },
             }
-        },
+        }
         Err(error) => {
             let kind = error.kind().as_str();
             let message = error_chain(&error);
@@ -493,3 +557,6 @@ fn update_totals(ctx: &Context) {
     let t = ctx.cache.totals();
     ctx.metrics.cache_size(t.channels, t.versions, t.advisories, t.retained);
 }
+
+#[cfg(test)]
+mod tests;

@@ -64,11 +64,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
 
     let kube_config = match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig =
-                Kubeconfig::read_from(path).with_context(|| format!("kubeconfig {}", path.display()))?;
+            // kube's errors repeat their source and quote YAML snippets over
+            // several lines; the first line says it all.
+            let first_line = |e: &dyn std::fmt::Display| e.to_string().lines().next().unwrap_or_default().to_owned();
+            let text = std::fs::read_to_string(path).with_context(|| format!("kubeconfig {}", path.display()))?;
+            let kubeconfig = Kubeconfig::from_yaml(&text)
+                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {}", path.display(), first_line(&e)))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .with_context(|| format!("kubeconfig {}", path.display()))?
+                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {}", path.display(), first_line(&e)))?
         }
         None => kube::Config::infer().await.context("no kubeconfig: neither --kubeconfig, $KUBECONFIG, ~/.kube/config nor in-cluster configuration")?,
     };

@@ -43,19 +43,19 @@ use oci_client::{
     client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol},
     errors::{DigestError, OciDistributionError, OciErrorCode},
     manifest::{
-        IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE,
-        OciDescriptor, OciImageManifest, OciManifest,
+        IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
+        OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest, OciManifest,
     },
     secrets::RegistryAuth,
 };
 use sha2::{Digest as _, Sha256, Sha512};
 use tokio::sync::mpsc;
 
+use self::layer::{Extractor, LayerError};
 pub use self::{
     config::{FetchConfig, RegistryArgs},
     layer::{FetchLimits, Limit},
 };
-use self::layer::{Extractor, LayerError};
 
 /// Chunks buffered between the download and the blocking tar reader.
 const CHUNKS_IN_FLIGHT: usize = 16;
@@ -117,7 +117,9 @@ impl Fetched {
 impl fmt::Debug for Fetched {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Unchanged { digest } => f.debug_struct("Unchanged").field("digest", digest).finish(),
+            Self::Unchanged { digest } => {
+                f.debug_struct("Unchanged").field("digest", digest).finish()
+            }
             Self::Pulled {
                 digest,
                 files,
@@ -125,7 +127,10 @@ impl fmt::Debug for Fetched {
                 uncompressed_bytes,
                 platform,
             } => {
-                let files: Vec<(&str, usize)> = files.iter().map(|(name, data)| (name.as_str(), data.len())).collect();
+                let files: Vec<(&str, usize)> = files
+                    .iter()
+                    .map(|(name, data)| (name.as_str(), data.len()))
+                    .collect();
                 f.debug_struct("Pulled")
                     .field("digest", digest)
                     .field("files", &files)
@@ -289,6 +294,11 @@ pub enum ManifestError {
     /// A descriptor with a negative size.
     #[error("negative size for {0}")]
     NegativeSize(String),
+    /// A layer with download URLs outside the registry (a "foreign" layer):
+    /// they are never fetched, so that an image cannot make the server
+    /// request arbitrary addresses.
+    #[error("layer {0} has external URLs")]
+    ExternalUrls(String),
 }
 
 /// [`FetchError`] reduced to a bounded set, for metric labels.
@@ -369,35 +379,38 @@ impl FetchError {
             Digest(String, String),
             Other,
         }
-        let class = match &error {
-            OciDistributionError::UnauthorizedError { .. } | OciDistributionError::AuthenticationFailure(_) => {
-                Class::Auth
-            }
-            OciDistributionError::RegistryError { envelope, .. } => {
-                if envelope
-                    .errors
-                    .iter()
-                    .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied))
-                {
-                    Class::Auth
-                } else if envelope.errors.iter().any(|e| {
-                    matches!(
-                        e.code,
-                        OciErrorCode::ManifestUnknown | OciErrorCode::BlobUnknown | OciErrorCode::NameUnknown
-                    )
-                }) {
-                    Class::NotFound
-                } else {
-                    Class::Other
+        let class =
+            match &error {
+                OciDistributionError::UnauthorizedError { .. }
+                | OciDistributionError::AuthenticationFailure(_) => Class::Auth,
+                OciDistributionError::RegistryError { envelope, .. } => {
+                    if envelope.errors.iter().any(|e| {
+                        matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)
+                    }) {
+                        Class::Auth
+                    } else if envelope.errors.iter().any(|e| {
+                        matches!(
+                            e.code,
+                            OciErrorCode::ManifestUnknown
+                                | OciErrorCode::BlobUnknown
+                                | OciErrorCode::NameUnknown
+                        )
+                    }) {
+                        Class::NotFound
+                    } else {
+                        Class::Other
+                    }
                 }
-            }
-            OciDistributionError::ServerError { code: 401 | 403, .. } => Class::Auth,
-            OciDistributionError::ServerError { code: 404, .. } => Class::NotFound,
-            OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
-                Class::Digest(expected.clone(), actual.clone())
-            }
-            _ => Class::Other,
-        };
+                OciDistributionError::ServerError {
+                    code: 401 | 403, ..
+                } => Class::Auth,
+                OciDistributionError::ServerError { code: 404, .. } => Class::NotFound,
+                OciDistributionError::DigestError(DigestError::VerificationError {
+                    expected,
+                    actual,
+                }) => Class::Digest(expected.clone(), actual.clone()),
+                _ => Class::Other,
+            };
         match class {
             Class::Auth => Self::Auth {
                 registry: reference.resolve_registry().to_owned(),
@@ -500,8 +513,13 @@ impl Fetcher {
 
     /// Resolves `image`, and pulls it for `arch` unless it still has
     /// `known_digest`.
-    #[tracing::instrument(skip_all, fields(image, arch))]
-    pub async fn fetch(&self, image: &str, arch: &str, known_digest: Option<&str>) -> Result<Fetched, FetchError> {
+    #[tracing::instrument(skip_all, fields(%image, %arch))]
+    pub async fn fetch(
+        &self,
+        image: &str,
+        arch: &str,
+        known_digest: Option<&str>,
+    ) -> Result<Fetched, FetchError> {
         let resolved = self.resolve(image).await?;
         if known_digest == Some(resolved.digest.as_str()) {
             tracing::debug!(digest = resolved.digest, "image unchanged");
@@ -515,16 +533,22 @@ impl Fetcher {
     /// Asks the registry which manifest digest `image` points at (a HEAD
     /// request, falling back to GET when the registry sends no digest).
     pub async fn resolve(&self, image: &str) -> Result<Resolved, FetchError> {
-        let reference: Reference = image.parse().map_err(|source| FetchError::InvalidReference {
-            image: image.to_owned(),
-            source: Arc::new(source),
-        })?;
+        let reference: Reference =
+            image
+                .parse()
+                .map_err(|source| FetchError::InvalidReference {
+                    image: image.to_owned(),
+                    source: Arc::new(source),
+                })?;
         let auth = self.inner.auth_for(&reference);
         let timeout = self.inner.config.fetch_timeout;
-        let digest = tokio::time::timeout(timeout, self.inner.client.fetch_manifest_digest(&reference, &auth))
-            .await
-            .map_err(|_| FetchError::Timeout { after: timeout })?
-            .map_err(|error| FetchError::from_registry(&reference, &reference.whole(), error))?;
+        let digest = tokio::time::timeout(
+            timeout,
+            self.inner.client.fetch_manifest_digest(&reference, &auth),
+        )
+        .await
+        .map_err(|_| FetchError::Timeout { after: timeout })?
+        .map_err(|error| FetchError::from_registry(&reference, &reference.whole(), error))?;
         Ok(Resolved { reference, digest })
     }
 
@@ -598,20 +622,26 @@ impl Drop for LeaveOnDrop {
 impl Inner {
     fn auth_for(&self, reference: &Reference) -> RegistryAuth {
         match self.config.credentials.get(reference.resolve_registry()) {
-            Some(credential) => RegistryAuth::Basic(credential.username.clone(), credential.password.clone()),
+            Some(credential) => {
+                RegistryAuth::Basic(credential.username.clone(), credential.password.clone())
+            }
             None => RegistryAuth::Anonymous,
         }
     }
 
     async fn pull_image(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
         let auth = self.auth_for(&resolved.reference);
-        let by_digest = resolved.reference.clone_with_digest(resolved.digest.clone());
+        let by_digest = resolved
+            .reference
+            .clone_with_digest(resolved.digest.clone());
         let (manifest, platform) = match self.pull_manifest(&by_digest, &auth).await? {
             OciManifest::Image(manifest) => (manifest, None),
             OciManifest::ImageIndex(index) => {
-                let entry = platform::select(&index, arch).ok_or_else(|| FetchError::NoMatchingPlatform {
-                    arch: arch.to_owned(),
-                    available: platform::available(&index),
+                let entry = platform::select(&index, arch).ok_or_else(|| {
+                    FetchError::NoMatchingPlatform {
+                        arch: arch.to_owned(),
+                        available: platform::available(&index),
+                    }
                 })?;
                 let chosen = resolved.reference.clone_with_digest(entry.digest.clone());
                 match self.pull_manifest(&chosen, &auth).await? {
@@ -625,7 +655,12 @@ impl Inner {
                 }
             }
         };
-        tracing::debug!(digest = resolved.digest, ?platform, layers = manifest.layers.len(), "pulling layers");
+        tracing::debug!(
+            digest = resolved.digest,
+            ?platform,
+            layers = manifest.layers.len(),
+            "pulling layers"
+        );
         let (extractor, compressed_bytes) = self.pull_layers(&by_digest, &manifest).await?;
         Ok(Fetched::Pulled {
             digest: resolved.digest.clone(),
@@ -637,7 +672,11 @@ impl Inner {
     }
 
     /// Pulls the manifest `reference` names by digest and checks it.
-    async fn pull_manifest(&self, reference: &Reference, auth: &RegistryAuth) -> Result<OciManifest, FetchError> {
+    async fn pull_manifest(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+    ) -> Result<OciManifest, FetchError> {
         let expected = reference.digest().unwrap_or_default().to_owned();
         let (body, _) = self
             .client
@@ -654,8 +693,8 @@ impl Inner {
             digest: expected.clone(),
             source,
         };
-        let manifest: OciManifest =
-            serde_json::from_slice(&body).map_err(|error| invalid(ManifestError::Json(Arc::new(error))))?;
+        let manifest: OciManifest = serde_json::from_slice(&body)
+            .map_err(|error| invalid(ManifestError::Json(Arc::new(error))))?;
         let (schema_version, media_type, allowed): (u8, _, &[&str]) = match &manifest {
             OciManifest::Image(image) => (
                 image.schema_version,
@@ -689,6 +728,12 @@ impl Inner {
         // Refuse early what the manifest itself says is too big or unreadable.
         let mut declared_total = 0u64;
         for layer in &manifest.layers {
+            if layer.urls.as_ref().is_some_and(|urls| !urls.is_empty()) {
+                return Err(FetchError::Manifest {
+                    digest: layer.digest.clone(),
+                    source: ManifestError::ExternalUrls(layer.digest.clone()),
+                });
+            }
             if layer::Compression::from_media_type(&layer.media_type).is_none() {
                 return Err(FetchError::Layer {
                     digest: layer.digest.clone(),
@@ -709,8 +754,11 @@ impl Inner {
         for layer in &manifest.layers {
             let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
             let media_type = layer.media_type.clone();
-            let reader = tokio::task::spawn_blocking(move || extractor.apply_layer(&media_type, ChunkReader::new(rx)));
-            self.stream_blob(reference, layer, tx, &mut compressed).await?;
+            let reader = tokio::task::spawn_blocking(move || {
+                extractor.apply_layer(&media_type, ChunkReader::new(rx))
+            });
+            self.stream_blob(reference, layer, tx, &mut compressed)
+                .await?;
             extractor = reader
                 .await
                 .map_err(|source| FetchError::Task {
@@ -751,7 +799,13 @@ impl Inner {
                 Ok(chunk) => chunk,
                 // oci-client's own check at the end of the stream: ours below
                 // says the same with the digest we computed.
-                Err(error) if error.get_ref().is_some_and(|inner| inner.is::<DigestError>()) => break,
+                Err(error)
+                    if error
+                        .get_ref()
+                        .is_some_and(|inner| inner.is::<DigestError>()) =>
+                {
+                    break;
+                }
                 Err(error) => {
                     return Err(FetchError::Registry {
                         reference: layer.digest.clone(),
@@ -870,5 +924,152 @@ impl io::Read for ChunkReader {
         buf[..n].copy_from_slice(&self.current[..n]);
         self.current.advance(n);
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::io::Read as _;
+
+    use super::*;
+
+    fn classify(error: OciDistributionError) -> FetchErrorKind {
+        let reference: Reference = "registry.example.com:5000/channel:v1".parse().unwrap();
+        FetchError::from_registry(&reference, "channel:v1", error).kind()
+    }
+
+    fn envelope(code: &str) -> OciDistributionError {
+        OciDistributionError::RegistryError {
+            envelope: serde_json::from_value(
+                serde_json::json!({"errors": [{"code": code, "message": "m"}]}),
+            )
+            .unwrap(),
+            url: "u".into(),
+        }
+    }
+
+    #[test]
+    fn registry_errors_are_sorted() {
+        use FetchErrorKind::*;
+        assert_eq!(
+            classify(OciDistributionError::UnauthorizedError { url: "u".into() }),
+            Auth
+        );
+        assert_eq!(
+            classify(OciDistributionError::AuthenticationFailure("no".into())),
+            Auth
+        );
+        assert_eq!(classify(envelope("DENIED")), Auth);
+        assert_eq!(classify(envelope("UNAUTHORIZED")), Auth);
+        assert_eq!(classify(envelope("MANIFEST_UNKNOWN")), NotFound);
+        assert_eq!(classify(envelope("BLOB_UNKNOWN")), NotFound);
+        assert_eq!(classify(envelope("NAME_UNKNOWN")), NotFound);
+        assert_eq!(classify(envelope("TOOMANYREQUESTS")), Registry);
+        let server = |code| OciDistributionError::ServerError {
+            code,
+            url: "u".into(),
+            message: String::new(),
+        };
+        assert_eq!(classify(server(403)), Auth);
+        assert_eq!(classify(server(404)), NotFound);
+        assert_eq!(classify(server(502)), Registry);
+        let digest = DigestError::VerificationError {
+            expected: "sha256:a".into(),
+            actual: "sha256:b".into(),
+        };
+        assert_eq!(classify(digest.into()), DigestMismatch);
+        assert_eq!(
+            classify(OciDistributionError::RegistryNoDigestError),
+            Registry
+        );
+    }
+
+    #[test]
+    fn kinds_have_distinct_labels() {
+        use FetchErrorKind::*;
+        let all = [
+            InvalidReference,
+            Auth,
+            NotFound,
+            Registry,
+            Timeout,
+            NoMatchingPlatform,
+            Manifest,
+            DigestMismatch,
+            LimitExceeded,
+            Layer,
+            Internal,
+        ];
+        let labels: std::collections::BTreeSet<&str> =
+            all.iter().map(|kind| kind.as_str()).collect();
+        assert_eq!(labels.len(), all.len());
+        let limit = FetchError::LimitExceeded {
+            which: Limit::UncompressedBytes,
+        };
+        assert_eq!(limit.kind(), LimitExceeded);
+        assert_eq!(
+            limit.to_string(),
+            "image exceeds the uncompressed_bytes limit"
+        );
+    }
+
+    #[test]
+    fn hashers_follow_the_digest_algorithm() {
+        let mut sha256 = Hasher::for_digest("sha256:x").unwrap();
+        sha256.update(b"abc");
+        assert_eq!(
+            sha256.finish(),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let mut sha512 = Hasher::for_digest("sha512:x").unwrap();
+        sha512.update(b"");
+        assert!(sha512.finish().starts_with("sha512:cf83e1357eefb8bd"));
+        assert_eq!(
+            Hasher::for_digest("md5:x").err().map(|e| e.kind()),
+            Some(FetchErrorKind::Manifest)
+        );
+        assert_eq!(
+            Hasher::for_digest("nodigest").err().map(|e| e.kind()),
+            Some(FetchErrorKind::Manifest)
+        );
+    }
+
+    #[test]
+    fn chunk_reader_reassembles_the_stream() {
+        let (tx, rx) = mpsc::channel(4);
+        let writer = std::thread::spawn(move || {
+            for chunk in [&b"hel"[..], b"", b"lo wor", b"ld"] {
+                tx.blocking_send(Bytes::from_static(chunk)).unwrap();
+            }
+        });
+        let mut out = String::new();
+        ChunkReader::new(rx).read_to_string(&mut out).unwrap();
+        writer.join().unwrap();
+        assert_eq!(out, "hello world");
+    }
+
+    #[test]
+    fn fetched_accessors() {
+        let fetched = Fetched::Pulled {
+            digest: "sha256:d".into(),
+            files: vec![
+                ("changelogs/a".into(), b"a".to_vec()),
+                ("channel.json".into(), b"[]".to_vec()),
+            ],
+            compressed_bytes: 1,
+            uncompressed_bytes: 2,
+            platform: None,
+        };
+        assert_eq!(fetched.digest(), "sha256:d");
+        assert_eq!(fetched.file("channel.json"), Some(&b"[]"[..]));
+        assert_eq!(fetched.file("changelogs/b"), None);
+        let debug = format!("{fetched:?}");
+        assert!(debug.contains("(\"channel.json\", 2)"), "{debug}");
+        let unchanged = Fetched::Unchanged {
+            digest: "sha256:d".into(),
+        };
+        assert_eq!(unchanged.digest(), "sha256:d");
+        assert_eq!(unchanged.file("channel.json"), None);
     }
 }

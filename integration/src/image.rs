@@ -105,7 +105,9 @@ impl Layer {
 
     /// Adds a folder.
     pub fn dir(mut self, path: &str) -> Self {
-        self.entries.push(Entry::Dir { path: path.to_owned() });
+        self.entries.push(Entry::Dir {
+            path: path.to_owned(),
+        });
         self
     }
 
@@ -149,10 +151,18 @@ impl Layer {
         let mut builder = tar::Builder::new(Vec::new());
         for entry in &self.entries {
             match entry {
-                Entry::File { path, data } => append(&mut builder, path, tar::EntryType::Regular, data, "")?,
-                Entry::Dir { path } => append(&mut builder, path, tar::EntryType::Directory, b"", "")?,
-                Entry::Symlink { path, target } => append(&mut builder, path, tar::EntryType::Symlink, b"", target)?,
-                Entry::HardLink { path, target } => append(&mut builder, path, tar::EntryType::Link, b"", target)?,
+                Entry::File { path, data } => {
+                    append(&mut builder, path, tar::EntryType::Regular, data, "")?
+                }
+                Entry::Dir { path } => {
+                    append(&mut builder, path, tar::EntryType::Directory, b"", "")?
+                }
+                Entry::Symlink { path, target } => {
+                    append(&mut builder, path, tar::EntryType::Symlink, b"", target)?
+                }
+                Entry::HardLink { path, target } => {
+                    append(&mut builder, path, tar::EntryType::Link, b"", target)?
+                }
             }
         }
         Ok(builder.into_inner()?)
@@ -174,7 +184,9 @@ impl Layer {
             (Format::Oci, Compression::Gzip) => "application/vnd.oci.image.layer.v1.tar+gzip",
             (_, Compression::Zstd) => "application/vnd.oci.image.layer.v1.tar+zstd",
             (Format::Docker, Compression::None) => "application/vnd.docker.image.rootfs.diff.tar",
-            (Format::Docker, Compression::Gzip) => "application/vnd.docker.image.rootfs.diff.tar.gzip",
+            (Format::Docker, Compression::Gzip) => {
+                "application/vnd.docker.image.rootfs.diff.tar.gzip"
+            }
         }
     }
 }
@@ -209,7 +221,11 @@ fn append(
     old.linkname[..link.len()].copy_from_slice(link);
     header.set_entry_type(kind);
     header.set_size(data.len() as u64);
-    header.set_mode(if kind == tar::EntryType::Directory { 0o755 } else { 0o644 });
+    header.set_mode(if kind == tar::EntryType::Directory {
+        0o755
+    } else {
+        0o644
+    });
     header.set_mtime(1_700_000_000);
     header.set_cksum();
     builder.append(&header, data)?;
@@ -221,7 +237,8 @@ pub fn compress(compression: Compression, data: &[u8]) -> Result<Vec<u8>> {
     Ok(match compression {
         Compression::None => data.to_vec(),
         Compression::Gzip => {
-            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             encoder.write_all(data)?;
             encoder.finish()?
         }
@@ -240,7 +257,17 @@ pub fn zero_bomb(compression: Compression, path: &str, size: u64) -> Result<Vec<
     header.set_mode(0o644);
     header.set_cksum();
     let mut blob = compress(compression, header.as_bytes())?;
-    let chunk = compress(compression, &vec![0; CHUNK])?;
+    let zeros = vec![0; CHUNK];
+    let chunk = match compression {
+        Compression::Gzip => {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            encoder.write_all(&zeros)?;
+            encoder.finish()?
+        }
+        Compression::Zstd => zstd::stream::encode_all(zeros.as_slice(), 19)?,
+        Compression::None => zeros,
+    };
     let chunks = size.div_ceil(CHUNK as u64);
     for _ in 0..chunks {
         blob.extend_from_slice(&chunk);
@@ -379,7 +406,11 @@ async fn push_with(client: &Client, reference: &Reference, image: &Image) -> Res
     }))?;
     let digest = sha256(&manifest);
     client
-        .push_manifest_raw(reference, manifest.clone(), HeaderValue::from_static(manifest_type))
+        .push_manifest_raw(
+            reference,
+            manifest.clone(),
+            HeaderValue::from_static(manifest_type),
+        )
         .await
         .context("pushing the manifest")?;
     Ok(Pushed {
@@ -443,7 +474,11 @@ pub async fn push_index(
     }))?;
     let digest = sha256(&index);
     client
-        .push_manifest_raw(&reference, index.clone(), HeaderValue::from_static(index_type))
+        .push_manifest_raw(
+            &reference,
+            index.clone(),
+            HeaderValue::from_static(index_type),
+        )
         .await
         .context("pushing the index")?;
     Ok(Pushed {

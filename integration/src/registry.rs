@@ -143,7 +143,8 @@ impl Registry {
         let config_path = root.join("config.yml");
         fs::write(&config_path, config)?;
         let log = fs::File::create(root.join("registry.log"))?;
-        let binary = std::env::var_os("DOCKER_REGISTRY_BIN").unwrap_or_else(|| "/usr/bin/docker-registry".into());
+        let binary = std::env::var_os("DOCKER_REGISTRY_BIN")
+            .unwrap_or_else(|| "/usr/bin/docker-registry".into());
         let child = Command::new(&binary)
             .arg("serve")
             .arg(&config_path)
@@ -214,7 +215,9 @@ impl Registry {
 
     /// The user name and password it requires.
     pub fn basic_auth(&self) -> Option<(&str, &str)> {
-        self.basic_auth.as_ref().map(|(user, password)| (user.as_str(), password.as_str()))
+        self.basic_auth
+            .as_ref()
+            .map(|(user, password)| (user.as_str(), password.as_str()))
     }
 
     /// Credentials for oci-client (anonymous when none are required).
@@ -247,7 +250,10 @@ impl Registry {
     pub fn server_flags(&self) -> Result<Vec<String>> {
         let mut flags = Vec::new();
         match &self.tls {
-            Some(tls) => flags.extend(["--registry-ca-file".to_owned(), tls.ca_file.display().to_string()]),
+            Some(tls) => flags.extend([
+                "--registry-ca-file".to_owned(),
+                tls.ca_file.display().to_string(),
+            ]),
             None => flags.extend(["--insecure-registry".to_owned(), self.host.clone()]),
         }
         if let Some((user, password)) = &self.basic_auth {
@@ -283,14 +289,17 @@ impl Registry {
         install_crypto_provider();
         let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
         if let Some(tls) = &self.tls {
-            builder = builder.tls_certs_only([reqwest::Certificate::from_pem(tls.ca_pem.as_bytes())?]);
+            builder =
+                builder.tls_certs_only([reqwest::Certificate::from_pem(tls.ca_pem.as_bytes())?]);
         }
         Ok(builder.build()?)
     }
 
     /// A request to `<base_url><path>` with the registry's credentials.
     pub fn request(&self, method: reqwest::Method, path: &str) -> Result<reqwest::RequestBuilder> {
-        let request = self.http_client()?.request(method, format!("{}{path}", self.base_url()));
+        let request = self
+            .http_client()?
+            .request(method, format!("{}{path}", self.base_url()));
         Ok(match &self.basic_auth {
             Some((user, password)) => request.basic_auth(user, Some(password)),
             None => request,
@@ -301,7 +310,10 @@ impl Registry {
     /// it stay, pulling the blob then answers 404 `BLOB_UNKNOWN`.
     pub async fn delete_blob(&self, repository: &str, digest: &str) -> Result<()> {
         let response = self
-            .request(reqwest::Method::DELETE, &format!("/v2/{repository}/blobs/{digest}"))?
+            .request(
+                reqwest::Method::DELETE,
+                &format!("/v2/{repository}/blobs/{digest}"),
+            )?
             .send()
             .await?;
         ensure!(
@@ -373,14 +385,21 @@ fn free_port() -> Result<u16> {
 fn write_tls(dir: &Path) -> Result<Tls> {
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "elemental-changelog test registry CA");
-    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    ca_params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        "elemental-changelog test registry CA",
+    );
+    ca_params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate()?)?;
 
-    let mut server_params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
-    server_params.distinguished_name.push(rcgen::DnType::CommonName, "127.0.0.1");
+    let mut server_params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    server_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "127.0.0.1");
     server_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let server_key = rcgen::KeyPair::generate()?;
     let server = server_params.signed_by(&server_key, &ca)?;

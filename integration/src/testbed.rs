@@ -111,6 +111,27 @@ pub struct Pki {
     pub front_proxy_client: CertPair,
 }
 
+/// Who our server is towards kube-apiserver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServerIdentity {
+    /// The chart's ServiceAccount, bound to exactly the chart's RBAC: proves
+    /// the chart grants what the server needs.
+    #[default]
+    ChartServiceAccount,
+    /// `admin` in `system:masters`: every request allowed.
+    Admin,
+}
+
+/// How [`TestBed::start_server_with`] starts our server.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerOptions<'a> {
+    /// Flags after the test bed's own (`--secure-port`, `--bind-address`,
+    /// `--tls-cert-file`, `--tls-private-key-file`, `--kubeconfig`, `--log-format`).
+    pub args: &'a [&'a str],
+    /// Its credentials for kube-apiserver.
+    pub identity: ServerIdentity,
+}
+
 /// Our server as started by [`TestBed::start_server`].
 #[derive(Debug)]
 pub struct Server {
@@ -405,13 +426,27 @@ impl TestBed {
         child.wait_with_output().await.context("running kubectl")
     }
 
-    /// Starts our server with `args` after the test bed's own flags, waits for
-    /// its `/readyz`, registers it (Service `ExternalName` → `localhost`, and
-    /// [`APISERVICE_NAME`] with the serving CA as `caBundle`) and waits until
-    /// kube-apiserver reports the APIService `Available`. A server already
-    /// running is stopped first.
+    /// Starts our server with `args` after the test bed's own flags, as the
+    /// chart's ServiceAccount with the chart's RBAC; see [`TestBed::start_server_with`].
     pub async fn start_server(&mut self, args: &[&str]) -> Result<&Server> {
+        self.start_server_with(ServerOptions {
+            args,
+            identity: ServerIdentity::ChartServiceAccount,
+        })
+        .await
+    }
+
+    /// Starts our server, waits for its `/readyz`, registers it (Service
+    /// `ExternalName` → `localhost`, and [`APISERVICE_NAME`] with the serving CA
+    /// as `caBundle`) and waits until kube-apiserver reports the APIService
+    /// `Available` and lists the group in its aggregated discovery. A server
+    /// already running is stopped first.
+    pub async fn start_server_with(&mut self, options: ServerOptions<'_>) -> Result<&Server> {
         self.stop_server().await?;
+        let kubeconfig = match options.identity {
+            ServerIdentity::Admin => self.kubeconfig.clone(),
+            ServerIdentity::ChartServiceAccount => self.chart_service_account_kubeconfig().await?,
+        };
         let binary = server_binary();
         ensure!(
             binary.is_file(),
@@ -439,11 +474,11 @@ impl TestBed {
             "--tls-private-key-file".into(),
             key_file.into(),
             "--kubeconfig".into(),
-            self.kubeconfig.clone().into(),
+            kubeconfig.into(),
             "--log-format".into(),
             "text".into(),
         ];
-        argv.extend(args.iter().map(OsString::from));
+        argv.extend(options.args.iter().map(OsString::from));
         let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
         let mut process = Process::spawn(
             "elemental-changelog-apiserver",
@@ -475,6 +510,49 @@ impl TestBed {
         self.server
             .as_ref()
             .context("the server stopped while being registered")
+    }
+
+    /// Applies the chart's ServiceAccount and RBAC (rendered by `helm template`
+    /// for release [`SERVICE_NAME`] in [`SERVER_NAMESPACE`]) and writes a
+    /// kubeconfig with a token of that ServiceAccount (TokenRequest).
+    async fn chart_service_account_kubeconfig(&self) -> Result<PathBuf> {
+        let chart = workspace_root().join("charts/elemental-changelog");
+        let chart = chart.to_string_lossy();
+        let rendered = self
+            .helm(&[
+                "template",
+                SERVICE_NAME,
+                &chart,
+                "--namespace",
+                SERVER_NAMESPACE,
+                "--show-only",
+                "templates/serviceaccount.yaml",
+                "--show-only",
+                "templates/rbac.yaml",
+            ])
+            .await?;
+        let rendered = success("helm", &["template"], rendered)?;
+        self.kubectl_stdin(&["apply", "-f", "-"], &rendered)
+            .await
+            .context("applying the chart's ServiceAccount and RBAC")?;
+        let token = self
+            .kubectl_ok(&[
+                "create",
+                "token",
+                SERVICE_NAME,
+                "--namespace",
+                SERVER_NAMESPACE,
+                "--duration=24h",
+            ])
+            .await?;
+        let path = self.root.join("server/kubeconfig");
+        kubeconfig::write(
+            &path,
+            &self.apiserver_url(),
+            &self.root.join("pki/cluster-ca.crt"),
+            Credentials::Token(token.trim()),
+        )?;
+        Ok(path)
     }
 
     /// Stops our server, if running, and removes its APIService and Service.

@@ -5,15 +5,15 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use elemental_changelog_apiserver::oci::{
-    FetchConfig, FetchLimits, Fetched, Fetcher, Limit, RegistryArgs,
-    FetchError, FetchErrorKind,
+    FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, Limit, RegistryArgs,
 };
 use elemental_changelog_integration::{
     image::{self, Compression, Format, Image, Layer},
     registry::Registry,
 };
 
-const CHANNEL: &[u8] = br#"[{"metadata":{"name":"v1"},"spec":{"version":"1.0","type":"container"}}]"#;
+const CHANNEL: &[u8] =
+    br#"[{"metadata":{"name":"v1"},"spec":{"version":"1.0","type":"container"}}]"#;
 const CHANGELOG: &[u8] = br#"[{"id":"SUSE-2024-1","type":"security"}]"#;
 
 fn plain_fetcher(registry: &Registry) -> Result<Fetcher> {
@@ -48,7 +48,10 @@ fn args(config: Option<PathBuf>, ca: Option<PathBuf>) -> RegistryArgs {
 
 fn files(fetched: &Fetched) -> Vec<(&str, &[u8])> {
     match fetched {
-        Fetched::Pulled { files, .. } => files.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect(),
+        Fetched::Pulled { files, .. } => files
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect(),
         Fetched::Unchanged { .. } => panic!("expected a pull, got {fetched:?}"),
     }
 }
@@ -57,7 +60,10 @@ fn channel_image(format: Format, compression: Compression) -> Image {
     Image::channel(
         format,
         compression,
-        &[("channel.json", CHANNEL), ("changelogs/v1.updates.log", CHANGELOG)],
+        &[
+            ("channel.json", CHANNEL),
+            ("changelogs/v1.updates.log", CHANGELOG),
+        ],
     )
 }
 
@@ -65,7 +71,12 @@ fn expect_err(result: Result<Fetched, FetchError>, kind: FetchErrorKind) -> Fetc
     match result {
         Ok(fetched) => panic!("expected {kind:?}, got {fetched:?}"),
         Err(error) => {
-            assert_eq!(error.kind(), kind, "{error}: {:?}", anyhow::Error::from(error.clone()));
+            assert_eq!(
+                error.kind(),
+                kind,
+                "{error}: {:?}",
+                anyhow::Error::from(error.clone())
+            );
             error
         }
     }
@@ -82,12 +93,22 @@ async fn anonymous_pull_of_every_manifest_and_layer_format() -> Result<()> {
         ("docker-gzip", Format::Docker, Compression::Gzip),
         ("docker-plain", Format::Docker, Compression::None),
     ] {
-        let pushed = image::push(&registry, &format!("channel:{tag}"), &channel_image(format, compression)).await?;
-        let fetched = fetcher.fetch(&registry.image(&format!("channel:{tag}")), "x86_64", None).await?;
+        let pushed = image::push(
+            &registry,
+            &format!("channel:{tag}"),
+            &channel_image(format, compression),
+        )
+        .await?;
+        let fetched = fetcher
+            .fetch(&registry.image(&format!("channel:{tag}")), "x86_64", None)
+            .await?;
         assert_eq!(fetched.digest(), pushed.digest, "{tag}");
         assert_eq!(
             files(&fetched),
-            [("changelogs/v1.updates.log", CHANGELOG), ("channel.json", CHANNEL)],
+            [
+                ("changelogs/v1.updates.log", CHANGELOG),
+                ("channel.json", CHANNEL)
+            ],
             "{tag}"
         );
         let Fetched::Pulled {
@@ -103,9 +124,17 @@ async fn anonymous_pull_of_every_manifest_and_layer_format() -> Result<()> {
         assert_eq!(*compressed_bytes, layer.len() as u64, "{tag}");
     }
     // The same content by digest.
-    let pushed = image::push(&registry, "channel:bydigest", &channel_image(Format::Oci, Compression::Gzip)).await?;
+    let pushed = image::push(
+        &registry,
+        "channel:bydigest",
+        &channel_image(Format::Oci, Compression::Gzip),
+    )
+    .await?;
     let by_digest = registry.image(&format!("channel@{}", pushed.digest));
-    assert_eq!(fetcher.fetch(&by_digest, "amd64", None).await?.digest(), pushed.digest);
+    assert_eq!(
+        fetcher.fetch(&by_digest, "amd64", None).await?.digest(),
+        pushed.digest
+    );
     Ok(())
 }
 
@@ -128,7 +157,9 @@ async fn layers_stack_with_whiteouts() -> Result<()> {
         )
         .layer(Layer::new(Compression::Gzip).file("/changelogs/c", "c"));
     image::push(&registry, "stack:1", &image).await?;
-    let fetched = plain_fetcher(&registry)?.fetch(&registry.image("stack:1"), "x86_64", None).await?;
+    let fetched = plain_fetcher(&registry)?
+        .fetch(&registry.image("stack:1"), "x86_64", None)
+        .await?;
     assert_eq!(
         files(&fetched),
         [
@@ -145,15 +176,30 @@ async fn unchanged_digest_pulls_no_blob() -> Result<()> {
     let registry = Registry::start_plain().await?;
     let fetcher = plain_fetcher(&registry)?;
     let image = registry.image("channel:v1");
-    let pushed = image::push(&registry, "channel:v1", &channel_image(Format::Oci, Compression::Gzip)).await?;
+    let pushed = image::push(
+        &registry,
+        "channel:v1",
+        &channel_image(Format::Oci, Compression::Gzip),
+    )
+    .await?;
     let first = fetcher.fetch(&image, "x86_64", None).await?;
     assert_eq!(fetcher.pulls_started(), 1);
     // Without the layer, only a fetch that pulls nothing can succeed.
-    registry.delete_blob("channel", &pushed.layer_digests[0]).await?;
-    let again = fetcher.fetch(&image, "x86_64", Some(first.digest())).await?;
-    assert!(matches!(&again, Fetched::Unchanged { digest } if *digest == pushed.digest), "{again:?}");
+    registry
+        .delete_blob("channel", &pushed.layer_digests[0])
+        .await?;
+    let again = fetcher
+        .fetch(&image, "x86_64", Some(first.digest()))
+        .await?;
+    assert!(
+        matches!(&again, Fetched::Unchanged { digest } if *digest == pushed.digest),
+        "{again:?}"
+    );
     assert_eq!(fetcher.pulls_started(), 1);
-    expect_err(fetcher.fetch(&image, "x86_64", Some("sha256:0000")).await, FetchErrorKind::NotFound);
+    expect_err(
+        fetcher.fetch(&image, "x86_64", Some("sha256:0000")).await,
+        FetchErrorKind::NotFound,
+    );
     assert_eq!(fetcher.pulls_started(), 2);
     Ok(())
 }
@@ -164,8 +210,10 @@ async fn index_resolves_the_architecture() -> Result<()> {
     let fetcher = plain_fetcher(&registry)?;
     for format in [Format::Oci, Format::Docker] {
         let tag = format!("multi:{format:?}").to_lowercase();
-        let amd = Image::channel(format, Compression::Gzip, &[("channel.json", b"amd")]).arch("amd64");
-        let arm = Image::channel(format, Compression::Zstd, &[("channel.json", b"arm")]).arch("arm64");
+        let amd =
+            Image::channel(format, Compression::Gzip, &[("channel.json", b"amd")]).arch("amd64");
+        let arm =
+            Image::channel(format, Compression::Zstd, &[("channel.json", b"arm")]).arch("arm64");
         let pushed = image::push_index(&registry, &tag, format, &[amd, arm]).await?;
         let reference = registry.image(&tag);
         for (arch, want, platform) in [
@@ -177,15 +225,25 @@ async fn index_resolves_the_architecture() -> Result<()> {
             let fetched = fetcher.fetch(&reference, arch, None).await?;
             // The index digest is what tells a changed image.
             assert_eq!(fetched.digest(), pushed.digest);
-            assert_eq!(fetched.file("channel.json"), Some(want.as_slice()), "{tag} {arch}");
+            assert_eq!(
+                fetched.file("channel.json"),
+                Some(want.as_slice()),
+                "{tag} {arch}"
+            );
             assert!(
                 matches!(&fetched, Fetched::Pulled { platform: Some(p), .. } if p == platform),
                 "{fetched:?}"
             );
         }
-        let error = expect_err(fetcher.fetch(&reference, "s390x", None).await, FetchErrorKind::NoMatchingPlatform);
+        let error = expect_err(
+            fetcher.fetch(&reference, "s390x", None).await,
+            FetchErrorKind::NoMatchingPlatform,
+        );
         let message = error.to_string();
-        assert!(message.contains("linux/amd64") && message.contains("linux/arm64"), "{message}");
+        assert!(
+            message.contains("linux/amd64") && message.contains("linux/arm64"),
+            "{message}"
+        );
     }
     Ok(())
 }
@@ -194,14 +252,25 @@ async fn index_resolves_the_architecture() -> Result<()> {
 async fn concurrent_pulls_of_one_image_share_one_download() -> Result<()> {
     let registry = Registry::start_plain().await?;
     let fetcher = plain_fetcher(&registry)?;
-    image::push(&registry, "shared:v1", &channel_image(Format::Oci, Compression::Gzip)).await?;
+    image::push(
+        &registry,
+        "shared:v1",
+        &channel_image(Format::Oci, Compression::Gzip),
+    )
+    .await?;
     let resolved = fetcher.resolve(&registry.image("shared:v1")).await?;
     // Two channels, same image and architecture (under either name).
-    let (a, b) = tokio::join!(fetcher.pull(&resolved, "x86_64"), fetcher.pull(&resolved, "amd64"));
+    let (a, b) = tokio::join!(
+        fetcher.pull(&resolved, "x86_64"),
+        fetcher.pull(&resolved, "amd64")
+    );
     assert_eq!(files(&a?), files(&b?));
     assert_eq!(fetcher.pulls_started(), 1);
     // Another architecture is another pull; a later call pulls again.
-    let (c, d) = tokio::join!(fetcher.pull(&resolved, "arm64"), fetcher.pull(&resolved, "amd64"));
+    let (c, d) = tokio::join!(
+        fetcher.pull(&resolved, "arm64"),
+        fetcher.pull(&resolved, "amd64")
+    );
     c?;
     d?;
     assert_eq!(fetcher.pulls_started(), 3);
@@ -214,21 +283,64 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     let fetcher = plain_fetcher(&registry)?;
 
     // Unknown repository and unknown tag.
-    expect_err(fetcher.fetch(&registry.image("nothing:here"), "x86_64", None).await, FetchErrorKind::NotFound);
-    image::push(&registry, "broken:ok", &channel_image(Format::Oci, Compression::Gzip)).await?;
-    expect_err(fetcher.fetch(&registry.image("broken:nope"), "x86_64", None).await, FetchErrorKind::NotFound);
-    expect_err(fetcher.fetch("Not A Reference", "x86_64", None).await, FetchErrorKind::InvalidReference);
+    expect_err(
+        fetcher
+            .fetch(&registry.image("nothing:here"), "x86_64", None)
+            .await,
+        FetchErrorKind::NotFound,
+    );
+    image::push(
+        &registry,
+        "broken:ok",
+        &channel_image(Format::Oci, Compression::Gzip),
+    )
+    .await?;
+    expect_err(
+        fetcher
+            .fetch(&registry.image("broken:nope"), "x86_64", None)
+            .await,
+        FetchErrorKind::NotFound,
+    );
+    expect_err(
+        fetcher.fetch("Not A Reference", "x86_64", None).await,
+        FetchErrorKind::InvalidReference,
+    );
 
     // A manifest naming a blob the registry no longer has.
-    let pushed = image::push(&registry, "missing:v1", &channel_image(Format::Oci, Compression::Zstd)).await?;
-    registry.delete_blob("missing", &pushed.layer_digests[0]).await?;
-    expect_err(fetcher.fetch(&registry.image("missing:v1"), "x86_64", None).await, FetchErrorKind::NotFound);
+    let pushed = image::push(
+        &registry,
+        "missing:v1",
+        &channel_image(Format::Oci, Compression::Zstd),
+    )
+    .await?;
+    registry
+        .delete_blob("missing", &pushed.layer_digests[0])
+        .await?;
+    expect_err(
+        fetcher
+            .fetch(&registry.image("missing:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::NotFound,
+    );
 
     // A blob whose bytes do not match its digest.
-    let pushed = image::push(&registry, "corrupt:v1", &channel_image(Format::Oci, Compression::None)).await?;
+    let pushed = image::push(
+        &registry,
+        "corrupt:v1",
+        &channel_image(Format::Oci, Compression::None),
+    )
+    .await?;
     registry.corrupt_blob(&pushed.layer_digests[0])?;
-    let error = expect_err(fetcher.fetch(&registry.image("corrupt:v1"), "x86_64", None).await, FetchErrorKind::DigestMismatch);
-    assert!(matches!(&error, FetchError::DigestMismatch { expected, .. } if *expected == pushed.layer_digests[0]), "{error:?}");
+    let error = expect_err(
+        fetcher
+            .fetch(&registry.image("corrupt:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::DigestMismatch,
+    );
+    assert!(
+        matches!(&error, FetchError::DigestMismatch { expected, .. } if *expected == pushed.layer_digests[0]),
+        "{error:?}"
+    );
 
     // A manifest whose bytes do not match its digest (still valid JSON).
     let image = Image::channel(Format::Oci, Compression::Gzip, &[("channel.json", CHANNEL)]);
@@ -236,15 +348,35 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     let path = registry.blob_path(&pushed.digest)?;
     let manifest = std::fs::read_to_string(&path)?;
     let config = pushed.config_digest.clone().unwrap_or_default();
-    let flipped = if config.ends_with('0') { format!("{}1", &config[..config.len() - 1]) } else { format!("{}0", &config[..config.len() - 1]) };
+    let flipped = if config.ends_with('0') {
+        format!("{}1", &config[..config.len() - 1])
+    } else {
+        format!("{}0", &config[..config.len() - 1])
+    };
     std::fs::write(&path, manifest.replace(&config, &flipped))?;
-    let error = expect_err(fetcher.fetch(&registry.image("badmanifest:v1"), "x86_64", None).await, FetchErrorKind::DigestMismatch);
-    assert!(matches!(&error, FetchError::DigestMismatch { expected, .. } if *expected == pushed.digest), "{error:?}");
+    let error = expect_err(
+        fetcher
+            .fetch(&registry.image("badmanifest:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::DigestMismatch,
+    );
+    assert!(
+        matches!(&error, FetchError::DigestMismatch { expected, .. } if *expected == pushed.digest),
+        "{error:?}"
+    );
 
     // A layer that is not a tar stream.
-    let garbage = Image::new(Format::Oci).layer(Layer::prebuilt(Compression::Gzip, b"\x1f\x8bnot gzip at all".to_vec()));
+    let garbage = Image::new(Format::Oci).layer(Layer::prebuilt(
+        Compression::Gzip,
+        b"\x1f\x8bnot gzip at all".to_vec(),
+    ));
     image::push(&registry, "garbage:v1", &garbage).await?;
-    expect_err(fetcher.fetch(&registry.image("garbage:v1"), "x86_64", None).await, FetchErrorKind::Layer);
+    expect_err(
+        fetcher
+            .fetch(&registry.image("garbage:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::Layer,
+    );
     Ok(())
 }
 
@@ -259,12 +391,23 @@ async fn traversal_links_and_devices_are_ignored() -> Result<()> {
             .symlink("changelogs/passwd", "/etc/passwd")
             .hard_link("changelogs/shadow", "etc/shadow")
             .symlink("changelogs/up", "../../..")
-            .file(&format!("changelogs/{}.updates.log", "long".repeat(40)), "long name"),
+            .file(
+                &format!("changelogs/{}.updates.log", "long".repeat(40)),
+                "long name",
+            ),
     );
     image::push(&registry, "traversal:v1", &image).await?;
-    let fetched = plain_fetcher(&registry)?.fetch(&registry.image("traversal:v1"), "x86_64", None).await?;
+    let fetched = plain_fetcher(&registry)?
+        .fetch(&registry.image("traversal:v1"), "x86_64", None)
+        .await?;
     let long = format!("changelogs/{}.updates.log", "long".repeat(40));
-    assert_eq!(files(&fetched), [(long.as_str(), b"long name".as_slice()), ("channel.json", CHANNEL)]);
+    assert_eq!(
+        files(&fetched),
+        [
+            (long.as_str(), b"long name".as_slice()),
+            ("channel.json", CHANNEL)
+        ]
+    );
     Ok(())
 }
 
@@ -275,7 +418,8 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     for (tag, compression) in [("gzip", Compression::Gzip), ("zstd", Compression::Zstd)] {
         let bomb = image::zero_bomb(compression, "bin/zeros", 1 << 30)?;
         assert!(bomb.len() < 2 << 20, "{}", bomb.len());
-        let image = channel_image(Format::Oci, Compression::Gzip).layer(Layer::prebuilt(compression, bomb));
+        let image =
+            channel_image(Format::Oci, Compression::Gzip).layer(Layer::prebuilt(compression, bomb));
         image::push(&registry, &format!("bomb:{tag}"), &image).await?;
     }
     let small = FetchLimits {
@@ -285,17 +429,45 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     let fetcher = plain_fetcher_with(&registry, small)?;
     for tag in ["gzip", "zstd"] {
         let error = expect_err(
-            fetcher.fetch(&registry.image(&format!("bomb:{tag}")), "x86_64", None).await,
+            fetcher
+                .fetch(&registry.image(&format!("bomb:{tag}")), "x86_64", None)
+                .await,
             FetchErrorKind::LimitExceeded,
         );
-        assert!(matches!(error, FetchError::LimitExceeded { which: Limit::UncompressedBytes }), "{error:?}");
+        assert!(
+            matches!(
+                error,
+                FetchError::LimitExceeded {
+                    which: Limit::UncompressedBytes
+                }
+            ),
+            "{error:?}"
+        );
     }
 
     // A kept file announcing 1 GiB is refused from its header, whatever the limits on the stream.
     let huge = image::zero_bomb(Compression::Gzip, "changelogs/huge.updates.log", 1 << 30)?;
-    image::push(&registry, "huge:v1", &Image::new(Format::Oci).layer(Layer::prebuilt(Compression::Gzip, huge))).await?;
-    let error = expect_err(plain_fetcher(&registry)?.fetch(&registry.image("huge:v1"), "x86_64", None).await, FetchErrorKind::LimitExceeded);
-    assert!(matches!(error, FetchError::LimitExceeded { which: Limit::FileBytes }), "{error:?}");
+    image::push(
+        &registry,
+        "huge:v1",
+        &Image::new(Format::Oci).layer(Layer::prebuilt(Compression::Gzip, huge)),
+    )
+    .await?;
+    let error = expect_err(
+        plain_fetcher(&registry)?
+            .fetch(&registry.image("huge:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::LimitExceeded,
+    );
+    assert!(
+        matches!(
+            error,
+            FetchError::LimitExceeded {
+                which: Limit::FileBytes
+            }
+        ),
+        "{error:?}"
+    );
 
     // More compressed bytes than allowed: refused from the manifest, before any download.
     let tiny = FetchLimits {
@@ -303,17 +475,32 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
         ..FetchLimits::default()
     };
     let error = expect_err(
-        plain_fetcher_with(&registry, tiny)?.fetch(&registry.image("bomb:gzip"), "x86_64", None).await,
+        plain_fetcher_with(&registry, tiny)?
+            .fetch(&registry.image("bomb:gzip"), "x86_64", None)
+            .await,
         FetchErrorKind::LimitExceeded,
     );
-    assert!(matches!(error, FetchError::LimitExceeded { which: Limit::CompressedBytes }), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            FetchError::LimitExceeded {
+                which: Limit::CompressedBytes
+            }
+        ),
+        "{error:?}"
+    );
     Ok(())
 }
 
 #[tokio::test]
 async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
     let registry = Registry::start_tls_auth("puller", "s3cret:with:colons").await?;
-    image::push(&registry, "private/channel:v1", &channel_image(Format::Docker, Compression::Gzip)).await?;
+    image::push(
+        &registry,
+        "private/channel:v1",
+        &channel_image(Format::Docker, Compression::Gzip),
+    )
+    .await?;
     let image = registry.image("private/channel:v1");
     let ca = registry.ca_file().map(PathBuf::from);
 
@@ -324,21 +511,40 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
 
     let wrong = registry.write_docker_config("puller", "wrong")?;
     let fetcher = Fetcher::new(args(Some(wrong), ca.clone()).to_config()?)?;
-    let error = expect_err(fetcher.fetch(&image, "x86_64", None).await, FetchErrorKind::Auth);
+    let error = expect_err(
+        fetcher.fetch(&image, "x86_64", None).await,
+        FetchErrorKind::Auth,
+    );
     assert!(error.to_string().contains(registry.host()), "{error}");
 
     let anonymous = Fetcher::new(args(None, ca).to_config()?)?;
-    expect_err(anonymous.fetch(&image, "x86_64", None).await, FetchErrorKind::Auth);
+    expect_err(
+        anonymous.fetch(&image, "x86_64", None).await,
+        FetchErrorKind::Auth,
+    );
 
     // Without the CA the registry's certificate is not trusted.
     let good = registry.write_docker_config("puller", "s3cret:with:colons")?;
     let untrusting = Fetcher::new(args(Some(good), None).to_config()?)?;
-    expect_err(untrusting.fetch(&image, "x86_64", None).await, FetchErrorKind::Registry);
+    expect_err(
+        untrusting.fetch(&image, "x86_64", None).await,
+        FetchErrorKind::Registry,
+    );
 
     // And plain HTTP is never tried for a registry not listed as insecure.
     let plain = Registry::start_plain().await?;
-    image::push(&plain, "channel:v1", &channel_image(Format::Oci, Compression::Gzip)).await?;
+    image::push(
+        &plain,
+        "channel:v1",
+        &channel_image(Format::Oci, Compression::Gzip),
+    )
+    .await?;
     let https_only = Fetcher::new(FetchConfig::default())?;
-    expect_err(https_only.fetch(&plain.image("channel:v1"), "x86_64", None).await, FetchErrorKind::Registry);
+    expect_err(
+        https_only
+            .fetch(&plain.image("channel:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::Registry,
+    );
     Ok(())
 }

@@ -153,7 +153,10 @@ impl AuthConfig {
 }
 
 /// The CA bundle at `key`: `None` when the key is missing or empty.
-fn ca_bundle(data: &BTreeMap<String, String>, key: &'static str) -> Result<Option<CaBundle>, ConfigError> {
+fn ca_bundle(
+    data: &BTreeMap<String, String>,
+    key: &'static str,
+) -> Result<Option<CaBundle>, ConfigError> {
     match data.get(key).filter(|pem| !pem.trim().is_empty()) {
         None => Ok(None),
         Some(pem) => CaBundle::from_pem(pem.as_bytes())
@@ -167,7 +170,9 @@ fn ca_bundle(data: &BTreeMap<String, String>, key: &'static str) -> Result<Optio
 fn strings(data: &BTreeMap<String, String>, key: &'static str) -> Result<Vec<String>, ConfigError> {
     match data.get(key).filter(|json| !json.is_empty()) {
         None => Ok(Vec::new()),
-        Some(json) => serde_json::from_str(json).map_err(|source| ConfigError::Json { key, source }),
+        Some(json) => {
+            serde_json::from_str(json).map_err(|source| ConfigError::Json { key, source })
+        }
     }
 }
 
@@ -186,11 +191,18 @@ fn trimmed(data: &BTreeMap<String, String>, key: &'static str) -> Result<Vec<Str
         .collect()
 }
 
-fn header_list(data: &BTreeMap<String, String>, key: &'static str) -> Result<Vec<HeaderName>, ConfigError> {
+fn header_list(
+    data: &BTreeMap<String, String>,
+    key: &'static str,
+) -> Result<Vec<HeaderName>, ConfigError> {
     trimmed(data, key)?
         .into_iter()
         .map(|name| {
-            HeaderName::from_bytes(name.as_bytes()).map_err(|source| ConfigError::HeaderName { key, name, source })
+            HeaderName::from_bytes(name.as_bytes()).map_err(|source| ConfigError::HeaderName {
+                key,
+                name,
+                source,
+            })
         })
         .collect()
 }
@@ -205,4 +217,50 @@ fn header_names(data: &BTreeMap<String, String>) -> Result<HeaderNames, ConfigEr
             .map(|prefix| prefix.to_ascii_lowercase())
             .collect(),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const KEYS: [&str; 7] = [
+        CLIENT_CA_FILE,
+        REQUESTHEADER_CLIENT_CA_FILE,
+        REQUESTHEADER_ALLOWED_NAMES,
+        REQUESTHEADER_USERNAME_HEADERS,
+        REQUESTHEADER_UID_HEADERS,
+        REQUESTHEADER_GROUP_HEADERS,
+        REQUESTHEADER_EXTRA_HEADERS_PREFIX,
+    ];
+
+    proptest! {
+        #[test]
+        fn any_content_is_accepted_or_reported(values in proptest::collection::vec(".{0,40}", KEYS.len())) {
+            let data: BTreeMap<String, String> =
+                KEYS.iter().zip(values).map(|(key, value)| ((*key).to_owned(), value)).collect();
+            let (config, errors) = AuthConfig::from_data(&data);
+            for error in &errors {
+                prop_assert!(KEYS.contains(&error.key()));
+            }
+            // Without a parseable CA bundle, neither certificate authenticator is on.
+            prop_assert!(!config.client_ca_enabled() && !config.request_header_enabled());
+        }
+
+        #[test]
+        fn header_names_are_trimmed_and_lower_cased(names in proptest::collection::vec("[A-Za-z][A-Za-z0-9-]{0,20}", 1..4)) {
+            let padded: Vec<String> = names.iter().map(|name| format!(" {name} ")).collect();
+            let data = BTreeMap::from([
+                (REQUESTHEADER_USERNAME_HEADERS.to_owned(), serde_json::to_string(&padded).unwrap()),
+                (REQUESTHEADER_EXTRA_HEADERS_PREFIX.to_owned(), serde_json::to_string(&names).unwrap()),
+            ]);
+            let parsed = header_names(&data).unwrap();
+            let lower: Vec<String> = names.iter().map(|name| name.to_ascii_lowercase()).collect();
+            prop_assert_eq!(parsed.username.iter().map(HeaderName::as_str).collect::<Vec<_>>(), lower.clone());
+            prop_assert_eq!(parsed.extra_prefixes, lower);
+            prop_assert!(parsed.uid.is_empty() && parsed.group.is_empty());
+        }
+    }
 }

@@ -194,7 +194,10 @@ mod tests {
     #[test]
     fn the_first_non_empty_user_header_wins() {
         let user = names()
-            .user(&headers(&[("X-Other-User", "other"), ("X-Remote-User", "alice")]))
+            .user(&headers(&[
+                ("X-Other-User", "other"),
+                ("X-Remote-User", "alice"),
+            ]))
             .unwrap();
         assert_eq!(user.name, "alice");
         let user = names()
@@ -212,7 +215,10 @@ mod tests {
             ("x-other-user", "bob"),
         ]));
         assert_eq!(user.unwrap().name, "bob");
-        let user = names().user(&headers(&[("x-remote-user", "alice"), ("x-remote-user", "mallory")]));
+        let user = names().user(&headers(&[
+            ("x-remote-user", "alice"),
+            ("x-remote-user", "mallory"),
+        ]));
         assert_eq!(user.unwrap().name, "alice");
     }
 
@@ -234,7 +240,10 @@ mod tests {
     #[test]
     fn uid_is_the_first_non_empty_uid_header() {
         let user = names()
-            .user(&headers(&[("x-remote-user", "alice"), ("x-remote-uid", "42")]))
+            .user(&headers(&[
+                ("x-remote-user", "alice"),
+                ("x-remote-uid", "42"),
+            ]))
             .unwrap();
         assert_eq!(user.uid.as_deref(), Some("42"));
     }
@@ -245,7 +254,10 @@ mod tests {
             .user(&headers(&[
                 ("x-remote-user", "alice"),
                 ("x-other-extra-scopes", "from-other"),
-                ("X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id", "X509SHA256=ab"),
+                (
+                    "X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id",
+                    "X509SHA256=ab",
+                ),
                 ("x-remote-extra-scopes", "one"),
                 ("x-remote-extra-scopes", ""),
                 ("x-remote-extra-scopes", "two"),
@@ -260,7 +272,10 @@ mod tests {
         assert_eq!(
             extra,
             [
-                ("authentication.kubernetes.io/credential-id", vec!["X509SHA256=ab"]),
+                (
+                    "authentication.kubernetes.io/credential-id",
+                    vec!["X509SHA256=ab"]
+                ),
                 ("bad%zz", vec!["kept"]),
                 ("scopes", vec!["one", "", "two", "from-other"]),
             ]

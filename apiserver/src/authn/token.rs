@@ -11,7 +11,9 @@ use sha2::{Digest, Sha256};
 
 use super::{
     AuthnError, UserInfo,
-    webhook::{CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, ReviewError, with_backoff},
+    webhook::{
+        CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, ReviewError, with_backoff,
+    },
 };
 
 /// The bearer token of the `Authorization` header, as Go's `bearertoken` reads it: the header
@@ -70,7 +72,9 @@ impl TokenAuthenticator {
             .map_err(AuthnError::TokenReview)?;
         match answer {
             Answer::Authenticated(user) => Ok(user),
-            Answer::Unauthenticated { error: Some(message) } => Err(AuthnError::TokenRejected { message }),
+            Answer::Unauthenticated {
+                error: Some(message),
+            } => Err(AuthnError::TokenRejected { message }),
             Answer::Unauthenticated { error: None } => Err(AuthnError::InvalidToken),
         }
     }
@@ -86,7 +90,10 @@ async fn review(api: Api<TokenReview>, token: String) -> Result<Answer, ReviewEr
         ..TokenReview::default()
     };
     let params = PostParams::default();
-    let reviewed = with_backoff(DEFAULT_BACKOFF, REVIEW_TIMEOUT, || api.create(&params, &request)).await?;
+    let reviewed = with_backoff(DEFAULT_BACKOFF, REVIEW_TIMEOUT, || {
+        api.create(&params, &request)
+    })
+    .await?;
     let status = reviewed.status.unwrap_or_default();
     if status.authenticated != Some(true) {
         return Ok(Answer::Unauthenticated {
@@ -122,7 +129,11 @@ mod tests {
         assert_eq!(token("bearer abc").as_deref(), Some("abc"));
         assert_eq!(token("  BEARER abc  ").as_deref(), Some("abc"));
         assert_eq!(token("Bearer abc def").as_deref(), Some("abc"));
-        assert_eq!(token("Bearer  abc"), None, "a space before the token leaves it empty");
+        assert_eq!(
+            token("Bearer  abc"),
+            None,
+            "a space before the token leaves it empty"
+        );
         assert_eq!(token("Bearer"), None);
         assert_eq!(token("Basic abc"), None);
         assert_eq!(token(""), None);

@@ -30,10 +30,14 @@ pub enum WatchError {
 /// whether or not the ConfigMap exists. Watch errors are logged, counted in the
 /// metrics and retried with backoff, forever: this only returns if the
 /// stream ends, which is an error for the supervisor to act on.
-pub async fn watch_config(client: Client, authenticator: Arc<Authenticator>) -> Result<Infallible, WatchError> {
+pub async fn watch_config(
+    client: Client,
+    authenticator: Arc<Authenticator>,
+) -> Result<Infallible, WatchError> {
     let api: Api<ConfigMap> = Api::namespaced(client, CONFIG_MAP_NAMESPACE);
     let selector = format!("metadata.name={CONFIG_MAP_NAME}");
-    let mut events = pin!(watcher(api, watcher::Config::default().fields(&selector)).default_backoff());
+    let mut events =
+        pin!(watcher(api, watcher::Config::default().fields(&selector)).default_backoff());
     let mut listed = false;
     while let Some(event) = events.next().await {
         match event {

@@ -219,7 +219,12 @@ where
                         && let Some(ttl) = ttl(value).filter(|ttl| !ttl.is_zero())
                     {
                         let expires = Instant::now() + ttl;
-                        lock(&guard.state).insert(guard.key.clone(), value.clone(), expires, capacity);
+                        lock(&guard.state).insert(
+                            guard.key.clone(),
+                            value.clone(),
+                            expires,
+                            capacity,
+                        );
                     }
                     drop(guard);
                     outcome
@@ -267,16 +272,23 @@ pub(crate) mod mock {
 
     /// Receives the next request, checks that it POSTs `body` (as JSON) to `path`, and answers
     /// `answer` with `status`.
-    pub(crate) async fn expect_post(handle: &mut Handle, path: &str, body: &Value, status: StatusCode, answer: &Value) {
+    pub(crate) async fn expect_post(
+        handle: &mut Handle,
+        path: &str,
+        body: Value,
+        status: StatusCode,
+        answer: Value,
+    ) {
         let (request, respond) = handle.next_request().await.expect("a request");
         assert_eq!(request.method(), Method::POST);
         assert_eq!(request.uri().path(), path);
-        let sent: Value = serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap()).unwrap();
-        assert_eq!(&sent, body);
+        let sent: Value =
+            serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap()).unwrap();
+        assert_eq!(sent, body);
         let response = Response::builder()
             .status(status)
             .header("content-type", "application/json")
-            .body(Body::from(serde_json::to_vec(answer).unwrap()))
+            .body(Body::from(serde_json::to_vec(&answer).unwrap()))
             .unwrap();
         respond.send_response(response);
     }
@@ -377,11 +389,20 @@ mod tests {
             async move { Ok(reviews.fetch_add(1, Ordering::SeqCst)) }
         };
         let ttl = |_: &u32| Some(Duration::from_secs(10));
-        assert_eq!(cache.get_or_review("k", review(&reviews), ttl).await.ok(), Some(0));
+        assert_eq!(
+            cache.get_or_review("k", review(&reviews), ttl).await.ok(),
+            Some(0)
+        );
         tokio::time::advance(Duration::from_millis(9_999)).await;
-        assert_eq!(cache.get_or_review("k", review(&reviews), ttl).await.ok(), Some(0));
+        assert_eq!(
+            cache.get_or_review("k", review(&reviews), ttl).await.ok(),
+            Some(0)
+        );
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(cache.get_or_review("k", review(&reviews), ttl).await.ok(), Some(1));
+        assert_eq!(
+            cache.get_or_review("k", review(&reviews), ttl).await.ok(),
+            Some(1)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -452,7 +473,9 @@ mod tests {
             .get_or_review(2, async { Ok(200) }, |_: &u32| None)
             .await;
         assert_eq!(again.ok(), Some(200));
-        let kept = cache.get_or_review(1, async { Ok(100) }, |_: &u32| None).await;
+        let kept = cache
+            .get_or_review(1, async { Ok(100) }, |_: &u32| None)
+            .await;
         assert_eq!(kept.ok(), Some(1));
     }
 }

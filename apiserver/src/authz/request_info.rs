@@ -27,7 +27,9 @@ const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 ///
 /// As Go's `url.URL.Path`, the path is percent-decoded before it is split.
 pub fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
-    let path = percent_encoding::percent_decode_str(path).decode_utf8_lossy().into_owned();
+    let path = percent_encoding::percent_decode_str(path)
+        .decode_utf8_lossy()
+        .into_owned();
     let method_verb = method.as_str().to_ascii_lowercase();
     match resource(method, &path, query.unwrap_or_default()) {
         Some((verb, resource)) => Attributes {
@@ -44,7 +46,11 @@ pub fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attribute
 }
 
 /// The verb and resource attributes of a resource request; `None` for a non-resource request.
-fn resource<'a>(method: &Method, path: &'a str, query: &str) -> Option<(Cow<'static, str>, ResourceAttributes)> {
+fn resource<'a>(
+    method: &Method,
+    path: &'a str,
+    query: &str,
+) -> Option<(Cow<'static, str>, ResourceAttributes)> {
     let trimmed = path.trim_matches('/');
     let parts: Vec<&'a str> = if trimmed.is_empty() {
         Vec::new()
@@ -88,7 +94,9 @@ fn resource<'a>(method: &Method, path: &'a str, query: &str) -> Option<(Cow<'sta
         }
     }
 
-    let resource = current.first().map_or_else(String::new, |r| (*r).to_owned());
+    let resource = current
+        .first()
+        .map_or_else(String::new, |r| (*r).to_owned());
     let mut name = current.get(1).map(|n| (*n).to_owned());
     let subresource = current
         .get(2)
@@ -139,7 +147,9 @@ impl ListQuery {
             Ok(name) => Self {
                 // metav1's bool conversion: "0", "f", "false" (any case) are false.
                 watch: first("watch").is_some_and(|watch| {
-                    !(watch == "0" || watch.eq_ignore_ascii_case("f") || watch.eq_ignore_ascii_case("false"))
+                    !(watch == "0"
+                        || watch.eq_ignore_ascii_case("f")
+                        || watch.eq_ignore_ascii_case("false"))
                 }),
                 name: name.filter(|name| valid_path_segment(name)),
             },
@@ -201,7 +211,9 @@ pub(crate) fn unescape(text: &str, plus_is_space: bool) -> Option<Vec<u8>> {
 }
 
 fn hex(digit: u8) -> Option<u8> {
-    char::from(digit).to_digit(16).and_then(|value| u8::try_from(value).ok())
+    char::from(digit)
+        .to_digit(16)
+        .and_then(|value| u8::try_from(value).ok())
 }
 
 /// A field selector that does not parse.
@@ -277,7 +289,11 @@ fn unescape_value(value: &str) -> Result<String, InvalidSelector> {
             _ => out.push(c),
         }
     }
-    if escaped { Err(InvalidSelector) } else { Ok(out) }
+    if escaped {
+        Err(InvalidSelector)
+    } else {
+        Ok(out)
+    }
 }
 
 /// Go's `path.IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`.
@@ -293,7 +309,11 @@ mod tests {
 
     const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 
-    fn resource_of(method: Method, path: &str, query: Option<&str>) -> (String, ResourceAttributes) {
+    fn resource_of(
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+    ) -> (String, ResourceAttributes) {
         let attributes = attributes(&method, path, query);
         let verb = attributes.verb().to_owned();
         match attributes.resource {
@@ -323,9 +343,16 @@ mod tests {
 
     #[test]
     fn a_named_object_is_get() {
-        let (verb, attrs) = resource_of(Method::GET, &format!("{BASE}/namespaces/ns/managedosversions/v1"), None);
+        let (verb, attrs) = resource_of(
+            Method::GET,
+            &format!("{BASE}/namespaces/ns/managedosversions/v1"),
+            None,
+        );
         assert_eq!(verb, "get");
-        assert_eq!(attrs, expected(GROUP, "managedosversions", Some("ns"), Some("v1"), None));
+        assert_eq!(
+            attrs,
+            expected(GROUP, "managedosversions", Some("ns"), Some("v1"), None)
+        );
     }
 
     #[test]
@@ -333,7 +360,10 @@ mod tests {
         let path = format!("{BASE}/namespaces/ns/managedosversions");
         let (verb, attrs) = resource_of(Method::GET, &path, None);
         assert_eq!(verb, "list");
-        assert_eq!(attrs, expected(GROUP, "managedosversions", Some("ns"), None, None));
+        assert_eq!(
+            attrs,
+            expected(GROUP, "managedosversions", Some("ns"), None, None)
+        );
         for (query, verb) in [
             ("watch=true", "watch"),
             ("watch=1", "watch"),
@@ -344,7 +374,11 @@ mod tests {
             ("watch=false&watch=true", "list"),
             ("labelSelector=a%3Db&watch=true", "watch"),
         ] {
-            assert_eq!(resource_of(Method::GET, &path, Some(query)).0, verb, "{query}");
+            assert_eq!(
+                resource_of(Method::GET, &path, Some(query)).0,
+                verb,
+                "{query}"
+            );
         }
         assert_eq!(resource_of(Method::HEAD, &path, None).0, "list");
     }
@@ -353,7 +387,10 @@ mod tests {
     fn a_cluster_wide_list_has_no_namespace() {
         let (verb, attrs) = resource_of(Method::GET, &format!("{BASE}/managedosversions"), None);
         assert_eq!(verb, "list");
-        assert_eq!(attrs, expected(GROUP, "managedosversions", None, None, None));
+        assert_eq!(
+            attrs,
+            expected(GROUP, "managedosversions", None, None, None)
+        );
     }
 
     #[test]
@@ -363,7 +400,13 @@ mod tests {
         assert_eq!(verb, "get");
         assert_eq!(
             attrs,
-            expected(GROUP, "managedosversions", Some("fleet-default"), Some("v1.2.3"), Some("changelog"))
+            expected(
+                GROUP,
+                "managedosversions",
+                Some("fleet-default"),
+                Some("v1.2.3"),
+                Some("changelog")
+            )
         );
         let (_, attrs) = resource_of(Method::GET, &format!("{path}/extra/segments"), None);
         assert_eq!(attrs.subresource.as_deref(), Some("changelog"));
@@ -377,18 +420,35 @@ mod tests {
         assert_eq!(resource_of(Method::PUT, &named, None).0, "update");
         assert_eq!(resource_of(Method::PATCH, &named, None).0, "patch");
         assert_eq!(resource_of(Method::DELETE, &named, None).0, "delete");
-        assert_eq!(resource_of(Method::DELETE, &collection, None).0, "deletecollection");
+        assert_eq!(
+            resource_of(Method::DELETE, &collection, None).0,
+            "deletecollection"
+        );
         assert_eq!(resource_of(Method::OPTIONS, &named, None).0, "");
     }
 
     #[test]
     fn special_verbs_come_from_the_path() {
-        let (verb, attrs) = resource_of(Method::GET, &format!("{BASE}/watch/namespaces/ns/managedosversions/v1"), None);
+        let (verb, attrs) = resource_of(
+            Method::GET,
+            &format!("{BASE}/watch/namespaces/ns/managedosversions/v1"),
+            None,
+        );
         assert_eq!(verb, "watch");
-        assert_eq!(attrs, expected(GROUP, "managedosversions", Some("ns"), Some("v1"), None));
-        let (verb, attrs) = resource_of(Method::GET, &format!("{BASE}/proxy/namespaces/ns/things/a/b/c"), None);
+        assert_eq!(
+            attrs,
+            expected(GROUP, "managedosversions", Some("ns"), Some("v1"), None)
+        );
+        let (verb, attrs) = resource_of(
+            Method::GET,
+            &format!("{BASE}/proxy/namespaces/ns/things/a/b/c"),
+            None,
+        );
         assert_eq!(verb, "proxy");
-        assert_eq!(attrs, expected(GROUP, "things", Some("ns"), Some("a"), None));
+        assert_eq!(
+            attrs,
+            expected(GROUP, "things", Some("ns"), Some("a"), None)
+        );
         let (verb, attrs) = resource_of(Method::GET, &format!("{BASE}/watch"), None);
         assert_eq!(verb, "watch");
         assert_eq!(attrs.resource, "");
@@ -398,9 +458,15 @@ mod tests {
     fn namespaces_themselves() {
         let (verb, attrs) = resource_of(Method::GET, "/api/v1/namespaces/ns", None);
         assert_eq!(verb, "get");
-        assert_eq!(attrs, expected("", "namespaces", Some("ns"), Some("ns"), None));
+        assert_eq!(
+            attrs,
+            expected("", "namespaces", Some("ns"), Some("ns"), None)
+        );
         let (_, attrs) = resource_of(Method::PUT, "/api/v1/namespaces/ns/finalize", None);
-        assert_eq!(attrs, expected("", "namespaces", Some("ns"), Some("ns"), Some("finalize")));
+        assert_eq!(
+            attrs,
+            expected("", "namespaces", Some("ns"), Some("ns"), Some("finalize"))
+        );
         let (verb, attrs) = resource_of(Method::GET, "/api/v1/namespaces", None);
         assert_eq!(verb, "list");
         assert_eq!(attrs, expected("", "namespaces", None, None, None));
@@ -410,15 +476,35 @@ mod tests {
     fn a_field_selector_on_the_name_names_the_object() {
         let path = format!("{BASE}/namespaces/ns/managedosversions");
         let named = |query: &str| resource_of(Method::GET, &path, Some(query)).1.name;
-        assert_eq!(named("fieldSelector=metadata.name%3Dv1").as_deref(), Some("v1"));
-        assert_eq!(named("fieldSelector=metadata.name==v1").as_deref(), Some("v1"));
+        assert_eq!(
+            named("fieldSelector=metadata.name%3Dv1").as_deref(),
+            Some("v1")
+        );
+        assert_eq!(
+            named("fieldSelector=metadata.name==v1").as_deref(),
+            Some("v1")
+        );
         assert_eq!(named("fieldSelector=metadata.name!=v1"), None);
         assert_eq!(named("fieldSelector=metadata.namespace=ns"), None);
-        assert_eq!(named("fieldSelector=a=b,metadata.name=v2").as_deref(), Some("v2"));
-        assert_eq!(named("fieldSelector=metadata.name=a%2Fb"), None, "not a valid path segment");
+        assert_eq!(
+            named("fieldSelector=a=b,metadata.name=v2").as_deref(),
+            Some("v2")
+        );
+        assert_eq!(
+            named("fieldSelector=metadata.name=a%2Fb"),
+            None,
+            "not a valid path segment"
+        );
         assert_eq!(named("fieldSelector=metadata.name=.."), None);
-        assert_eq!(named("fieldSelector=metadata.name=x\\,y").as_deref(), Some("x,y"));
-        assert_eq!(named("fieldSelector=metadata.name=x,bad"), None, "an invalid term voids the selector");
+        assert_eq!(
+            named("fieldSelector=metadata.name=x\\,y").as_deref(),
+            Some("x,y")
+        );
+        assert_eq!(
+            named("fieldSelector=metadata.name=x,bad"),
+            None,
+            "an invalid term voids the selector"
+        );
         // Invalid selector: Go falls back to a lenient read of `watch` ("f" is true there).
         let (verb, attrs) = resource_of(Method::GET, &path, Some("fieldSelector=nonsense&watch=f"));
         assert_eq!((verb.as_str(), attrs.name), ("watch", None));
@@ -433,7 +519,10 @@ mod tests {
             (BASE, "get"),
             ("/api/v1", "get"),
             ("/metrics", "get"),
-            ("/openapi/v3/apis/changelog.elemental.cattle.io/v1beta1", "get"),
+            (
+                "/openapi/v3/apis/changelog.elemental.cattle.io/v1beta1",
+                "get",
+            ),
             ("/healthz/ping", "post"),
         ] {
             let method = Method::from_bytes(verb.to_uppercase().as_bytes()).unwrap_or(Method::GET);
@@ -447,8 +536,14 @@ mod tests {
     fn the_path_is_percent_decoded_before_splitting() {
         let attributes = attributes(&Method::GET, "/apis/g/v1/namespaces/a%2Fb/things", None);
         assert_eq!(attributes.path(), "/apis/g/v1/namespaces/a/b/things");
-        let resource = attributes.resource().cloned().unwrap_or_else(|| panic!("resource"));
-        assert_eq!((resource.namespace.as_deref(), resource.resource.as_str()), (Some("a"), "b"));
+        let resource = attributes
+            .resource()
+            .cloned()
+            .unwrap_or_else(|| panic!("resource"));
+        assert_eq!(
+            (resource.namespace.as_deref(), resource.resource.as_str()),
+            (Some("a"), "b")
+        );
     }
 
     #[test]
@@ -476,6 +571,18 @@ mod tests {
                 prop_assert!(resource.name.as_deref() != Some(""));
                 prop_assert!(resource.namespace.as_deref() != Some(""));
             }
+        }
+
+        #[test]
+        fn field_selector_values_round_trip(name in "[a-z0-9.,=\\\\-]{1,20}", other in "[a-z]{1,5}") {
+            let escaped = name.replace('\\', "\\\\").replace(',', "\\,").replace('=', "\\=");
+            let selector = format!("{other}=x,metadata.name={escaped}");
+            prop_assert_eq!(exact_name(&selector), Ok(Some(name)));
+        }
+
+        #[test]
+        fn field_selectors_never_panic(selector in "[a-z.=!,\\\\]{0,30}") {
+            let _ = exact_name(&selector);
         }
 
         #[test]

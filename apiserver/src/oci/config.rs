@@ -21,7 +21,11 @@ pub struct RegistryArgs {
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_CA_FILE")]
     pub registry_ca_file: Option<PathBuf>,
     /// Registry (`host[:port]`) reached over plain HTTP; repeat for several. All others use HTTPS.
-    #[arg(long = "insecure-registry", env = "ELEMENTAL_CHANGELOG_INSECURE_REGISTRIES", value_delimiter = ',')]
+    #[arg(
+        long = "insecure-registry",
+        env = "ELEMENTAL_CHANGELOG_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
     pub insecure_registries: Vec<String>,
     /// Most compressed bytes pulled for one image (all layers), e.g. `256MiB`.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_IMAGE_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
@@ -30,7 +34,11 @@ pub struct RegistryArgs {
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_UNCOMPRESSED_SIZE", default_value = "512MiB", value_parser = parse_byte_size)]
     pub max_uncompressed_size: u64,
     /// Most tar entries read from one image's layers.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_LAYER_ENTRIES", default_value_t = 100_000)]
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_MAX_LAYER_ENTRIES",
+        default_value_t = 100_000
+    )]
     pub max_layer_entries: u64,
     /// Largest `channel.json` or `changelogs/*` file accepted, e.g. `32MiB`.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_FILE_SIZE", default_value = "32MiB", value_parser = parse_byte_size)]
@@ -58,9 +66,11 @@ impl RegistryArgs {
                     path: path.clone(),
                     source,
                 })?;
-                RegistryCredentials::from_docker_config(&data).map_err(|source| ConfigError::DockerConfig {
-                    path: path.clone(),
-                    source,
+                RegistryCredentials::from_docker_config(&data).map_err(|source| {
+                    ConfigError::DockerConfig {
+                        path: path.clone(),
+                        source,
+                    }
                 })?
             }
             None => RegistryCredentials::default(),
@@ -260,7 +270,11 @@ impl RegistryCredentials {
         let config: DockerConfig = serde_json::from_slice(json).map_err(CredentialsError::Json)?;
         let mut by_registry = HashMap::new();
         for (key, auth) in config.auths {
-            let credential = match (auth.auth.filter(|auth| !auth.is_empty()), auth.username, auth.password) {
+            let credential = match (
+                auth.auth.filter(|auth| !auth.is_empty()),
+                auth.username,
+                auth.password,
+            ) {
                 (Some(encoded), _, _) => {
                     let decoded = base64::engine::general_purpose::STANDARD
                         .decode(encoded.trim())
@@ -268,11 +282,16 @@ impl RegistryCredentials {
                             registry: key.clone(),
                             source,
                         })?;
-                    let decoded = String::from_utf8(decoded)
-                        .map_err(|_| CredentialsError::AuthFormat { registry: key.clone() })?;
-                    let (username, password) = decoded
-                        .split_once(':')
-                        .ok_or_else(|| CredentialsError::AuthFormat { registry: key.clone() })?;
+                    let decoded =
+                        String::from_utf8(decoded).map_err(|_| CredentialsError::AuthFormat {
+                            registry: key.clone(),
+                        })?;
+                    let (username, password) =
+                        decoded
+                            .split_once(':')
+                            .ok_or_else(|| CredentialsError::AuthFormat {
+                                registry: key.clone(),
+                            })?;
                     Credential {
                         username: username.to_owned(),
                         password: password.to_owned(),
@@ -288,13 +307,16 @@ impl RegistryCredentials {
 
     /// Adds (or replaces) the credential of one registry (`host[:port]`).
     pub fn insert(&mut self, registry: &str, credential: Credential) {
-        self.by_registry.insert(registry_host(registry), Arc::new(credential));
+        self.by_registry
+            .insert(registry_host(registry), Arc::new(credential));
     }
 
     /// The credential for a registry as written in an image reference
     /// (`host[:port]`; Docker Hub under any of its names).
     pub fn get(&self, registry: &str) -> Option<&Credential> {
-        self.by_registry.get(&registry_host(registry)).map(Arc::as_ref)
+        self.by_registry
+            .get(&registry_host(registry))
+            .map(Arc::as_ref)
     }
 
     /// Whether no registry has credentials.
@@ -313,7 +335,9 @@ fn registry_host(key: &str) -> String {
         .unwrap_or(key);
     let host = key.split('/').next().unwrap_or(key).to_ascii_lowercase();
     match host.as_str() {
-        "docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => "index.docker.io".to_owned(),
+        "docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
+            "index.docker.io".to_owned()
+        }
         _ => host,
     }
 }
@@ -322,7 +346,9 @@ fn registry_host(key: &str) -> String {
 /// (`B`, `KiB`, `MiB`, `GiB`, `TiB`, or decimal `kB`, `KB`, `MB`, `GB`, `TB`).
 pub fn parse_byte_size(text: &str) -> Result<u64, ByteSizeError> {
     let text = text.trim();
-    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);
     let number: u64 = number.parse().map_err(|_| ByteSizeError::Number)?;
     let multiplier: u64 = match unit.trim() {
@@ -337,7 +363,9 @@ pub fn parse_byte_size(text: &str) -> Result<u64, ByteSizeError> {
         "TB" => 1_000_000_000_000,
         _ => return Err(ByteSizeError::Unit),
     };
-    number.checked_mul(multiplier).ok_or(ByteSizeError::Overflow)
+    number
+        .checked_mul(multiplier)
+        .ok_or(ByteSizeError::Overflow)
 }
 
 /// Why a byte size does not parse.
@@ -373,7 +401,10 @@ mod tests {
         assert_eq!(parse_byte_size("-1"), Err(ByteSizeError::Number));
         assert_eq!(parse_byte_size("1.5GiB"), Err(ByteSizeError::Unit));
         assert_eq!(parse_byte_size("3mb"), Err(ByteSizeError::Unit));
-        assert_eq!(parse_byte_size("99999999999TiB"), Err(ByteSizeError::Overflow));
+        assert_eq!(
+            parse_byte_size("99999999999TiB"),
+            Err(ByteSizeError::Overflow)
+        );
     }
 
     proptest! {
@@ -398,7 +429,10 @@ mod tests {
         }}"#;
         let creds = RegistryCredentials::from_docker_config(json).unwrap();
         let cred = creds.get("registry.example.com:5000").unwrap();
-        assert_eq!((cred.username.as_str(), cred.password.as_str()), ("user", "pa:ss"));
+        assert_eq!(
+            (cred.username.as_str(), cred.password.as_str()),
+            ("user", "pa:ss")
+        );
         assert_eq!(creds.get("docker.io").unwrap().username, "hub");
         assert_eq!(creds.get("index.docker.io").unwrap().password, "secret");
         assert_eq!(creds.get("OTHER.example.com").unwrap().username, "u");
@@ -435,7 +469,10 @@ mod tests {
             .unwrap();
         let bundle = format!("{}\n{}", cert.pem(), cert.pem());
         assert_eq!(parse_ca_bundle(bundle.as_bytes()).unwrap().len(), 2);
-        assert!(matches!(parse_ca_bundle(b"nothing here"), Err(CaBundleError::Empty)));
+        assert!(matches!(
+            parse_ca_bundle(b"nothing here"),
+            Err(CaBundleError::Empty)
+        ));
     }
 
     #[test]
@@ -446,11 +483,24 @@ mod tests {
             #[command(flatten)]
             registry: RegistryArgs,
         }
-        let cli = Cli::try_parse_from(["x", "--insecure-registry", "127.0.0.1:5000", "--max-file-size", "1MiB"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "x",
+            "--insecure-registry",
+            "127.0.0.1:5000",
+            "--max-file-size",
+            "1MiB",
+        ])
+        .unwrap();
         let config = cli.registry.to_config().unwrap();
-        assert_eq!(config.insecure_registries, vec!["127.0.0.1:5000".to_owned()]);
+        assert_eq!(
+            config.insecure_registries,
+            vec!["127.0.0.1:5000".to_owned()]
+        );
         assert_eq!(config.limits.max_file_bytes, 1 << 20);
-        assert_eq!(config.limits.max_compressed_bytes, FetchLimits::default().max_compressed_bytes);
+        assert_eq!(
+            config.limits.max_compressed_bytes,
+            FetchLimits::default().max_compressed_bytes
+        );
         assert_eq!(config.fetch_timeout, FetchConfig::default().fetch_timeout);
     }
 }

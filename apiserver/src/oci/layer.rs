@@ -207,16 +207,27 @@ impl Extractor {
     /// builders push plain or zstd tar streams under Docker's gzip type).
     ///
     /// Consumes the extractor: after an error its state is meaningless.
-    pub fn apply_layer(mut self, media_type: &str, mut blob: impl Read) -> Result<Self, LayerError> {
-        let declared = Compression::from_media_type(media_type).ok_or_else(|| LayerError::UnsupportedMediaType {
-            media_type: media_type.to_owned(),
+    pub fn apply_layer(
+        mut self,
+        media_type: &str,
+        mut blob: impl Read,
+    ) -> Result<Self, LayerError> {
+        let declared = Compression::from_media_type(media_type).ok_or_else(|| {
+            LayerError::UnsupportedMediaType {
+                media_type: media_type.to_owned(),
+            }
         })?;
         let mut head = [0u8; 4];
         let head_len = read_up_to(&mut blob, &mut head)?;
         let head = &head[..head_len];
         let detected = Compression::from_magic(head);
         if detected != declared {
-            tracing::warn!(media_type, ?declared, ?detected, "layer compression differs from its media type");
+            tracing::warn!(
+                media_type,
+                ?declared,
+                ?detected,
+                "layer compression differs from its media type"
+            );
         }
         let source = Cursor::new(head.to_vec()).chain(blob);
         let decompressed: Box<dyn Read + '_> = match detected {
@@ -228,7 +239,10 @@ impl Extractor {
                 Box::new(decoder)
             }
         };
-        let budget = self.limits.max_uncompressed_bytes.saturating_sub(self.uncompressed_bytes);
+        let budget = self
+            .limits
+            .max_uncompressed_bytes
+            .saturating_sub(self.uncompressed_bytes);
         let mut archive = tar::Archive::new(Counting::new(decompressed, budget));
         let mut layer = BTreeMap::new();
         let result = self.read_entries(&mut archive, &mut layer);
@@ -478,7 +492,8 @@ impl<R: Read> Read for Counting<R> {
         // Ask for one byte more than allowed, to tell "exactly at the limit"
         // from "over it".
         let allowed = self.budget - self.read;
-        let want = usize::try_from(allowed.saturating_add(1)).map_or(buf.len(), |allowed| allowed.min(buf.len()));
+        let want = usize::try_from(allowed.saturating_add(1))
+            .map_or(buf.len(), |allowed| allowed.min(buf.len()));
         let n = self.inner.read(&mut buf[..want])?;
         if n as u64 > allowed {
             self.exceeded = true;
@@ -518,7 +533,13 @@ mod tests {
         PaxFile(&'a str, &'a [u8]),
     }
 
-    fn raw(builder: &mut tar::Builder<Vec<u8>>, name: &[u8], kind: EntryType, data: &[u8], link: &[u8]) {
+    fn raw(
+        builder: &mut tar::Builder<Vec<u8>>,
+        name: &[u8],
+        kind: EntryType,
+        data: &[u8],
+        link: &[u8],
+    ) {
         let mut header = tar::Header::new_gnu();
         let old = header.as_old_mut();
         old.name[..name.len()].copy_from_slice(name);
@@ -534,22 +555,66 @@ mod tests {
         let mut builder = tar::Builder::new(Vec::new());
         for entry in entries {
             match entry {
-                E::File(name, data) => raw(&mut builder, name.as_bytes(), EntryType::Regular, data, b""),
-                E::Dir(name) => raw(&mut builder, name.as_bytes(), EntryType::Directory, b"", b""),
-                E::Symlink(name, to) => raw(&mut builder, name.as_bytes(), EntryType::Symlink, b"", to.as_bytes()),
-                E::HardLink(name, to) => raw(&mut builder, name.as_bytes(), EntryType::Link, b"", to.as_bytes()),
+                E::File(name, data) => {
+                    raw(&mut builder, name.as_bytes(), EntryType::Regular, data, b"")
+                }
+                E::Dir(name) => raw(
+                    &mut builder,
+                    name.as_bytes(),
+                    EntryType::Directory,
+                    b"",
+                    b"",
+                ),
+                E::Symlink(name, to) => raw(
+                    &mut builder,
+                    name.as_bytes(),
+                    EntryType::Symlink,
+                    b"",
+                    to.as_bytes(),
+                ),
+                E::HardLink(name, to) => raw(
+                    &mut builder,
+                    name.as_bytes(),
+                    EntryType::Link,
+                    b"",
+                    to.as_bytes(),
+                ),
                 E::Fifo(name) => raw(&mut builder, name.as_bytes(), EntryType::Fifo, b"", b""),
                 E::Char(name) => raw(&mut builder, name.as_bytes(), EntryType::Char, b"", b""),
                 E::LongFile(name, data) => {
                     let mut long = name.as_bytes().to_vec();
                     long.push(0);
-                    raw(&mut builder, b"././@LongLink", EntryType::GNULongName, &long, b"");
-                    raw(&mut builder, &name.as_bytes()[..90], EntryType::Regular, data, b"");
+                    raw(
+                        &mut builder,
+                        b"././@LongLink",
+                        EntryType::GNULongName,
+                        &long,
+                        b"",
+                    );
+                    raw(
+                        &mut builder,
+                        &name.as_bytes()[..90],
+                        EntryType::Regular,
+                        data,
+                        b"",
+                    );
                 }
                 E::PaxFile(name, data) => {
                     let record = pax_record("path", name);
-                    raw(&mut builder, b"PaxHeaders/x", EntryType::XHeader, record.as_bytes(), b"");
-                    raw(&mut builder, b"truncated-name", EntryType::Regular, data, b"");
+                    raw(
+                        &mut builder,
+                        b"PaxHeaders/x",
+                        EntryType::XHeader,
+                        record.as_bytes(),
+                        b"",
+                    );
+                    raw(
+                        &mut builder,
+                        b"truncated-name",
+                        EntryType::Regular,
+                        data,
+                        b"",
+                    );
                 }
             }
         }
@@ -579,7 +644,10 @@ mod tests {
         extract_with(FetchLimits::default(), layers)
     }
 
-    fn extract_with(limits: FetchLimits, layers: &[(&str, Vec<u8>)]) -> Result<Vec<(String, Vec<u8>)>, LayerError> {
+    fn extract_with(
+        limits: FetchLimits,
+        layers: &[(&str, Vec<u8>)],
+    ) -> Result<Vec<(String, Vec<u8>)>, LayerError> {
         let mut extractor = Extractor::new(limits);
         for (media_type, blob) in layers {
             extractor = extractor.apply_layer(media_type, blob.as_slice())?;
@@ -620,7 +688,11 @@ mod tests {
             let files = extract(&[(media_type, blob)]).unwrap();
             assert_eq!(
                 names(&files),
-                ["changelogs/v1.updates.log", "changelogs/v2.updates.log", "channel.json"],
+                [
+                    "changelogs/v1.updates.log",
+                    "changelogs/v2.updates.log",
+                    "channel.json"
+                ],
                 "{media_type}"
             );
             assert_eq!(files[2].1, b"[]");
@@ -636,7 +708,10 @@ mod tests {
         let mut frames = zstd(first);
         frames.extend(zstd(second));
         for (media_type, blob) in [(GZIP, members), (ZSTD, frames)] {
-            assert_eq!(extract(&[(media_type, blob)]).unwrap(), [("channel.json".to_owned(), b"[1,2,3]".to_vec())]);
+            assert_eq!(
+                extract(&[(media_type, blob)]).unwrap(),
+                [("channel.json".to_owned(), b"[1,2,3]".to_vec())]
+            );
         }
     }
 
@@ -657,16 +732,28 @@ mod tests {
         let middle = corrupt.len() / 2;
         corrupt[middle] ^= 0xff;
         corrupt.truncate(middle + 10);
-        assert!(matches!(extract(&[(GZIP, corrupt)]), Err(LayerError::Read { .. })));
+        assert!(matches!(
+            extract(&[(GZIP, corrupt)]),
+            Err(LayerError::Read { .. })
+        ));
         let mut bad_header = channel_layer();
         bad_header[148] ^= 0x55; // checksum field
-        assert!(matches!(extract(&[(TAR, bad_header)]), Err(LayerError::Read { .. })));
+        assert!(matches!(
+            extract(&[(TAR, bad_header)]),
+            Err(LayerError::Read { .. })
+        ));
     }
 
     #[test]
     fn later_layers_win() {
         let files = extract(&[
-            (GZIP, gzip(&tar(&[E::File("channel.json", b"old"), E::File("changelogs/a", b"a1")]))),
+            (
+                GZIP,
+                gzip(&tar(&[
+                    E::File("channel.json", b"old"),
+                    E::File("changelogs/a", b"a1"),
+                ])),
+            ),
             (ZSTD, zstd(&tar(&[E::File("./channel.json", b"new")]))),
             (TAR, tar(&[E::File("changelogs/b", b"b3")])),
         ])
@@ -683,7 +770,14 @@ mod tests {
 
     #[test]
     fn same_path_twice_in_one_layer_keeps_the_last() {
-        let files = extract(&[(TAR, tar(&[E::File("channel.json", b"first"), E::File("channel.json", b"second")]))]).unwrap();
+        let files = extract(&[(
+            TAR,
+            tar(&[
+                E::File("channel.json", b"first"),
+                E::File("channel.json", b"second"),
+            ]),
+        )])
+        .unwrap();
         assert_eq!(files, [("channel.json".to_owned(), b"second".to_vec())]);
     }
 
@@ -695,39 +789,87 @@ mod tests {
             E::File("changelogs/b", b"b"),
             E::File("changelogs/sub/c", b"c"),
         ]);
-        let files = extract(&[(TAR, base.clone()), (TAR, tar(&[E::File("changelogs/.wh.a", b"")]))]).unwrap();
-        assert_eq!(names(&files), ["changelogs/b", "changelogs/sub/c", "channel.json"]);
+        let files = extract(&[
+            (TAR, base.clone()),
+            (TAR, tar(&[E::File("changelogs/.wh.a", b"")])),
+        ])
+        .unwrap();
+        assert_eq!(
+            names(&files),
+            ["changelogs/b", "changelogs/sub/c", "channel.json"]
+        );
 
-        let files = extract(&[(TAR, base.clone()), (TAR, tar(&[E::File("changelogs/.wh.sub", b"")]))]).unwrap();
-        assert_eq!(names(&files), ["changelogs/a", "changelogs/b", "channel.json"]);
+        let files = extract(&[
+            (TAR, base.clone()),
+            (TAR, tar(&[E::File("changelogs/.wh.sub", b"")])),
+        ])
+        .unwrap();
+        assert_eq!(
+            names(&files),
+            ["changelogs/a", "changelogs/b", "channel.json"]
+        );
 
-        let files = extract(&[(TAR, base.clone()), (TAR, tar(&[E::File(".wh.channel.json", b"")]))]).unwrap();
-        assert_eq!(names(&files), ["changelogs/a", "changelogs/b", "changelogs/sub/c"]);
+        let files = extract(&[
+            (TAR, base.clone()),
+            (TAR, tar(&[E::File(".wh.channel.json", b"")])),
+        ])
+        .unwrap();
+        assert_eq!(
+            names(&files),
+            ["changelogs/a", "changelogs/b", "changelogs/sub/c"]
+        );
 
         // The folder is whited out and recreated in the same layer.
         let files = extract(&[
             (TAR, base.clone()),
-            (TAR, tar(&[E::File(".wh.changelogs", b""), E::File("changelogs/new", b"n")])),
+            (
+                TAR,
+                tar(&[
+                    E::File(".wh.changelogs", b""),
+                    E::File("changelogs/new", b"n"),
+                ]),
+            ),
         ])
         .unwrap();
         assert_eq!(names(&files), ["changelogs/new", "channel.json"]);
 
         // A whiteout only hides lower layers, never a file of its own layer.
-        let files = extract(&[(TAR, tar(&[E::File("changelogs/a", b"a"), E::File("changelogs/.wh.a", b"")]))]).unwrap();
+        let files = extract(&[(
+            TAR,
+            tar(&[
+                E::File("changelogs/a", b"a"),
+                E::File("changelogs/.wh.a", b""),
+            ]),
+        )])
+        .unwrap();
         assert_eq!(names(&files), ["changelogs/a"]);
 
         // AUFS bookkeeping entries are neither whiteouts nor kept.
-        let files = extract(&[(TAR, base), (TAR, tar(&[E::File("changelogs/.wh..wh.plnk", b"")]))]).unwrap();
+        let files = extract(&[
+            (TAR, base),
+            (TAR, tar(&[E::File("changelogs/.wh..wh.plnk", b"")])),
+        ])
+        .unwrap();
         assert_eq!(names(&files).len(), 4);
     }
 
     #[test]
     fn opaque_folders_hide_everything_below_in_them() {
-        let base = tar(&[E::File("channel.json", b"[]"), E::File("changelogs/a", b"a"), E::File("changelogs/b", b"b")]);
+        let base = tar(&[
+            E::File("channel.json", b"[]"),
+            E::File("changelogs/a", b"a"),
+            E::File("changelogs/b", b"b"),
+        ]);
         for upper in [
-            tar(&[E::File("changelogs/.wh..wh..opq", b""), E::File("changelogs/c", b"c")]),
+            tar(&[
+                E::File("changelogs/.wh..wh..opq", b""),
+                E::File("changelogs/c", b"c"),
+            ]),
             // The marker may come after the layer's own files of that folder.
-            tar(&[E::File("changelogs/c", b"c"), E::File("changelogs/.wh..wh..opq", b"")]),
+            tar(&[
+                E::File("changelogs/c", b"c"),
+                E::File("changelogs/.wh..wh..opq", b""),
+            ]),
         ] {
             let files = extract(&[(TAR, base.clone()), (TAR, upper)]).unwrap();
             assert_eq!(names(&files), ["changelogs/c", "channel.json"]);
@@ -738,12 +880,23 @@ mod tests {
 
     #[test]
     fn entries_replace_lower_ones_of_another_type() {
-        let base = tar(&[E::File("channel.json", b"[]"), E::File("changelogs/a", b"a")]);
+        let base = tar(&[
+            E::File("channel.json", b"[]"),
+            E::File("changelogs/a", b"a"),
+        ]);
         // A symlink hides the file below; it is not followed.
-        let files = extract(&[(TAR, base.clone()), (TAR, tar(&[E::Symlink("channel.json", "/etc/passwd")]))]).unwrap();
+        let files = extract(&[
+            (TAR, base.clone()),
+            (TAR, tar(&[E::Symlink("channel.json", "/etc/passwd")])),
+        ])
+        .unwrap();
         assert_eq!(names(&files), ["changelogs/a"]);
         // A file replacing a folder hides its children.
-        let files = extract(&[(TAR, base.clone()), (TAR, tar(&[E::File("changelogs", b"flat")]))]).unwrap();
+        let files = extract(&[
+            (TAR, base.clone()),
+            (TAR, tar(&[E::File("changelogs", b"flat")])),
+        ])
+        .unwrap();
         assert_eq!(names(&files), ["channel.json"]);
         // A folder entry merges with the folder below.
         let files = extract(&[(TAR, base), (TAR, tar(&[E::Dir("changelogs/")]))]).unwrap();
@@ -793,16 +946,28 @@ mod tests {
         .unwrap();
         assert_eq!(
             files,
-            [("changelogs/pax.updates.log".to_owned(), b"pax".to_vec()), (long.clone(), b"gnu".to_vec())]
+            [
+                ("changelogs/pax.updates.log".to_owned(), b"pax".to_vec()),
+                (long.clone(), b"gnu".to_vec())
+            ]
         );
     }
 
     #[test]
     fn huge_metadata_entries_are_refused_before_reading() {
         let mut builder = tar::Builder::new(Vec::new());
-        raw(&mut builder, b"././@LongLink", EntryType::GNULongName, &vec![b'a'; 2 * MAX_METADATA_BYTES as usize], b"");
+        raw(
+            &mut builder,
+            b"././@LongLink",
+            EntryType::GNULongName,
+            &vec![b'a'; 2 * MAX_METADATA_BYTES as usize],
+            b"",
+        );
         let blob = builder.into_inner().unwrap();
-        assert!(matches!(extract(&[(TAR, blob)]), Err(LayerError::LimitExceeded(Limit::FileBytes))));
+        assert!(matches!(
+            extract(&[(TAR, blob)]),
+            Err(LayerError::LimitExceeded(Limit::FileBytes))
+        ));
     }
 
     #[test]
@@ -811,7 +976,10 @@ mod tests {
             max_file_bytes: 10,
             ..FetchLimits::default()
         };
-        let ok = tar(&[E::File("channel.json", &[b' '; 10]), E::File("bin/big", &[0; 4096])]);
+        let ok = tar(&[
+            E::File("channel.json", &[b' '; 10]),
+            E::File("bin/big", &[0; 4096]),
+        ]);
         assert_eq!(extract_with(limits, &[(TAR, ok)]).unwrap().len(), 1);
         let over = tar(&[E::File("changelogs/a", &[b' '; 11])]);
         assert!(matches!(
@@ -830,10 +998,22 @@ mod tests {
         let layers = [
             (TAR, tar(&[E::File("channel.json", &[b' '; 8])])),
             (TAR, tar(&[E::File("channel.json", &[b' '; 9])])),
-            (TAR, tar(&[E::File("changelogs/.wh.none", b""), E::File("changelogs/a", b"a")])),
+            (
+                TAR,
+                tar(&[
+                    E::File("changelogs/.wh.none", b""),
+                    E::File("changelogs/a", b"a"),
+                ]),
+            ),
         ];
         assert_eq!(extract_with(limits, &layers).unwrap().len(), 2);
-        let over = [(TAR, tar(&[E::File("channel.json", &[b' '; 6]), E::File("changelogs/a", &[b' '; 5])]))];
+        let over = [(
+            TAR,
+            tar(&[
+                E::File("channel.json", &[b' '; 6]),
+                E::File("changelogs/a", &[b' '; 5]),
+            ]),
+        )];
         assert!(matches!(
             extract_with(limits, &over),
             Err(LayerError::LimitExceeded(Limit::KeptBytes))
@@ -861,7 +1041,9 @@ mod tests {
             max_uncompressed_bytes: blob.len() as u64 - 512,
             ..FetchLimits::default()
         };
-        let extractor = Extractor::new(exact).apply_layer(TAR, blob.as_slice()).unwrap();
+        let extractor = Extractor::new(exact)
+            .apply_layer(TAR, blob.as_slice())
+            .unwrap();
         // The tar reader stops at the first end-of-archive block.
         assert_eq!(extractor.uncompressed_bytes(), blob.len() as u64 - 512);
         let short = FetchLimits {
@@ -922,13 +1104,21 @@ mod tests {
             };
             let result = Extractor::new(limits).apply_layer(media_type, &mut tally);
             assert!(
-                matches!(result, Err(LayerError::LimitExceeded(Limit::UncompressedBytes))),
+                matches!(
+                    result,
+                    Err(LayerError::LimitExceeded(Limit::UncompressedBytes))
+                ),
                 "{media_type}: {result:?}"
             );
             // gzip stopped early (about 1/16 of the stream); zstd shrinks 1 GiB
             // of zeros to ~50 KiB, which its decoder reads in a few gulps.
             if media_type == GZIP {
-                assert!(tally.read < blob.len() as u64 / 4, "read {} of {}", tally.read, blob.len());
+                assert!(
+                    tally.read < blob.len() as u64 / 4,
+                    "read {} of {}",
+                    tally.read,
+                    blob.len()
+                );
             }
         }
     }
@@ -941,7 +1131,10 @@ mod tests {
             read: 0,
         };
         let result = Extractor::new(FetchLimits::default()).apply_layer(GZIP, &mut tally);
-        assert!(matches!(result, Err(LayerError::LimitExceeded(Limit::FileBytes))), "{result:?}");
+        assert!(
+            matches!(result, Err(LayerError::LimitExceeded(Limit::FileBytes))),
+            "{result:?}"
+        );
         assert!(tally.read < 64 * 1024, "read {}", tally.read);
     }
 
@@ -949,19 +1142,33 @@ mod tests {
     fn zstd_windows_over_the_maximum_are_refused() {
         let plain = tar(&[E::File("channel.json", b"[]")]);
         let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
-        encoder.set_parameter(zstd::zstd_safe::CParameter::WindowLog(27)).unwrap();
+        encoder
+            .set_parameter(zstd::zstd_safe::CParameter::WindowLog(27))
+            .unwrap();
         encoder.set_pledged_src_size(None).unwrap();
         encoder.write_all(&plain).unwrap();
         let blob = encoder.finish().unwrap();
         // With an unknown content size the decoder must honour the window.
-        assert!(matches!(extract(&[(ZSTD, blob)]), Err(LayerError::Read { .. })));
+        assert!(matches!(
+            extract(&[(ZSTD, blob)]),
+            Err(LayerError::Read { .. })
+        ));
     }
 
     #[test]
     fn path_normalisation() {
-        assert_eq!(normalize_path(b"./channel.json").as_deref(), Some("channel.json"));
-        assert_eq!(normalize_path(b"/changelogs//a/./b").as_deref(), Some("changelogs/a/b"));
-        assert_eq!(normalize_path(b"changelogs/"), Some("changelogs".to_owned()));
+        assert_eq!(
+            normalize_path(b"./channel.json").as_deref(),
+            Some("channel.json")
+        );
+        assert_eq!(
+            normalize_path(b"/changelogs//a/./b").as_deref(),
+            Some("changelogs/a/b")
+        );
+        assert_eq!(
+            normalize_path(b"changelogs/"),
+            Some("changelogs".to_owned())
+        );
         assert_eq!(normalize_path(b"a/../b"), None);
         assert_eq!(normalize_path(b".."), None);
         assert_eq!(normalize_path(b"./"), None);

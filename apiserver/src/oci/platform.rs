@@ -31,7 +31,8 @@ pub fn select<'a>(index: &'a OciImageIndex, arch: &str) -> Option<&'a ImageIndex
     let wanted = normalize_arch(arch);
     index.manifests.iter().find(|entry| {
         entry.platform.as_ref().is_some_and(|platform| {
-            platform.os.to_string() == "linux" && normalize_arch(&platform.architecture.to_string()) == wanted
+            platform.os.to_string() == "linux"
+                && normalize_arch(&platform.architecture.to_string()) == wanted
         })
     })
 }
@@ -72,7 +73,11 @@ mod tests {
             ("aarch64", "sha256:bb"),
             ("arm64", "sha256:bb"),
         ] {
-            assert_eq!(select(&index(), arch).map(|e| e.digest.as_str()), Some(digest), "{arch}");
+            assert_eq!(
+                select(&index(), arch).map(|e| e.digest.as_str()),
+                Some(digest),
+                "{arch}"
+            );
         }
         assert!(select(&index(), "s390x").is_none());
         assert!(select(&index(), "unknown").is_none());
@@ -82,7 +87,12 @@ mod tests {
     fn lists_available() {
         assert_eq!(
             available(&index()),
-            ["unknown/unknown", "linux/arm64/v8", "linux/amd64", "unknown"]
+            [
+                "unknown/unknown",
+                "linux/arm64/v8",
+                "linux/amd64",
+                "unknown"
+            ]
         );
     }
 }

@@ -11,6 +11,8 @@ use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{
     APISERVICE_NAME, FLEET_NAMESPACE, TestBed, TestBedOptions, tools_dir,
 };
+use serde_json::Value;
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The sample channel the demo shows, by name and the names of its versions.
 struct SampleChannel {
@@ -20,6 +22,35 @@ struct SampleChannel {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // Registered before anything starts, so Ctrl-C at any moment tears down
+    // what exists (the test bed's processes are in their own process groups
+    // and never see the terminal's SIGINT themselves).
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let stop = async {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    };
+    tokio::pin!(stop);
+
+    let mut bed = tokio::select! {
+        bed = start() => bed?,
+        () = &mut stop => {
+            println!("\nInterrupted while starting; everything started is stopped.");
+            return Ok(());
+        }
+    };
+    let result = tokio::select! {
+        result = run(&mut bed) => result,
+        () = &mut stop => Ok(()),
+    };
+    println!("\nTearing down ...");
+    bed.finish(result)
+}
+
+async fn start() -> Result<TestBed> {
     let started = Instant::now();
     println!("Starting etcd and kube-apiserver on 127.0.0.1 ...");
     let mut bed = TestBed::start(TestBedOptions::default()).await?;
@@ -30,14 +61,17 @@ async fn main() -> Result<()> {
         "Registered and Available after {:.1?}.\n",
         started.elapsed()
     );
+    Ok(bed)
+}
 
-    let result = show(&bed).await;
-    let result = match result {
-        Ok(()) => watch_until_ctrl_c(&mut bed).await,
-        Err(err) => Err(err),
-    };
-    println!("\nTearing down ...");
-    bed.finish(result)
+/// Shows the demo, then watches the test bed until a process of it dies.
+async fn run(bed: &mut TestBed) -> Result<()> {
+    show(bed).await?;
+    let mut check = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        check.tick().await;
+        bed.ensure_running()?;
+    }
 }
 
 async fn show(bed: &TestBed) -> Result<()> {
@@ -68,13 +102,12 @@ async fn show(bed: &TestBed) -> Result<()> {
         changelog = format!(
             "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/managedosversions/{version}/changelog"
         );
-        print_command(bed, &["get", "--raw", &changelog]).await?;
+        print_request(bed, &changelog).await?;
     }
 
-    let kubectl = tools_dir().join("kubectl");
     println!("The test bed keeps running. In another shell:\n");
     println!("  export KUBECONFIG={}", bed.kubeconfig().display());
-    println!("  alias kubectl={}", kubectl.display());
+    println!("  export PATH={}:$PATH", tools_dir().display());
     println!("  kubectl get apiservice {APISERVICE_NAME} -o yaml");
     println!("  kubectl api-resources --api-group=changelog.elemental.cattle.io");
     println!(
@@ -142,24 +175,35 @@ async fn sample_channel(bed: &TestBed) -> Result<SampleChannel> {
 async fn print_command(bed: &TestBed, args: &[&str]) -> Result<()> {
     println!("$ kubectl {}", args.join(" "));
     let output = bed.kubectl(args).await?;
-    print!("{}", String::from_utf8_lossy(&output.stdout));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{}", pretty(&stdout).trim_end());
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
-    if !output.stdout.ends_with(b"\n") {
-        println!();
-    }
     println!();
     Ok(())
 }
 
-/// Waits for Ctrl-C, failing early when a process of the test bed dies.
-async fn watch_until_ctrl_c(bed: &mut TestBed) -> Result<()> {
-    let mut check = tokio::time::interval(Duration::from_secs(2));
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    loop {
-        tokio::select! {
-            signal = &mut ctrl_c => return signal.context("waiting for Ctrl-C"),
-            _ = check.tick() => bed.ensure_running()?,
-        }
+/// One GET through kube-apiserver as admin, shown with its status line: unlike
+/// `kubectl get --raw`, it does not retry a 503 that carries `Retry-After`.
+async fn print_request(bed: &TestBed, path: &str) -> Result<()> {
+    println!("$ GET {path}   (through kube-apiserver, as admin)");
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    let response = http
+        .get(format!("{}{path}", bed.apiserver_url()))
+        .send()
+        .await?;
+    println!("HTTP {}", response.status());
+    if let Some(retry) = response.headers().get("retry-after") {
+        println!("Retry-After: {}", retry.to_str().unwrap_or("?"));
     }
+    let body = response.text().await?;
+    println!("{}\n", pretty(&body).trim_end());
+    Ok(())
+}
+
+/// JSON indented for reading; anything else as it is.
+fn pretty(text: &str) -> String {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| text.to_owned())
 }
