@@ -22,7 +22,10 @@ pub struct ChannelKey {
 impl ChannelKey {
     /// A key.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { namespace: namespace.into(), name: name.into() }
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 }
 
@@ -135,17 +138,24 @@ impl Cache {
 
     /// Every channel with its state.
     pub fn all(&self) -> Vec<(ChannelKey, Arc<ChannelState>)> {
-        self.channels.iter().map(|e| (e.key().clone(), e.value().clone())).collect()
+        self.channels
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect()
     }
 
     /// Drops retained versions of `key` for which `keep` says no (their
     /// ManagedOSVersion is gone), so retained data never outlives it.
     pub fn prune_retained(&self, key: &ChannelKey, keep: impl Fn(&str) -> bool) {
-        let Some(mut entry) = self.channels.get_mut(key) else { return };
+        let Some(mut entry) = self.channels.get_mut(key) else {
+            return;
+        };
         let mut state = entry.value().as_ref().clone();
         let mut changed = false;
         for arch in state.archs.values_mut() {
-            let Some(snapshot) = &arch.snapshot else { continue };
+            let Some(snapshot) = &arch.snapshot else {
+                continue;
+            };
             let mut data = snapshot.data.as_ref().clone();
             if !data.drop_retained(&keep) {
                 continue;

@@ -149,7 +149,12 @@ struct Context {
 enum ChannelEvent {
     Applied(Arc<ManagedOSVersionChannel>),
     Deleted(ChannelKey),
+    /// A (re-)list of channels completed. A re-list reports no deletions:
+    /// channels deleted while the watch was down are found missing from the store.
+    ChannelsListed,
     VersionDeleted(ChannelKey),
+    /// A (re-)list of versions completed (see `ChannelsListed`).
+    VersionsListed,
 }
 
 /// Builds the reflectors and returns the read side, plus the future that runs
@@ -212,7 +217,8 @@ fn channel_event(event: &watcher::Event<ManagedOSVersionChannel>) -> Option<Chan
         watcher::Event::Delete(c) => {
             Some(ChannelEvent::Deleted(ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any())))
         }
-        watcher::Event::Init | watcher::Event::InitDone => None,
+        watcher::Event::InitDone => Some(ChannelEvent::ChannelsListed),
+        watcher::Event::Init => None,
     }
 }
 
@@ -222,6 +228,7 @@ fn version_event(event: &watcher::Event<ManagedOSVersion>) -> Option<ChannelEven
         watcher::Event::Delete(v) => v
             .channel_name()
             .map(|channel| ChannelEvent::VersionDeleted(ChannelKey::new(v.namespace().unwrap_or_default(), channel))),
+        watcher::Event::InitDone => Some(ChannelEvent::VersionsListed),
         _ => None,
     }
 }
@@ -293,6 +300,7 @@ where
 
 struct Worker {
     trigger: watch::Sender<(Option<String>, SyncKey)>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 async fn controller(
@@ -363,26 +371,28 @@ async fn controller(
                             }
                             None => {
                                 let (trigger, rx) = watch::channel(want);
-                                let span = info_span!("channel", namespace = %key.namespace, name = %key.name);
-                                tokio::spawn(worker(key.clone(), rx, ctx.clone()).instrument(span));
-                                workers.insert(key, Worker { trigger });
+                                let span = info_span!("refresh", namespace = %key.namespace, channel = %key.name);
+                                let task = tokio::spawn(worker(key.clone(), rx, ctx.clone()).instrument(span));
+                                workers.insert(key, Worker { trigger, task });
                             }
                         }
                     }
-                    ChannelEvent::Deleted(key) => {
-                        // Dropping the sender ends the worker, which forgets the data.
-                        workers.remove(&key);
-                        if let Some(pending) = &mut pending_first
-                            && pending.remove(&key)
-                            && pending.is_empty()
-                        {
-                            fetched.set();
+                    ChannelEvent::Deleted(key) => drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched),
+                    ChannelEvent::ChannelsListed => {
+                        let gone: Vec<ChannelKey> =
+                            workers.keys().filter(|k| objects.channels.get(&k.namespace, &k.name).is_none()).cloned().collect();
+                        for key in gone {
+                            drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched);
                         }
                     }
                     ChannelEvent::VersionDeleted(key) => {
-                        let versions = objects.versions.clone();
-                        let namespace = key.namespace.clone();
-                        ctx.cache.prune_retained(&key, |name| versions.get(&namespace, name).is_some());
+                        prune_retained(&objects, &ctx, &key);
+                        update_totals(&ctx);
+                    }
+                    ChannelEvent::VersionsListed => {
+                        for (key, _) in ctx.cache.all() {
+                            prune_retained(&objects, &ctx, &key);
+                        }
                         update_totals(&ctx);
                     }
                 }
@@ -400,7 +410,37 @@ async fn controller(
     }
 }
 
-/// Refreshes one channel until its channel object is deleted.
+/// Stops a deleted channel's worker and drops its data.
+fn drop_channel(
+    workers: &mut HashMap<ChannelKey, Worker>,
+    key: &ChannelKey,
+    ctx: &Context,
+    pending_first: &mut Option<HashSet<ChannelKey>>,
+    fetched: &ReadyFlag,
+) {
+    // Stop the worker first (even mid-fetch), so nothing it does later can
+    // resurrect the data of a deleted channel.
+    if let Some(worker) = workers.remove(key) {
+        worker.task.abort();
+    }
+    ctx.cache.remove(key);
+    ctx.metrics.forget_channel(&key.namespace, &key.name);
+    update_totals(ctx);
+    info!(channel = %key, "channel deleted; its data was dropped");
+    if let Some(pending) = pending_first
+        && pending.remove(key)
+        && pending.is_empty()
+    {
+        fetched.set();
+    }
+}
+
+/// Drops a channel's retained versions whose ManagedOSVersion is gone.
+fn prune_retained(objects: &Objects, ctx: &Context, key: &ChannelKey) {
+    ctx.cache.prune_retained(key, |name| objects.versions.get(&key.namespace, name).is_some());
+}
+
+/// Refreshes one channel until the controller aborts it (channel deleted).
 async fn worker(key: ChannelKey, mut trigger: watch::Receiver<(Option<String>, SyncKey)>, ctx: Arc<Context>) {
     let mut failures: u32 = 0;
     loop {
@@ -412,17 +452,14 @@ async fn worker(key: ChannelKey, mut trigger: watch::Receiver<(Option<String>, S
         tokio::select! {
             changed = trigger.changed() => {
                 if changed.is_err() {
-                    break;
+                    // The controller is gone; it cleans up.
+                    return;
                 }
                 debug!("channel changed or re-synced by the operator");
             }
             () = tokio::time::sleep(wait) => {}
         }
     }
-    ctx.cache.remove(&key);
-    ctx.metrics.forget_channel(&key.namespace, &key.name);
-    update_totals(&ctx);
-    info!("channel deleted; its data was dropped");
 }
 
 /// How long a worker waits before its next fetch after `failures`
@@ -454,7 +491,8 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
         }
         let old = previous.as_ref().and_then(|p| p.archs.get(arch)).cloned().unwrap_or_default();
         let state = refresh_arch(key, image, arch, old, ctx).await;
-        all_ok &= state.last_error.is_none();
+        // An index without this architecture is not a failure to retry soon.
+        all_ok &= state.last_error.as_ref().is_none_or(|e| e.kind == "no_matching_platform");
         if state.last_error.is_none() && state.snapshot.as_ref().is_some_and(|s| s.image == image && s.platform.is_none()) {
             single_platform = Some(state.clone());
         }

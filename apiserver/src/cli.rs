@@ -82,28 +82,60 @@ pub enum CliError {
 /// `inspect`: pulls the image and prints what the server would serve.
 pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
     telemetry::init(args.log_format);
-    let fetcher = Fetcher::new(args.registry.to_config().map_err(CliError::Registry)?)
-        .map_err(|source| CliError::Fetch { image: args.image.clone(), source })?;
+    let fetcher =
+        Fetcher::new(args.registry.to_config().map_err(CliError::Registry)?).map_err(|source| {
+            CliError::Fetch {
+                image: args.image.clone(),
+                source,
+            }
+        })?;
     let fetched = fetcher
         .fetch(&args.image, &args.arch, None)
         .await
-        .map_err(|source| CliError::Fetch { image: args.image.clone(), source })?;
-    let Fetched::Pulled { digest, files, compressed_bytes, platform, .. } = fetched else {
+        .map_err(|source| CliError::Fetch {
+            image: args.image.clone(),
+            source,
+        })?;
+    let Fetched::Pulled {
+        digest,
+        files,
+        compressed_bytes,
+        platform,
+        ..
+    } = fetched
+    else {
         // Without a known digest the fetcher always pulls.
         return Ok(());
     };
-    let data = ChannelData::from_files(files).map_err(|source| CliError::Data { image: args.image.clone(), source })?;
-    let channel = ChannelRef { name: String::new(), image: Some(args.image.clone()), digest: Some(digest.clone()), retained: false };
+    let data = ChannelData::from_files(files).map_err(|source| CliError::Data {
+        image: args.image.clone(),
+        source,
+    })?;
+    let channel = ChannelRef {
+        name: String::new(),
+        image: Some(args.image.clone()),
+        digest: Some(digest.clone()),
+        retained: false,
+    };
 
     if let Some(name) = &args.version {
         let mut changelog = data
             .changelog(name, args.from.as_deref())
-            .map_err(|source| CliError::Query { name: name.clone(), source })?;
-        changelog.metadata = ObjectMeta { name: name.clone(), ..ObjectMeta::default() };
+            .map_err(|source| CliError::Query {
+                name: name.clone(),
+                source,
+            })?;
+        changelog.metadata = ObjectMeta {
+            name: name.clone(),
+            ..ObjectMeta::default()
+        };
         changelog.channel = channel;
         changelog.arch = args.arch.clone();
         match args.output {
-            OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&changelog).map_err(CliError::Json)?),
+            OutputFormat::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&changelog).map_err(CliError::Json)?
+            ),
             OutputFormat::Text => print!("{}", render::text(&changelog)),
         }
         return Ok(());
@@ -114,7 +146,10 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
         .iter()
         .map(|name| {
             let mut s = ManagedOSVersionChangelogSummary::new();
-            s.metadata = ObjectMeta { name: name.clone(), ..ObjectMeta::default() };
+            s.metadata = ObjectMeta {
+                name: name.clone(),
+                ..ObjectMeta::default()
+            };
             s.channel = channel.clone();
             if let Some(v) = data.version(name) {
                 s.version = v.entry.version.clone();
@@ -141,9 +176,15 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
                 "problems": data.problems().iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "versions": summaries,
             });
-            println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::Json)?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&out).map_err(CliError::Json)?
+            );
         }
-        OutputFormat::Text => print!("{}", inspect_text(&args.image, &digest, platform.as_deref(), &data, &summaries)),
+        OutputFormat::Text => print!(
+            "{}",
+            inspect_text(&args.image, &digest, platform.as_deref(), &data, &summaries)
+        ),
     }
     Ok(())
 }
@@ -158,7 +199,11 @@ fn inspect_text(
     let mut out = String::new();
     let _ = writeln!(out, "image:    {image}");
     let _ = writeln!(out, "digest:   {digest}");
-    let _ = writeln!(out, "platform: {}", platform.unwrap_or("single-platform image"));
+    let _ = writeln!(
+        out,
+        "platform: {}",
+        platform.unwrap_or("single-platform image")
+    );
     let _ = writeln!(out, "versions: {} (oldest first)", summaries.len());
     for problem in data.problems() {
         let _ = writeln!(out, "rejected: {problem}");
@@ -174,9 +219,15 @@ fn inspect_text(
         match &s.summary {
             Some(sum) => {
                 let security = sum.by_type.get("security").copied().unwrap_or_default();
-                let packages = match (sum.packages_upgraded, sum.packages_added, sum.packages_removed) {
+                let packages = match (
+                    sum.packages_upgraded,
+                    sum.packages_added,
+                    sum.packages_removed,
+                ) {
                     (None, None, None) => "-".to_owned(),
-                    (u, a, r) => format!("{}/{}/{}", u.unwrap_or(0), a.unwrap_or(0), r.unwrap_or(0)),
+                    (u, a, r) => {
+                        format!("{}/{}/{}", u.unwrap_or(0), a.unwrap_or(0), r.unwrap_or(0))
+                    }
                 };
                 let _ = writeln!(
                     out,
@@ -208,25 +259,55 @@ fn inspect_text(
 
 /// `compute`: writes `<name>.updates.log` files from raw data.
 pub fn compute(args: &ComputeArgs) -> Result<(), CliError> {
-    let read = |path: &PathBuf| std::fs::read(path).map_err(|source| CliError::Io { path: path.clone(), source });
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| CliError::Io {
+            path: path.clone(),
+            source,
+        })
+    };
     let channel_json = read(&args.channel)?;
     let mut packages = BTreeMap::new();
-    let dir = std::fs::read_dir(&args.packages).map_err(|source| CliError::Io { path: args.packages.clone(), source })?;
+    let dir = std::fs::read_dir(&args.packages).map_err(|source| CliError::Io {
+        path: args.packages.clone(),
+        source,
+    })?;
     for entry in dir {
-        let entry = entry.map_err(|source| CliError::Io { path: args.packages.clone(), source })?;
+        let entry = entry.map_err(|source| CliError::Io {
+            path: args.packages.clone(),
+            source,
+        })?;
         let path = entry.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".packages")) else {
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".packages"))
+        else {
             continue;
         };
         packages.insert(name.to_owned(), read(&path)?);
     }
-    let file = std::fs::File::open(&args.updateinfo).map_err(|source| CliError::Io { path: args.updateinfo.clone(), source })?;
+    let file = std::fs::File::open(&args.updateinfo).map_err(|source| CliError::Io {
+        path: args.updateinfo.clone(),
+        source,
+    })?;
     let name = args.updateinfo.to_string_lossy();
-    let reader = updateinfo::decoder_for(&name, file).map_err(|source| CliError::UpdateInfo { path: args.updateinfo.clone(), source })?;
-    let advisories = updateinfo::parse(reader, updateinfo::Limits::default())
-        .map_err(|source| CliError::UpdateInfo { path: args.updateinfo.clone(), source })?;
-    let files = generate_updates_logs(&channel_json, &packages, &advisories).map_err(CliError::Generate)?;
-    std::fs::create_dir_all(&args.output).map_err(|source| CliError::Io { path: args.output.clone(), source })?;
+    let reader = updateinfo::decoder_for(&name, file).map_err(|source| CliError::UpdateInfo {
+        path: args.updateinfo.clone(),
+        source,
+    })?;
+    let advisories =
+        updateinfo::parse(reader, updateinfo::Limits::default()).map_err(|source| {
+            CliError::UpdateInfo {
+                path: args.updateinfo.clone(),
+                source,
+            }
+        })?;
+    let files =
+        generate_updates_logs(&channel_json, &packages, &advisories).map_err(CliError::Generate)?;
+    std::fs::create_dir_all(&args.output).map_err(|source| CliError::Io {
+        path: args.output.clone(),
+        source,
+    })?;
     for (name, content) in &files {
         let path = args.output.join(name);
         std::fs::write(&path, content).map_err(|source| CliError::Io { path, source })?;

@@ -93,16 +93,32 @@ pub struct ServeArgs {
     #[arg(long, env = "ELEMENTAL_CHANGELOG_SECURE_PORT", default_value_t = 8443)]
     pub secure_port: u16,
     /// Address to listen on.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_BIND_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_BIND_ADDRESS",
+        default_value = "0.0.0.0"
+    )]
     pub bind_address: IpAddr,
     /// Serving certificate (PEM, leaf first, then intermediates). Reloaded when it changes.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_TLS_CERT_FILE", requires = "tls_private_key_file")]
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_TLS_CERT_FILE",
+        requires = "tls_private_key_file"
+    )]
     pub tls_cert_file: Option<PathBuf>,
     /// Private key of the serving certificate (PEM).
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_TLS_PRIVATE_KEY_FILE", requires = "tls_cert_file")]
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_TLS_PRIVATE_KEY_FILE",
+        requires = "tls_cert_file"
+    )]
     pub tls_private_key_file: Option<PathBuf>,
     /// Folder for a self-signed serving pair, generated when no certificate files are given.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_CERT_DIR", default_value = "apiserver.local.config/certificates")]
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_CERT_DIR",
+        default_value = "apiserver.local.config/certificates"
+    )]
     pub cert_dir: PathBuf,
     /// Host names and addresses the self-signed certificate is valid for.
     #[arg(
@@ -116,16 +132,29 @@ pub struct ServeArgs {
     #[arg(long, env = "ELEMENTAL_CHANGELOG_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Namespace to watch channels and versions in; repeat for several (default: all).
-    #[arg(long = "namespace", env = "ELEMENTAL_CHANGELOG_NAMESPACES", value_delimiter = ',')]
+    #[arg(
+        long = "namespace",
+        env = "ELEMENTAL_CHANGELOG_NAMESPACES",
+        value_delimiter = ','
+    )]
     pub namespaces: Vec<String>,
     /// How often each channel image's digest is checked (nothing is pulled when unchanged).
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REFRESH_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
     pub refresh_interval: Duration,
     /// Architectures whose data is read from multi-architecture channel images.
-    #[arg(long = "architecture", env = "ELEMENTAL_CHANGELOG_ARCHITECTURES", value_delimiter = ',', default_value = "x86_64,aarch64")]
+    #[arg(
+        long = "architecture",
+        env = "ELEMENTAL_CHANGELOG_ARCHITECTURES",
+        value_delimiter = ',',
+        default_value = "x86_64,aarch64"
+    )]
     pub architectures: Vec<String>,
     /// Architecture served when a request names none.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_DEFAULT_ARCH", default_value = "x86_64")]
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_DEFAULT_ARCH",
+        default_value = "x86_64"
+    )]
     pub default_arch: String,
     /// Time given to in-flight requests on shutdown.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_GRACE_PERIOD", default_value = "10s", value_parser = humantime::parse_duration)]

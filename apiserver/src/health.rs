@@ -65,7 +65,10 @@ impl Health {
     /// Registers a loop; it must call [`Heartbeat::beat`] at least every
     /// [`LIVENESS_TIMEOUT`].
     pub fn heartbeat(&self, name: &'static str) -> Heartbeat {
-        let beat = Heartbeat { name, last: Arc::new(AtomicU64::new(now_secs())) };
+        let beat = Heartbeat {
+            name,
+            last: Arc::new(AtomicU64::new(now_secs())),
+        };
         lock(&self.beats).push(beat.clone());
         beat
     }
@@ -84,7 +87,8 @@ impl Health {
             .iter()
             .map(|b| Check {
                 name: b.name,
-                ok: now.saturating_sub(b.last.load(Ordering::Relaxed)) <= LIVENESS_TIMEOUT.as_secs(),
+                ok: now.saturating_sub(b.last.load(Ordering::Relaxed))
+                    <= LIVENESS_TIMEOUT.as_secs(),
             })
             .collect()
     }
@@ -94,7 +98,10 @@ impl Health {
         let latched = self.latched.load(Ordering::Acquire);
         let checks: Vec<Check> = lock(&self.checks)
             .iter()
-            .map(|(name, flag)| Check { name, ok: latched || flag.load(Ordering::Acquire) })
+            .map(|(name, flag)| Check {
+                name,
+                ok: latched || flag.load(Ordering::Acquire),
+            })
             .collect();
         if !latched && checks.iter().all(|c| c.ok) {
             self.latched.store(true, Ordering::Release);
@@ -131,7 +138,10 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -151,7 +161,10 @@ mod tests {
         b.set();
         assert_eq!(render("readyz", &h.ready(), false), (true, "ok".to_owned()));
         b.0.store(false, Ordering::Release);
-        assert!(render("readyz", &h.ready(), false).0, "readiness stays once reached");
+        assert!(
+            render("readyz", &h.ready(), false).0,
+            "readiness stays once reached"
+        );
     }
 
     #[test]
@@ -159,7 +172,10 @@ mod tests {
         let h = Health::default();
         let beat = h.heartbeat("controller");
         assert!(render("livez", &h.live(), false).0);
-        beat.last.store(now_secs() - LIVENESS_TIMEOUT.as_secs() - 1, Ordering::Relaxed);
+        beat.last.store(
+            now_secs() - LIVENESS_TIMEOUT.as_secs() - 1,
+            Ordering::Relaxed,
+        );
         assert!(!render("livez", &h.live(), false).0);
         beat.beat();
         assert!(render("livez", &h.live(), false).0);

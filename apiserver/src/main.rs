@@ -51,12 +51,27 @@ fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     telemetry::init(args.log_format);
+    let default_arch = normalize_arch(&args.default_arch);
+    anyhow::ensure!(
+        args.architectures
+            .iter()
+            .any(|a| normalize_arch(a) == default_arch),
+        "--default-arch {} is not one of --architecture {}",
+        args.default_arch,
+        args.architectures.join(",")
+    );
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
 
     let source = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(cert), Some(key)) => serving::CertSource::Files { cert: cert.clone(), key: key.clone() },
-        _ => serving::CertSource::SelfSigned { dir: args.cert_dir.clone(), hosts: args.self_signed_hosts.clone() },
+        (Some(cert), Some(key)) => serving::CertSource::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => serving::CertSource::SelfSigned {
+            dir: args.cert_dir.clone(),
+            hosts: args.self_signed_hosts.clone(),
+        },
     };
     let files = source.prepare().context("serving certificate")?;
     let resolver = Arc::new(serving::ReloadingResolver::new(files).context("serving certificate")?);
@@ -78,7 +93,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let client = kube::Client::try_from(kube_config).context("Kubernetes client")?;
 
-    let fetcher = Arc::new(Fetcher::new(args.registry.to_config().context("registry settings")?).context("registry client")?);
+    let fetcher = Arc::new(
+        Fetcher::new(args.registry.to_config().context("registry settings")?)
+            .context("registry client")?,
+    );
     let cache = Arc::new(Cache::default());
     let (objects, channels_run) = channels::start(
         client.clone(),
@@ -87,7 +105,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         cache.clone(),
         metrics.clone(),
         &health,
-        RefreshSettings { interval: args.refresh_interval, architectures: args.architectures.clone() },
+        RefreshSettings {
+            interval: args.refresh_interval,
+            architectures: args.architectures.clone(),
+        },
     );
 
     let authn = Arc::new(elemental_changelog_apiserver::authn::Authenticator::new(
@@ -95,23 +116,63 @@ async fn serve(args: ServeArgs) -> Result<()> {
         &args.authn,
         metrics.clone(),
     ));
-    let authn_run = authn.clone().run(health.ready_flag("authentication-config"));
-    let authz = Arc::new(elemental_changelog_apiserver::authz::Authorizer::new(client.clone(), &args.authz, metrics.clone()));
+    let authn_run = authn
+        .clone()
+        .run(health.ready_flag("authentication-config"));
+    let authz = Arc::new(elemental_changelog_apiserver::authz::Authorizer::new(
+        client.clone(),
+        &args.authz,
+        metrics.clone(),
+    ));
 
     let app = Arc::new(App {
         metrics: metrics.clone(),
         health: health.clone(),
         authn,
         authz,
-        query: Query::new(objects, cache, args.default_arch.clone(), args.architectures.clone()),
+        query: Query::new(
+            objects,
+            cache,
+            args.default_arch.clone(),
+            args.architectures.clone(),
+        ),
     });
 
     let addr = std::net::SocketAddr::new(args.bind_address, args.secure_port);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
     info!(%addr, version = env!("CARGO_PKG_VERSION"), "serving");
 
-    let certs_run = resolver.watch(serving::DEFAULT_POLL_INTERVAL);
-    let server = server::serve(listener, tls_config, app, shutdown_signal(), args.shutdown_grace_period);
+    let certs_run = {
+        let mut status = resolver.status();
+        let metrics = metrics.clone();
+        let resolver = resolver.clone();
+        async move {
+            let count = async move {
+                let (mut reloads, mut failures) = (0, 0);
+                while status.changed().await.is_ok() {
+                    let now = status.borrow_and_update().clone();
+                    for _ in reloads..now.reloads {
+                        metrics.cert_reload("loaded");
+                    }
+                    for _ in failures..now.failures {
+                        metrics.cert_reload("rejected");
+                    }
+                    (reloads, failures) = (now.reloads, now.failures);
+                }
+                std::future::pending::<()>().await;
+            };
+            tokio::join!(resolver.watch(serving::DEFAULT_POLL_INTERVAL), count);
+        }
+    };
+    let server = server::serve(
+        listener,
+        tls_config,
+        app,
+        shutdown_signal(),
+        args.shutdown_grace_period,
+    );
     tokio::select! {
         () = server => {
             info!("stopped");
@@ -126,6 +187,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
             anyhow::bail!("the authentication configuration watch stopped")
         }
         () = certs_run => anyhow::bail!("the serving certificate reloader stopped"),
+    }
+}
+
+/// `amd64` and `arm64` are the same architectures as `x86_64` and `aarch64`.
+fn normalize_arch(arch: &str) -> &str {
+    match arch {
+        "amd64" => "x86_64",
+        "arm64" => "aarch64",
+        other => other,
     }
 }
 

@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// The resource label of request metrics: what was asked for, in a few words.
@@ -81,17 +81,28 @@ impl Default for Metrics {
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help).namespace("elemental_changelog"), labels)
-        .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
+    let c = IntCounterVec::new(
+        Opts::new(name, help).namespace("elemental_changelog"),
+        labels,
+    )
+    .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
     registry
         .register(Box::new(c.clone()))
         .unwrap_or_else(|e| unreachable!("metric {name} registered twice: {e}"));
     c
 }
 
-fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: Vec<f64>,
+) -> HistogramVec {
     let h = HistogramVec::new(
-        HistogramOpts::new(name, help).namespace("elemental_changelog").buckets(buckets),
+        HistogramOpts::new(name, help)
+            .namespace("elemental_changelog")
+            .buckets(buckets),
         labels,
     )
     .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
@@ -125,7 +136,10 @@ impl Metrics {
             "http_request_duration_seconds",
             "Time to answer an HTTP request, authentication and authorization included.",
             &["verb", "resource"],
-            vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+            vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ],
         );
         let fetches = counter(
             &registry,
@@ -138,11 +152,16 @@ impl Metrics {
             "channel_fetch_duration_seconds",
             "Time to check and, when the digest changed, pull and parse a channel image.",
             &["result"],
-            vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0],
+            vec![
+                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+            ],
         );
         let fetch_bytes = IntCounter::with_opts(
-            Opts::new("channel_fetch_bytes_total", "Compressed bytes pulled from registries.")
-                .namespace("elemental_changelog"),
+            Opts::new(
+                "channel_fetch_bytes_total",
+                "Compressed bytes pulled from registries.",
+            )
+            .namespace("elemental_changelog"),
         )
         .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
         registry
@@ -155,8 +174,16 @@ impl Metrics {
             &["file"],
         );
         let channels = gauge(&registry, "channels", "Channels with data in the cache.");
-        let versions = gauge(&registry, "versions", "Versions with data in the cache, over all channels and architectures.");
-        let advisories = gauge(&registry, "advisories", "Precomputed advisories in the cache, over all channels.");
+        let versions = gauge(
+            &registry,
+            "versions",
+            "Versions with data in the cache, over all channels and architectures.",
+        );
+        let advisories = gauge(
+            &registry,
+            "advisories",
+            "Precomputed advisories in the cache, over all channels.",
+        );
         let retained_versions = gauge(
             &registry,
             "retained_versions",
@@ -181,8 +208,11 @@ impl Metrics {
             &["resource"],
         );
         let watch_ready = IntGaugeVec::new(
-            Opts::new("watch_synced", "1 when the watch of a resource has completed its initial list.")
-                .namespace("elemental_changelog"),
+            Opts::new(
+                "watch_synced",
+                "1 when the watch of a resource has completed its initial list.",
+            )
+            .namespace("elemental_changelog"),
             &["resource"],
         )
         .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
@@ -231,7 +261,13 @@ impl Metrics {
     /// Starts timing a request; the returned guard records when it is
     /// finished with a status code (or as 500 when dropped unfinished).
     pub fn request(&self, verb: &str, resource: RequestResource) -> RequestTimer<'_> {
-        RequestTimer { metrics: self, verb: bounded_verb(verb), resource, start: Instant::now(), code: None }
+        RequestTimer {
+            metrics: self,
+            verb: bounded_verb(verb),
+            resource,
+            start: Instant::now(),
+            code: None,
+        }
     }
 
     /// Records a finished fetch.
@@ -242,7 +278,9 @@ impl Metrics {
             FetchResult::Failed(kind) => kind,
         };
         self.fetches.with_label_values(&[label]).inc();
-        self.fetch_duration.with_label_values(&[label]).observe(seconds);
+        self.fetch_duration
+            .with_label_values(&[label])
+            .observe(seconds);
         self.fetch_bytes.inc_by(bytes);
     }
 
@@ -261,7 +299,9 @@ impl Metrics {
 
     /// Sets the age of a channel's data.
     pub fn channel_age(&self, namespace: &str, channel: &str, seconds: f64) {
-        self.data_age.with_label_values(&[namespace, channel]).set(seconds);
+        self.data_age
+            .with_label_values(&[namespace, channel])
+            .set(seconds);
     }
 
     /// Forgets a deleted channel's series.
@@ -277,7 +317,9 @@ impl Metrics {
 
     /// Records whether the watch of `resource` has synced.
     pub fn watch_synced(&self, resource: &'static str, synced: bool) {
-        self.watch_ready.with_label_values(&[resource]).set(i64::from(synced));
+        self.watch_ready
+            .with_label_values(&[resource])
+            .set(i64::from(synced));
     }
 
     /// Counts an authentication result.
@@ -418,8 +460,16 @@ mod tests {
     fn forgotten_channel_leaves_no_series() {
         let m = Metrics::new();
         m.channel_age("fleet-default", "sl-micro", 3.0);
-        assert!(String::from_utf8(m.encode()).unwrap_or_default().contains("sl-micro"));
+        assert!(
+            String::from_utf8(m.encode())
+                .unwrap_or_default()
+                .contains("sl-micro")
+        );
         m.forget_channel("fleet-default", "sl-micro");
-        assert!(!String::from_utf8(m.encode()).unwrap_or_default().contains("sl-micro"));
+        assert!(
+            !String::from_utf8(m.encode())
+                .unwrap_or_default()
+                .contains("sl-micro")
+        );
     }
 }

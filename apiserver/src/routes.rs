@@ -27,7 +27,7 @@ use elemental_changelog_apiservice::{
 use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::{
     authn::{Authenticator, UserInfo},
@@ -122,12 +122,22 @@ impl Route {
         match rest {
             [] => Self::ResourceList,
             [r] if *r == RESOURCE => Self::List { namespace: None },
-            ["namespaces", ns, r] if *r == RESOURCE && valid(ns) => Self::List { namespace: Some((*ns).to_owned()) },
+            ["namespaces", ns, r] if *r == RESOURCE && valid(ns) => Self::List {
+                namespace: Some((*ns).to_owned()),
+            },
             ["namespaces", ns, r, name] if *r == RESOURCE && valid(ns) && valid(name) => {
-                Self::Get { namespace: (*ns).to_owned(), name: (*name).to_owned() }
+                Self::Get {
+                    namespace: (*ns).to_owned(),
+                    name: (*name).to_owned(),
+                }
             }
-            ["namespaces", ns, r, name, s] if *r == RESOURCE && *s == SUBRESOURCE && valid(ns) && valid(name) => {
-                Self::Changelog { namespace: (*ns).to_owned(), name: (*name).to_owned() }
+            ["namespaces", ns, r, name, s]
+                if *r == RESOURCE && *s == SUBRESOURCE && valid(ns) && valid(name) =>
+            {
+                Self::Changelog {
+                    namespace: (*ns).to_owned(),
+                    name: (*name).to_owned(),
+                }
             }
             _ => Self::NotFound,
         }
@@ -138,7 +148,9 @@ impl Route {
             Self::Apis | Self::Group | Self::ResourceList => RequestResource::Discovery,
             Self::List { .. } | Self::Get { .. } => RequestResource::Summaries,
             Self::Changelog { .. } => RequestResource::Changelog,
-            Self::OpenApiV2 | Self::OpenApiV3Root | Self::OpenApiV3Group => RequestResource::OpenApi,
+            Self::OpenApiV2 | Self::OpenApiV3Root | Self::OpenApiV3Group => {
+                RequestResource::OpenApi
+            }
             Self::Livez | Self::Readyz => RequestResource::Health,
             Self::Metrics => RequestResource::Metrics,
             Self::NotFound => RequestResource::Other,
@@ -146,7 +158,10 @@ impl Route {
     }
 
     fn is_resource(&self) -> bool {
-        matches!(self, Self::List { .. } | Self::Get { .. } | Self::Changelog { .. })
+        matches!(
+            self,
+            Self::List { .. } | Self::Get { .. } | Self::Changelog { .. }
+        )
     }
 }
 
@@ -155,7 +170,8 @@ impl App {
     pub async fn handle(&self, req: Request<Incoming>, peer: &Peer) -> HttpResponse {
         let (mut parts, _body) = req.into_parts();
         let route = Route::parse(parts.uri.path());
-        let attributes = crate::authz::attributes(&parts.method, parts.uri.path(), parts.uri.query());
+        let attributes =
+            crate::authz::attributes(&parts.method, parts.uri.path(), parts.uri.query());
         let mut timer = self.metrics.request(attributes.verb(), route.metric());
         let response = self.respond(&mut parts, peer, &route, &attributes).await;
         timer.verb(attributes.verb());
@@ -163,11 +179,21 @@ impl App {
         response
     }
 
-    async fn respond(&self, parts: &mut Parts, peer: &Peer, route: &Route, attributes: &Attributes) -> HttpResponse {
-        let user = match self.authn.authenticate(&mut parts.headers, peer.chain.as_deref()).await {
+    async fn respond(
+        &self,
+        parts: &mut Parts,
+        peer: &Peer,
+        route: &Route,
+        attributes: &Attributes,
+    ) -> HttpResponse {
+        let user = match self
+            .authn
+            .authenticate(&mut parts.headers, peer.chain.as_deref())
+            .await
+        {
             Ok(user) => user,
             Err(error) => {
-                debug!(%error, addr = ?peer.addr, "authentication failed");
+                warn!(%error, addr = ?peer.addr, "authentication failed");
                 return status(&StatusError::unauthorized());
             }
         };
@@ -179,7 +205,8 @@ impl App {
                 return status(&StatusError::internal(&error));
             }
         }
-        if parts.method != Method::GET && parts.method != Method::HEAD {
+        // Watches are not served: there is no stream of changes to offer.
+        if parts.method != Method::GET && parts.method != Method::HEAD || attributes.verb() == "watch" {
             return status(&StatusError::method_not_allowed(attributes.verb()));
         }
         let query = parts.uri.query().unwrap_or_default();
@@ -198,9 +225,10 @@ impl App {
             Route::Readyz => health_response(&self.health.ready(), "readyz", query),
             Route::Metrics => {
                 let mut response = Response::new(Full::new(Bytes::from(self.metrics.encode())));
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
                 response
             }
             Route::NotFound => status(&not_found_path(parts.uri.path())),
@@ -223,9 +251,13 @@ fn header_str(parts: &Parts, name: header::HeaderName) -> Option<&str> {
 /// A `Status` error response.
 pub fn status(error: &StatusError) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from(error.to_json())));
-    *response.status_mut() = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *response.status_mut() =
+        StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Some(seconds) = error.retry_after {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
@@ -235,7 +267,9 @@ pub fn status(error: &StatusError) -> HttpResponse {
 /// A 200 with a body and content type.
 pub fn ok(body: impl Into<Bytes>, content_type: &'static str) -> HttpResponse {
     let mut response = Response::new(Full::new(body.into()));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 
@@ -247,13 +281,17 @@ fn not_found_path(path: &str) -> StatusError {
 }
 
 fn document_response(parts: &Parts, document: &'static discovery::Document) -> HttpResponse {
-    let matches = discovery::if_none_match_matches(header_str(parts, header::IF_NONE_MATCH), &document.etag);
+    let matches =
+        discovery::if_none_match_matches(header_str(parts, header::IF_NONE_MATCH), &document.etag);
     let mut response = if matches {
         let mut r = Response::new(Full::new(Bytes::new()));
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         r
     } else {
-        ok(Bytes::from_static(document.body.as_slice()), document.content_type)
+        ok(
+            Bytes::from_static(document.body.as_slice()),
+            document.content_type,
+        )
     };
     let headers = response.headers_mut();
     if let Ok(etag) = HeaderValue::from_str(&document.etag) {
@@ -262,16 +300,24 @@ fn document_response(parts: &Parts, document: &'static discovery::Document) -> H
     headers.insert(header::VARY, HeaderValue::from_static("Accept"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
     if matches {
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(document.content_type));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(document.content_type),
+        );
     }
     response
 }
 
 fn health_response(checks: &[health::Check], kind: &str, query: &str) -> HttpResponse {
-    let verbose = query.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose="));
+    let verbose = query
+        .split('&')
+        .any(|kv| kv == "verbose" || kv.starts_with("verbose="));
     let (healthy, text) = health::render(kind, checks, verbose);
     let mut response = ok(text, "text/plain; charset=utf-8");
-    response.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    response.headers_mut().insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     if !healthy {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     }
@@ -288,7 +334,10 @@ fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusEr
             namespace: r.namespace.as_deref(),
             name: r.name.as_deref(),
         },
-        None => Denied::NonResource { verb: attributes.verb(), path: attributes.path() },
+        None => Denied::NonResource {
+            verb: attributes.verb(),
+            path: attributes.path(),
+        },
     };
     StatusError::forbidden(&user.name, &denied, reason)
 }
@@ -301,27 +350,64 @@ mod tests {
     fn routes() {
         let base = "/apis/changelog.elemental.cattle.io/v1beta1";
         assert_eq!(Route::parse("/apis"), Route::Apis);
-        assert_eq!(Route::parse("/apis/changelog.elemental.cattle.io"), Route::Group);
+        assert_eq!(
+            Route::parse("/apis/changelog.elemental.cattle.io"),
+            Route::Group
+        );
         assert_eq!(Route::parse(base), Route::ResourceList);
         assert_eq!(Route::parse(&format!("{base}/")), Route::ResourceList);
-        assert_eq!(Route::parse(&format!("{base}/managedosversions")), Route::List { namespace: None });
         assert_eq!(
-            Route::parse(&format!("{base}/namespaces/fleet-default/managedosversions")),
-            Route::List { namespace: Some("fleet-default".into()) }
+            Route::parse(&format!("{base}/managedosversions")),
+            Route::List { namespace: None }
         );
         assert_eq!(
-            Route::parse(&format!("{base}/namespaces/fleet-default/managedosversions/v1")),
-            Route::Get { namespace: "fleet-default".into(), name: "v1".into() }
+            Route::parse(&format!(
+                "{base}/namespaces/fleet-default/managedosversions"
+            )),
+            Route::List {
+                namespace: Some("fleet-default".into())
+            }
         );
         assert_eq!(
-            Route::parse(&format!("{base}/namespaces/fleet-default/managedosversions/v1/changelog")),
-            Route::Changelog { namespace: "fleet-default".into(), name: "v1".into() }
+            Route::parse(&format!(
+                "{base}/namespaces/fleet-default/managedosversions/v1"
+            )),
+            Route::Get {
+                namespace: "fleet-default".into(),
+                name: "v1".into()
+            }
         );
-        assert_eq!(Route::parse(&format!("{base}/namespaces/fleet-default/managedosversions/v1/status")), Route::NotFound);
-        assert_eq!(Route::parse(&format!("{base}/namespaces//managedosversions")), Route::NotFound);
-        assert_eq!(Route::parse("/apis/elemental.cattle.io/v1beta1"), Route::NotFound);
-        assert_eq!(Route::parse("/openapi/v3/apis/changelog.elemental.cattle.io/v1beta1"), Route::OpenApiV3Group);
+        assert_eq!(
+            Route::parse(&format!(
+                "{base}/namespaces/fleet-default/managedosversions/v1/changelog"
+            )),
+            Route::Changelog {
+                namespace: "fleet-default".into(),
+                name: "v1".into()
+            }
+        );
+        assert_eq!(
+            Route::parse(&format!(
+                "{base}/namespaces/fleet-default/managedosversions/v1/status"
+            )),
+            Route::NotFound
+        );
+        assert_eq!(
+            Route::parse(&format!("{base}/namespaces//managedosversions")),
+            Route::NotFound
+        );
+        assert_eq!(
+            Route::parse("/apis/elemental.cattle.io/v1beta1"),
+            Route::NotFound
+        );
+        assert_eq!(
+            Route::parse("/openapi/v3/apis/changelog.elemental.cattle.io/v1beta1"),
+            Route::OpenApiV3Group
+        );
         assert_eq!(Route::parse("/livez/ping"), Route::Livez);
         assert_eq!(Route::parse("/"), Route::NotFound);
     }
 }
+
+#[cfg(test)]
+mod response_tests;

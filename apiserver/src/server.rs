@@ -80,12 +80,24 @@ pub async fn serve(
                 .1
                 .peer_certificates()
                 .filter(|chain| !chain.is_empty())
-                .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect::<Arc<[_]>>());
-            let peer = Peer { addr: Some(addr), chain };
+                .map(|chain| {
+                    chain
+                        .iter()
+                        .map(|c| c.clone().into_owned())
+                        .collect::<Arc<[_]>>()
+                });
+            let peer = Peer {
+                addr: Some(addr),
+                chain,
+            };
             let service = service_fn(move |req: Request<Incoming>| {
                 let app = app.clone();
                 let peer = peer.clone();
-                async move { Ok::<Response<Full<Bytes>>, std::convert::Infallible>(app.handle(req, &peer).await) }
+                async move {
+                    Ok::<Response<Full<Bytes>>, std::convert::Infallible>(
+                        app.handle(req, &peer).await,
+                    )
+                }
             });
             let conn = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(error) = watcher.watch(conn).await {
@@ -95,7 +107,10 @@ pub async fn serve(
     }
     drop(listener);
     info!(grace = ?grace, "shutting down: waiting for in-flight requests");
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         warn!("in-flight requests did not finish within the grace period");
     }
 }

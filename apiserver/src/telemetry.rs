@@ -1,6 +1,8 @@
 //! Logging: one `tracing` subscriber for the whole process, JSON in a cluster
 //! or text for people, filtered by `RUST_LOG` (default `info`).
 
+use std::io::IsTerminal as _;
+
 use clap::ValueEnum;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
@@ -20,8 +22,20 @@ pub fn init(format: LogFormat) {
     let registry = tracing_subscriber::registry().with(filter);
     match format {
         LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true).with_current_span(true).with_writer(std::io::stderr))
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_writer(std::io::stderr),
+            )
             .init(),
-        LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr)).init(),
+        LogFormat::Text => registry
+            .with(
+                fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
+            .init(),
     }
 }

@@ -4,6 +4,9 @@
 //!
 //! Used by the end-to-end tests under `tests/` and by the `demo` binary.
 
+pub mod fixtures;
+pub mod generated;
 pub mod image;
 pub mod registry;
+pub mod sample;
 pub mod testbed;

@@ -45,7 +45,8 @@ pub use process::Process;
 
 /// Namespace of our server's Service (the chart's default release namespace).
 pub const SERVER_NAMESPACE: &str = "cattle-elemental-system";
-/// Name of our server's Service.
+/// Name of our server's Service; also the chart release and ServiceAccount name
+/// the test bed uses, so the chart's RBAC applies unchanged.
 pub const SERVICE_NAME: &str = "elemental-changelog";
 /// Name of our `APIService`.
 pub const APISERVICE_NAME: &str = "v1beta1.changelog.elemental.cattle.io";
@@ -484,7 +485,8 @@ impl TestBed {
             "elemental-changelog-apiserver",
             &binary,
             argv,
-            &[("RUST_LOG", &log_level)],
+            // Plain log files: no colour escapes.
+            &[("RUST_LOG", &log_level), ("NO_COLOR", "1")],
             self.root.join("logs/elemental-changelog-apiserver.log"),
         )?;
         let https = self.server_http(Some(&self.pki.admin))?;
@@ -1085,6 +1087,59 @@ pub fn server_binary() -> PathBuf {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn discovery_lists_only_fresh_versions_with_resources() {
+        let document = |freshness: &str, resources: serde_json::Value| {
+            serde_json::json!({"items": [
+                {"metadata": {"name": "other.example.com"}, "versions": [{"version": "v1beta1", "resources": [{}]}]},
+                {"metadata": {"name": GROUP}, "versions": [
+                    {"version": VERSION, "freshness": freshness, "resources": resources},
+                ]},
+            ]})
+        };
+        assert!(discovery_lists(
+            &document("Current", serde_json::json!([{}])),
+            GROUP,
+            VERSION
+        ));
+        assert!(!discovery_lists(
+            &document("Stale", serde_json::json!([{}])),
+            GROUP,
+            VERSION
+        ));
+        assert!(!discovery_lists(
+            &document("Current", serde_json::json!([])),
+            GROUP,
+            VERSION
+        ));
+        assert!(!discovery_lists(
+            &document("Current", serde_json::json!([{}])),
+            GROUP,
+            "v1"
+        ));
+        assert!(!discovery_lists(
+            &serde_json::json!({"kind": "APIGroupList"}),
+            GROUP,
+            VERSION
+        ));
+    }
+
+    #[test]
+    fn token_file_quotes_groups_and_tokens_are_unique() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let tokens = write_token_file(dir.path())?;
+        let csv = std::fs::read_to_string(dir.path().join("tokens.csv"))?;
+        assert_eq!(csv.lines().count(), TOKEN_USERS.len());
+        let carol = tokens.get("carol").context("carol")?;
+        assert!(
+            csv.contains(&format!("{carol},carol,uid-2,\"elemental-viewers\"")),
+            "{csv}"
+        );
+        let distinct: std::collections::BTreeSet<&String> = tokens.values().collect();
+        assert_eq!(distinct.len(), TOKEN_USERS.len());
+        Ok(())
+    }
 
     /// The control plane alone: ready, CRDs served, users authenticated, and
     /// nothing left running afterwards.

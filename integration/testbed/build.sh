@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real parts of the test bed into target/testbed/bin:
-# kube-apiserver, kubectl and etcd (k8s/go.mod) and helm (helm/go.mod).
+# kube-apiserver, kubectl, etcd and the clusterrole-aggregation controller
+# (k8s/go.mod) and helm (helm/go.mod).
 # A binary is rebuilt only when its module files change (a stamp keyed on
 # go.mod and go.sum), so a second run on the same target/ costs seconds.
 set -euo pipefail
@@ -31,5 +32,7 @@ build() { # module-dir binary package [ldflags]
 build k8s etcd ./cmd/etcd
 build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+# kube-controller-manager's clusterrole-aggregation controller alone (admin/edit/view).
+build k8s clusterrole-aggregation ./cmd/clusterrole-aggregation "$k8s_ldflags"
 build helm helm helm.sh/helm/v4/cmd/helm
 echo "$out"

@@ -1,7 +1,353 @@
-//! The channel controller and workers, driven by watcher events and a fake
-//! image source, on paused time.
+//! The channel controller and its workers, driven by watcher events and a
+//! fake image source, on paused time.
+
+use std::sync::Mutex;
+
+use kube::runtime::reflector::store::Writer;
+use serde_json::json;
+use tokio::time::{Instant, timeout, timeout_at};
 
 use super::*;
+
+const INTERVAL: Duration = Duration::from_secs(600);
+/// Longer than anything the tests wait for; on paused time it costs nothing.
+const NEVER: Duration = Duration::from_secs(100_000);
+const NS: &str = "fleet-default";
+
+fn channel(name: &str, image: Option<&str>, synced: &str) -> ManagedOSVersionChannel {
+    let spec = match image {
+        Some(image) => json!({"type": "custom", "options": {"image": image}}),
+        None => json!({"type": "json", "options": {"uri": "https://example.com/channel.json"}}),
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSVersionChannel",
+        "metadata": {"name": name, "namespace": NS, "generation": 1, "uid": format!("uid-{name}")},
+        "spec": spec,
+        "status": {"syncedGeneration": 1, "lastSyncedTime": synced}
+    }))
+    .unwrap_or_else(|e| panic!("channel: {e}"))
+}
+
+/// A ManagedOSVersion as the operator creates it.
+fn version(name: &str, channel: &str) -> ManagedOSVersion {
+    serde_json::from_value(json!({
+        "apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSVersion",
+        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"),
+            "labels": {"elemental.cattle.io/channel": channel},
+            "ownerReferences": [{"apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSVersionChannel",
+                "name": channel, "uid": format!("uid-{channel}"), "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"version": name, "type": "container"}
+    }))
+    .unwrap_or_else(|e| panic!("version: {e}"))
+}
+
+/// Files of a channel image listing `names` (oldest first), each with an
+/// `updates.log` of one advisory.
+fn image_files(names: &[&str]) -> Vec<(String, Vec<u8>)> {
+    let entries: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({"metadata": {"name": name}, "spec": {"version": name, "type": "container",
+                "metadata": {"upgradeImage": format!("registry/os:{name}"), "created": 1_700_000_000 + i as i64 * 86_400}}})
+        })
+        .collect();
+    let mut files = vec![(
+        "channel.json".to_owned(),
+        serde_json::to_vec(&entries).unwrap_or_default(),
+    )];
+    for name in names {
+        let log = json!([{"type": "security", "id": format!("SUSE-{name}"), "title": "fix", "severity": "important",
+            "date": "1700000000", "references": [], "description": "", "packages": []}]);
+        files.push((
+            format!("changelogs/{name}.updates.log"),
+            serde_json::to_vec(&log).unwrap_or_default(),
+        ));
+    }
+    files
+}
+
+#[derive(Clone)]
+struct Image {
+    digest: String,
+    /// Whether the image is an index (one platform per architecture).
+    multi_arch: bool,
+    files: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Debug)]
+struct Call {
+    image: String,
+    arch: String,
+    known: Option<String>,
+    at: Instant,
+}
+
+/// A registry in memory that records every fetch.
+struct Fake {
+    images: Mutex<BTreeMap<String, Image>>,
+    failing: Mutex<bool>,
+    /// When set, fetches answer only once it is notified.
+    gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
+    calls: mpsc::UnboundedSender<Call>,
+}
+
+impl Fake {
+    fn push(&self, image: &str, digest: &str, multi_arch: bool, names: &[&str]) {
+        let image_data = Image {
+            digest: digest.to_owned(),
+            multi_arch,
+            files: image_files(names),
+        };
+        self.images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(image.to_owned(), image_data);
+    }
+
+    fn push_files(&self, image: &str, digest: &str, files: Vec<(String, Vec<u8>)>) {
+        let image_data = Image {
+            digest: digest.to_owned(),
+            multi_arch: false,
+            files,
+        };
+        self.images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(image.to_owned(), image_data);
+    }
+
+    /// Holds every later fetch until the returned gate is notified.
+    fn hold(&self) -> Arc<tokio::sync::Notify> {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        *self.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(gate.clone());
+        gate
+    }
+
+    fn fail(&self, failing: bool) {
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = failing;
+    }
+}
+
+impl ImageSource for Fake {
+    fn fetch_image<'a>(
+        &'a self,
+        image: &'a str,
+        arch: &'a str,
+        known_digest: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
+        let call = Call {
+            image: image.to_owned(),
+            arch: arch.to_owned(),
+            known: known_digest.map(str::to_owned),
+            at: Instant::now(),
+        };
+        let _ = self.calls.send(call);
+        let failing = *self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        let found = self
+            .images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+            .cloned();
+        let answer = match found {
+            Some(_) | None if failing => Err(FetchError::Timeout {
+                after: Duration::from_secs(60),
+            }),
+            None => Err(FetchError::Timeout {
+                after: Duration::from_secs(60),
+            }),
+            Some(found) if known_digest == Some(found.digest.as_str()) => Ok(Fetched::Unchanged {
+                digest: found.digest,
+            }),
+            Some(found) => Ok(Fetched::Pulled {
+                digest: found.digest,
+                files: found.files,
+                compressed_bytes: 100,
+                uncompressed_bytes: 1000,
+                platform: found.multi_arch.then(|| format!("linux/{arch}")),
+            }),
+        };
+        let gate = self.gate.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.notified().await;
+            }
+            answer
+        })
+    }
+}
+
+/// The controller running on fake watches and a fake registry.
+struct Harness {
+    channels: Writer<ManagedOSVersionChannel>,
+    versions: Writer<ManagedOSVersion>,
+    events: mpsc::UnboundedSender<ChannelEvent>,
+    calls: mpsc::UnboundedReceiver<Call>,
+    fake: Arc<Fake>,
+    cache: Arc<Cache>,
+    health: Arc<Health>,
+    started: Instant,
+}
+
+fn context(
+    archs: &[&str],
+) -> (
+    Arc<Fake>,
+    mpsc::UnboundedReceiver<Call>,
+    Objects,
+    Writers,
+    Arc<Context>,
+    mpsc::UnboundedReceiver<ChannelKey>,
+) {
+    let (calls_tx, calls) = mpsc::unbounded_channel();
+    let fake = Arc::new(Fake {
+        images: Mutex::default(),
+        failing: Mutex::default(),
+        gate: Mutex::default(),
+        calls: calls_tx,
+    });
+    let (channel_store, channels) = reflector::store();
+    let (version_store, versions) = reflector::store();
+    let objects = Objects {
+        channels: Stores::from_stores(Some(channel_store), BTreeMap::new()),
+        versions: Stores::from_stores(Some(version_store), BTreeMap::new()),
+    };
+    let (attempted_tx, attempted) = mpsc::unbounded_channel();
+    let ctx = Arc::new(Context {
+        fetcher: fake.clone(),
+        cache: Arc::new(Cache::default()),
+        metrics: Arc::new(Metrics::new()),
+        versions: objects.versions.clone(),
+        settings: RefreshSettings {
+            interval: INTERVAL,
+            architectures: archs.iter().map(|a| (*a).to_owned()).collect(),
+        },
+        attempted: attempted_tx,
+    });
+    (
+        fake,
+        calls,
+        objects,
+        Writers { channels, versions },
+        ctx,
+        attempted,
+    )
+}
+
+struct Writers {
+    channels: Writer<ManagedOSVersionChannel>,
+    versions: Writer<ManagedOSVersion>,
+}
+
+impl Harness {
+    /// Starts the controller; the watches have not listed yet.
+    fn start(archs: &[&str]) -> Self {
+        let (fake, calls, objects, writers, ctx, attempted) = context(archs);
+        let health = Arc::new(Health::default());
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let cache = ctx.cache.clone();
+        tokio::spawn(controller(
+            objects,
+            ctx,
+            events_rx,
+            attempted,
+            health.ready_flag("informer-sync"),
+            health.ready_flag("channels-first-fetch"),
+            health.heartbeat("channel-controller"),
+        ));
+        Self {
+            channels: writers.channels,
+            versions: writers.versions,
+            events,
+            calls,
+            fake,
+            cache,
+            health,
+            started: Instant::now(),
+        }
+    }
+
+    /// The initial list of both watches.
+    fn list(&mut self, channels: &[ManagedOSVersionChannel], versions: &[ManagedOSVersion]) {
+        self.channel(watcher::Event::Init);
+        for c in channels {
+            self.channel(watcher::Event::InitApply(c.clone()));
+        }
+        self.channel(watcher::Event::InitDone);
+        self.version(watcher::Event::Init);
+        for v in versions {
+            self.version(watcher::Event::InitApply(v.clone()));
+        }
+        self.version(watcher::Event::InitDone);
+    }
+
+    /// A channel watch event, as the reflector applies and forwards it.
+    fn channel(&mut self, event: watcher::Event<ManagedOSVersionChannel>) {
+        self.channels.apply_watcher_event(&event);
+        if let Some(event) = channel_event(&event) {
+            let _ = self.events.send(event);
+        }
+    }
+
+    fn version(&mut self, event: watcher::Event<ManagedOSVersion>) {
+        self.versions.apply_watcher_event(&event);
+        if let Some(event) = version_event(&event) {
+            let _ = self.events.send(event);
+        }
+    }
+
+    /// The next fetch, however far in the (paused) future.
+    async fn call(&mut self) -> Call {
+        timeout(NEVER, self.calls.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no fetch came"))
+    }
+
+    /// Asserts that no fetch happens before `self.started + at`.
+    async fn no_call_before(&mut self, at: Duration) {
+        if let Ok(call) = timeout_at(self.started + at, self.calls.recv()).await {
+            panic!(
+                "unexpected fetch at {:?}: {call:?}",
+                self.since(call.as_ref().map_or(self.started, |c| c.at))
+            );
+        }
+    }
+
+    fn since(&self, at: Instant) -> Duration {
+        at - self.started
+    }
+
+    fn ready(&self, name: &str) -> bool {
+        self.health.ready().iter().any(|c| c.name == name && c.ok)
+    }
+
+    fn state(&self, name: &str) -> Option<Arc<ChannelState>> {
+        self.cache.get(&ChannelKey::new(NS, name))
+    }
+
+    /// Lets the controller and workers run until `done` holds.
+    async fn until(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        for _ in 0..10_000 {
+            if done(self) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("never happened: {what}");
+    }
+}
+
+fn digest_of(state: &ChannelState, arch: &str) -> Option<String> {
+    state
+        .archs
+        .get(arch)?
+        .snapshot
+        .as_ref()
+        .map(|s| s.digest.clone())
+}
 
 #[test]
 fn backoff_doubles_from_the_minimum_up_to_the_interval() {
@@ -14,4 +360,632 @@ fn backoff_doubles_from_the_minimum_up_to_the_interval() {
     assert_eq!(next_wait(12, hour), hour, "capped by the interval");
     assert_eq!(next_wait(u32::MAX, hour), hour, "no overflow");
     assert_eq!(next_wait(3, Duration::from_secs(5)), Duration::from_secs(5));
+}
+
+#[test]
+fn watch_events_the_controller_hears() {
+    let c = channel(
+        "sl-micro",
+        Some("registry/channel:6.1"),
+        "2026-01-01T00:00:00Z",
+    );
+    assert!(
+        matches!(channel_event(&watcher::Event::Apply(c.clone())), Some(ChannelEvent::Applied(a)) if a.name_any() == "sl-micro")
+    );
+    assert!(matches!(
+        channel_event(&watcher::Event::InitApply(c.clone())),
+        Some(ChannelEvent::Applied(_))
+    ));
+    assert!(
+        matches!(channel_event(&watcher::Event::Delete(c)), Some(ChannelEvent::Deleted(k)) if k == ChannelKey::new(NS, "sl-micro"))
+    );
+    assert!(channel_event(&watcher::Event::Init).is_none());
+    assert!(matches!(
+        channel_event(&watcher::Event::InitDone),
+        Some(ChannelEvent::ChannelsListed)
+    ));
+    assert!(matches!(
+        version_event(&watcher::Event::InitDone),
+        Some(ChannelEvent::VersionsListed)
+    ));
+
+    let v = version("v1", "sl-micro");
+    assert!(
+        matches!(version_event(&watcher::Event::Delete(v.clone())), Some(ChannelEvent::VersionDeleted(k)) if k == ChannelKey::new(NS, "sl-micro"))
+    );
+    assert!(version_event(&watcher::Event::Apply(v)).is_none());
+    let orphan: ManagedOSVersion = serde_json::from_value(json!({
+        "apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSVersion",
+        "metadata": {"name": "lonely", "namespace": NS}, "spec": {"version": "1"}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        version_event(&watcher::Event::Delete(orphan)).is_none(),
+        "a version of no channel retains nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_periodically() {
+    let mut h = Harness::start(&["x86_64", "aarch64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1", "v2"]);
+    assert!(!h.ready("informer-sync"));
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:6.1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[version("v1", "sl-micro"), version("v2", "sl-micro")],
+    );
+
+    let first = h.call().await;
+    assert_eq!(
+        (first.image.as_str(), first.arch.as_str(), first.known),
+        ("registry/channel:6.1", "x86_64", None)
+    );
+    assert_eq!(h.since(first.at), Duration::ZERO);
+    h.until("first fetch stored", |h| {
+        h.state("sl-micro").is_some_and(|s| s.attempted)
+    })
+    .await;
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let (Some(x86), Some(arm)) = (
+        &state.archs["x86_64"].snapshot,
+        &state.archs["aarch64"].snapshot,
+    ) else {
+        panic!("both architectures must have data: {state:?}");
+    };
+    assert!(Arc::ptr_eq(x86, arm), "one pull serves both architectures");
+    assert_eq!(x86.digest, "sha256:one");
+    assert_eq!(x86.platform, None);
+    assert_eq!(x86.data.versions().len(), 2);
+    h.until("ready", |h| {
+        h.ready("informer-sync") && h.ready("channels-first-fetch")
+    })
+    .await;
+
+    // The next fetch is the periodic digest check, one for all architectures.
+    let check = h.call().await;
+    assert_eq!(h.since(check.at), INTERVAL);
+    assert_eq!(
+        (check.arch.as_str(), check.known.as_deref()),
+        ("x86_64", Some("sha256:one"))
+    );
+    let next = h.call().await;
+    assert_eq!(
+        h.since(next.at),
+        INTERVAL * 2,
+        "no fetch for aarch64 in between"
+    );
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let kept = state.archs["aarch64"]
+        .snapshot
+        .as_ref()
+        .unwrap_or_else(|| panic!("data lost"));
+    assert!(
+        Arc::ptr_eq(kept, x86),
+        "an unchanged digest keeps the same snapshot"
+    );
+    assert!(state.archs["aarch64"].confirmed_at.is_some());
+    assert_eq!(
+        h.cache.totals(),
+        crate::cache::Totals {
+            channels: 1,
+            versions: 4,
+            advisories: 4,
+            retained: 0
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn multi_platform_image_is_fetched_per_arch() {
+    let mut h = Harness::start(&["x86_64", "aarch64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:index", true, &["v1"]);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:6.1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[],
+    );
+    let a = h.call().await;
+    let b = h.call().await;
+    assert_eq!((a.arch.as_str(), b.arch.as_str()), ("x86_64", "aarch64"));
+    h.until("stored", |h| {
+        h.state("sl-micro").is_some_and(|s| s.attempted)
+    })
+    .await;
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let platform = |arch: &str| {
+        state.archs[arch]
+            .snapshot
+            .as_ref()
+            .and_then(|s| s.platform.clone())
+    };
+    assert_eq!(platform("x86_64").as_deref(), Some("linux/x86_64"));
+    assert_eq!(platform("aarch64").as_deref(), Some("linux/aarch64"));
+    let c = h.call().await;
+    assert_eq!(
+        (h.since(c.at), c.known.as_deref()),
+        (INTERVAL, Some("sha256:index"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_sync_key_refetches_at_once_and_other_updates_do_not() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    let c = channel(
+        "sl-micro",
+        Some("registry/channel:6.1"),
+        "2026-01-01T00:00:00Z",
+    );
+    h.list(std::slice::from_ref(&c), &[]);
+    h.call().await;
+
+    // A label change: same sync key, nothing to do.
+    let mut relabelled = c.clone();
+    relabelled.metadata.labels = Some(BTreeMap::from([("team".to_owned(), "os".to_owned())]));
+    relabelled.metadata.resource_version = Some("2".to_owned());
+    h.channel(watcher::Event::Apply(relabelled));
+    h.no_call_before(Duration::from_secs(60)).await;
+
+    // The operator re-synced the channel: a digest check right away.
+    let resynced = channel(
+        "sl-micro",
+        Some("registry/channel:6.1"),
+        "2026-01-01T01:00:00Z",
+    );
+    h.channel(watcher::Event::Apply(resynced));
+    let call = h.call().await;
+    assert_eq!(h.since(call.at), Duration::from_secs(60));
+    assert_eq!(call.known.as_deref(), Some("sha256:one"));
+    // The interval restarts from that fetch.
+    let periodic = h.call().await;
+    assert_eq!(h.since(periodic.at), Duration::from_secs(60) + INTERVAL);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_exist() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake.push(
+        "registry/channel:v1",
+        "sha256:old",
+        false,
+        &["v1", "v2", "v3"],
+    );
+    h.fake
+        .push("registry/channel:v2", "sha256:new", false, &["v3", "v4"]);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:v1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        // v1 is gone from the cluster too; v2 still exists.
+        &[
+            version("v2", "sl-micro"),
+            version("v3", "sl-micro"),
+            version("v4", "sl-micro"),
+        ],
+    );
+    h.call().await;
+    h.until("stored", |h| {
+        h.state("sl-micro").is_some_and(|s| s.attempted)
+    })
+    .await;
+
+    h.channel(watcher::Event::Apply(channel(
+        "sl-micro",
+        Some("registry/channel:v2"),
+        "2026-01-01T00:00:00Z",
+    )));
+    let call = h.call().await;
+    assert_eq!(
+        (call.image.as_str(), call.known),
+        ("registry/channel:v2", None),
+        "the old digest means nothing for a new image"
+    );
+    h.until("new image stored", |h| {
+        h.state("sl-micro")
+            .and_then(|s| digest_of(&s, "x86_64"))
+            .as_deref()
+            == Some("sha256:new")
+    })
+    .await;
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    assert_eq!(state.image.as_deref(), Some("registry/channel:v2"));
+    let data = &state.archs["x86_64"]
+        .snapshot
+        .as_ref()
+        .unwrap_or_else(|| panic!("no data"))
+        .data;
+    let names: Vec<&str> = data.versions().keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["v2", "v3", "v4"],
+        "v1 has no ManagedOSVersion left, so it is not retained"
+    );
+    assert_eq!(
+        data.version("v2").and_then(|v| v.retained_from.as_deref()),
+        Some("sha256:old")
+    );
+    assert_eq!(
+        data.version("v3").and_then(|v| v.retained_from.as_deref()),
+        None
+    );
+    assert_eq!(h.cache.totals().retained, 1);
+
+    // The operator deletes v2: its retained data goes with it.
+    h.version(watcher::Event::Delete(version("v2", "sl-micro")));
+    h.until("v2 pruned", |h| h.cache.totals().retained == 0)
+        .await;
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let data = &state.archs["x86_64"]
+        .snapshot
+        .as_ref()
+        .unwrap_or_else(|| panic!("no data"))
+        .data;
+    assert!(data.version("v2").is_none());
+    assert!(
+        data.summary("v3").is_ok(),
+        "summaries still answer after pruning"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_back_off_and_keep_the_last_good_data() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:6.1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[],
+    );
+    h.call().await;
+    h.fake.fail(true);
+    let mut at = Vec::new();
+    for _ in 0..5 {
+        let call = h.call().await;
+        at.push(h.since(call.at).as_secs());
+    }
+    // First failure at the interval, then 2, 4, 8, 16 seconds apart.
+    assert_eq!(at, [600, 602, 606, 614, 630]);
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let arch = &state.archs["x86_64"];
+    assert_eq!(arch.last_error.as_ref().map(|e| e.kind), Some("timeout"));
+    assert_eq!(
+        arch.snapshot.as_ref().map(|s| s.digest.as_str()),
+        Some("sha256:one"),
+        "last good data kept"
+    );
+
+    h.fake.fail(false);
+    let ok = h.call().await;
+    assert_eq!(h.since(ok.at).as_secs(), 662);
+    let back = h.call().await;
+    assert_eq!(
+        h.since(back.at).as_secs(),
+        662 + INTERVAL.as_secs(),
+        "a success resets the backoff"
+    );
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    assert!(
+        state.archs["x86_64"].last_error.is_none(),
+        "a success clears the error"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_needs_synced_watches_and_a_first_attempt_per_channel() {
+    let mut h = Harness::start(&["x86_64"]);
+    // The registry is down from the start: readiness still comes, the data is
+    // simply not there yet (requests get 503s).
+    h.fake.fail(true);
+    h.list(
+        &[
+            channel("a", Some("registry/a:1"), "2026-01-01T00:00:00Z"),
+            channel("b", Some("registry/b:1"), "2026-01-01T00:00:00Z"),
+            channel("json", None, "2026-01-01T00:00:00Z"),
+        ],
+        &[],
+    );
+    h.until("informer-sync", |h| h.ready("informer-sync")).await;
+    h.call().await;
+    h.call().await;
+    h.until("first fetch attempted", |h| h.ready("channels-first-fetch"))
+        .await;
+    for name in ["a", "b", "json"] {
+        assert!(h.state(name).is_some_and(|s| s.attempted), "{name}");
+    }
+    let json = h.state("json").unwrap_or_else(|| panic!("no state"));
+    assert_eq!(json.image, None);
+    assert!(json.archs.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_channels_is_ready_once_synced() {
+    let mut h = Harness::start(&["x86_64"]);
+    assert!(!h.ready("informer-sync"));
+    h.list(&[], &[]);
+    h.until("ready", |h| {
+        h.ready("informer-sync") && h.ready("channels-first-fetch")
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_channel_stops_its_worker_and_drops_its_data() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    let c = channel(
+        "sl-micro",
+        Some("registry/channel:6.1"),
+        "2026-01-01T00:00:00Z",
+    );
+    h.list(std::slice::from_ref(&c), &[]);
+    h.call().await;
+    h.until("stored", |h| h.state("sl-micro").is_some()).await;
+    h.channel(watcher::Event::Delete(c));
+    h.until("data dropped", |h| h.state("sl-micro").is_none())
+        .await;
+    h.no_call_before(INTERVAL * 3).await;
+    assert_eq!(h.cache.totals(), crate::cache::Totals::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_forgets_channels_deleted_while_the_watch_was_down() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake.push("registry/a:1", "sha256:a", false, &["v1"]);
+    h.fake.push("registry/b:1", "sha256:b", false, &["v1"]);
+    let a = channel("a", Some("registry/a:1"), "2026-01-01T00:00:00Z");
+    let b = channel("b", Some("registry/b:1"), "2026-01-01T00:00:00Z");
+    h.list(&[a.clone(), b], &[]);
+    h.call().await;
+    h.call().await;
+    h.until("stored", |h| {
+        h.state("a").is_some() && h.state("b").is_some()
+    })
+    .await;
+
+    // The watch restarts; `b` was deleted meanwhile: the re-list has no
+    // Delete event for it, only its absence.
+    h.channel(watcher::Event::Init);
+    h.channel(watcher::Event::InitApply(a));
+    h.channel(watcher::Event::InitDone);
+    h.until("b dropped", |h| h.state("b").is_none()).await;
+    let next = h.call().await;
+    assert_eq!(
+        (next.image.as_str(), h.since(next.at)),
+        ("registry/a:1", INTERVAL),
+        "only a is still refreshed"
+    );
+    h.no_call_before(INTERVAL * 2 - Duration::from_secs(1))
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_prunes_retained_versions_deleted_while_the_watch_was_down() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:v1", "sha256:old", false, &["v1", "v2"]);
+    h.fake
+        .push("registry/channel:v2", "sha256:new", false, &["v2"]);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:v1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[version("v1", "sl-micro"), version("v2", "sl-micro")],
+    );
+    h.call().await;
+    h.channel(watcher::Event::Apply(channel(
+        "sl-micro",
+        Some("registry/channel:v2"),
+        "2026-01-01T00:00:00Z",
+    )));
+    h.call().await;
+    h.until("v1 retained", |h| h.cache.totals().retained == 1)
+        .await;
+
+    h.version(watcher::Event::Init);
+    h.version(watcher::Event::InitApply(version("v2", "sl-micro")));
+    h.version(watcher::Event::InitDone);
+    h.until("v1 pruned", |h| h.cache.totals().retained == 0)
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unusable_image_keeps_the_last_good_data() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:6.1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[],
+    );
+    h.call().await;
+    h.fake.push_files(
+        "registry/channel:6.1",
+        "sha256:broken",
+        vec![("channel.json".to_owned(), b"{}".to_vec())],
+    );
+    let call = h.call().await;
+    assert_eq!(h.since(call.at), INTERVAL);
+    h.until("error recorded", |h| {
+        h.state("sl-micro")
+            .is_some_and(|s| s.archs["x86_64"].last_error.is_some())
+    })
+    .await;
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let arch = &state.archs["x86_64"];
+    assert_eq!(
+        arch.last_error.as_ref().map(|e| e.kind),
+        Some("invalid_channel_json")
+    );
+    assert!(
+        arch.last_error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("array")),
+        "{:?}",
+        arch.last_error
+    );
+    assert_eq!(
+        arch.snapshot.as_ref().map(|s| s.digest.as_str()),
+        Some("sha256:one")
+    );
+    // Retried with backoff, not at the interval.
+    let retry = h.call().await;
+    assert_eq!(h.since(retry.at), INTERVAL + MIN_BACKOFF);
+
+    h.fake.push_files(
+        "registry/channel:6.1",
+        "sha256:bare",
+        vec![("README".to_owned(), b"x".to_vec())],
+    );
+    h.call().await;
+    h.until("missing channel.json", |h| {
+        h.state("sl-micro").is_some_and(|s| {
+            s.archs["x86_64"]
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.kind == "missing_channel_json")
+        })
+    })
+    .await;
+}
+
+#[test]
+fn cache_totals_and_pruning() {
+    let cache = Cache::default();
+    assert_eq!(cache.totals(), crate::cache::Totals::default());
+    let old = ChannelData::from_files(image_files(&["v1", "v2"])).unwrap_or_else(|e| panic!("{e}"));
+    let mut data =
+        ChannelData::from_files(image_files(&["v2", "v3"])).unwrap_or_else(|e| panic!("{e}"));
+    data.retain_from(&old, "sha256:old", |_| true);
+    data.precompute_summaries();
+    let snapshot = Arc::new(Snapshot {
+        image: "registry/channel:v2".to_owned(),
+        digest: "sha256:new".to_owned(),
+        platform: None,
+        data: Arc::new(data),
+        fetched_at: Timestamp::UNIX_EPOCH,
+    });
+    let arch = ArchState {
+        snapshot: Some(snapshot),
+        confirmed_at: None,
+        last_error: None,
+    };
+    let key = ChannelKey::new(NS, "sl-micro");
+    cache.update(&key, |_| ChannelState {
+        image: Some("registry/channel:v2".to_owned()),
+        attempted: true,
+        archs: BTreeMap::from([
+            ("x86_64".to_owned(), arch.clone()),
+            ("aarch64".to_owned(), arch),
+        ]),
+    });
+    // A channel that was attempted but has no data does not count as one.
+    cache.update(&ChannelKey::new(NS, "empty"), |_| ChannelState {
+        image: Some("registry/x".to_owned()),
+        attempted: true,
+        ..ChannelState::default()
+    });
+    assert_eq!(
+        cache.totals(),
+        crate::cache::Totals {
+            channels: 1,
+            versions: 6,
+            advisories: 6,
+            retained: 2
+        }
+    );
+
+    let before = cache.get(&key).unwrap_or_else(|| panic!("no state"));
+    cache.prune_retained(&key, |_| true);
+    assert!(
+        Arc::ptr_eq(
+            &before,
+            &cache.get(&key).unwrap_or_else(|| panic!("no state"))
+        ),
+        "nothing to prune: same state"
+    );
+    cache.prune_retained(&ChannelKey::new(NS, "unknown"), |_| false);
+
+    cache.prune_retained(&key, |name| name == "v1");
+    assert_eq!(
+        cache.totals().retained,
+        2,
+        "only retained versions are pruned, and only when gone"
+    );
+    cache.prune_retained(&key, |_| false);
+    assert_eq!(
+        cache.totals(),
+        crate::cache::Totals {
+            channels: 1,
+            versions: 4,
+            advisories: 4,
+            retained: 0
+        }
+    );
+    let after = cache.get(&key).unwrap_or_else(|| panic!("no state"));
+    let snapshot = after.archs["x86_64"]
+        .snapshot
+        .as_ref()
+        .unwrap_or_else(|| panic!("no data"));
+    assert_eq!(
+        (snapshot.digest.as_str(), snapshot.image.as_str()),
+        ("sha256:new", "registry/channel:v2")
+    );
+    assert!(snapshot.data.summary("v3").is_ok());
+    cache.remove(&key);
+    assert_eq!(cache.totals().versions, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fetch_in_flight_when_the_channel_is_deleted_does_not_resurrect_its_data() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    let c = channel(
+        "sl-micro",
+        Some("registry/channel:6.1"),
+        "2026-01-01T00:00:00Z",
+    );
+    h.list(std::slice::from_ref(&c), &[]);
+    h.call().await;
+    h.until("stored", |h| h.state("sl-micro").is_some()).await;
+    let gate = h.fake.hold();
+    h.fake
+        .push("registry/channel:6.1", "sha256:two", false, &["v1", "v2"]);
+    let held = h.call().await;
+    assert_eq!(h.since(held.at), INTERVAL);
+    h.channel(watcher::Event::Delete(c));
+    h.until("data dropped", |h| h.state("sl-micro").is_none())
+        .await;
+    gate.notify_waiters();
+    for _ in 0..1000 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        h.state("sl-micro").is_none(),
+        "the late answer must not bring the channel back"
+    );
+    h.no_call_before(INTERVAL * 4).await;
 }

@@ -264,6 +264,8 @@ impl Extractor {
     ) -> Result<(), LayerError> {
         let mut long_name: Option<Vec<u8>> = None;
         let mut pax_path: Option<Vec<u8>> = None;
+        // Entries skipped as unsafe (count, first few paths): warned about once per layer.
+        let mut unsafe_entries: (u64, Vec<String>) = (0, Vec::new());
         // Raw entries: GNU long names and PAX headers are handled here, with a
         // size limit, instead of being read whole by the tar crate.
         for entry in archive.entries()?.raw(true) {
@@ -302,7 +304,12 @@ impl Extractor {
                 (None, None) => entry.path_bytes().into_owned(),
             };
             let Some(path) = normalize_path(&raw_path) else {
-                tracing::debug!(path = %String::from_utf8_lossy(&raw_path), "ignoring layer entry with an unusable path");
+                let shown = String::from_utf8_lossy(&raw_path);
+                if raw_path.split(|b| *b == b'/').all(|part| part.is_empty() || part == b".") {
+                    tracing::debug!(path = %shown, "ignoring the layer's root entry");
+                } else {
+                    note_unsafe(&mut unsafe_entries, &shown);
+                }
                 continue;
             };
             let (dir, name) = match path.rsplit_once('/') {
@@ -353,6 +360,9 @@ impl Extractor {
             }
             let is_file = matches!(entry_type, EntryType::Regular | EntryType::Continuous);
             if !is_file || !is_kept(&path) {
+                if !is_file && !is_dir && is_kept(&path) {
+                    note_unsafe(&mut unsafe_entries, &format!("{path} ({entry_type:?})"));
+                }
                 continue;
             }
             let size = entry.header().size()?;
@@ -365,6 +375,14 @@ impl Extractor {
             let data = read_exact_size(&mut entry, size)?;
             self.kept_bytes += size;
             layer.insert(path, data);
+        }
+        if unsafe_entries.0 > 0 {
+            tracing::warn!(
+                count = unsafe_entries.0,
+                examples = ?unsafe_entries.1,
+                "ignored layer entries: paths leaving the image root (`..`), not UTF-8 or with NUL, \
+                 or links and special files where channel data is read"
+            );
         }
         Ok(())
     }
@@ -415,6 +433,15 @@ fn is_kept(path: &str) -> bool {
             .strip_prefix(CHANGELOG_DIR)
             .and_then(|rest| rest.strip_prefix('/'))
             .is_some_and(|rest| !rest.is_empty())
+}
+
+/// Counts an ignored unsafe entry, keeping the first few paths for the log.
+fn note_unsafe(unsafe_entries: &mut (u64, Vec<String>), path: &str) {
+    const EXAMPLES: usize = 3;
+    unsafe_entries.0 += 1;
+    if unsafe_entries.1.len() < EXAMPLES {
+        unsafe_entries.1.push(path.to_owned());
+    }
 }
 
 /// Normalises a tar entry path to `a/b/c`: leading `/` and `./` stripped,

@@ -30,10 +30,11 @@ use crate::{
     },
 };
 
-/// Seconds a client should wait before asking again for data being fetched.
-const RETRY_AFTER_NOT_FETCHED: u32 = 5;
-/// Seconds a client should wait after a failed fetch (the worker retries with backoff).
-const RETRY_AFTER_FAILED: u32 = 30;
+/// Seconds a client should wait before asking again for data being fetched
+/// (client-go retries such a 503 up to ten times: about 20 s in all).
+const RETRY_AFTER_NOT_FETCHED: u32 = 2;
+/// The fetch error kind of an index without the requested platform.
+const NO_MATCHING_PLATFORM: &str = "no_matching_platform";
 
 /// Answers resource requests.
 pub struct Query {
@@ -87,21 +88,46 @@ enum Format {
 
 /// Where a version's data stands: the snapshot holding it, or why none does.
 enum Lookup {
-    Found { channel: Arc<ManagedOSVersionChannel>, snapshot: Arc<Snapshot> },
-    Unavailable { channel_name: Option<String>, image: Option<String>, reason: UnavailableReason, error: StatusError },
+    Found {
+        channel: Arc<ManagedOSVersionChannel>,
+        snapshot: Arc<Snapshot>,
+    },
+    Unavailable {
+        channel_name: Option<String>,
+        image: Option<String>,
+        reason: UnavailableReason,
+        error: StatusError,
+    },
 }
 
 impl Query {
     /// A query over the reflector stores and the cache.
-    pub fn new(objects: Objects, cache: Arc<Cache>, default_arch: String, architectures: Vec<String>) -> Self {
-        Self { objects, cache, default_arch, architectures }
+    pub fn new(
+        objects: Objects,
+        cache: Arc<Cache>,
+        default_arch: String,
+        architectures: Vec<String>,
+    ) -> Self {
+        Self {
+            objects,
+            cache,
+            default_arch,
+            architectures,
+        }
     }
 
     /// Answers a resource route.
-    pub fn answer(&self, route: &Route, accept: Option<&str>, query: &str) -> Result<HttpResponse, StatusError> {
+    pub fn answer(
+        &self,
+        route: &Route,
+        accept: Option<&str>,
+        query: &str,
+    ) -> Result<HttpResponse, StatusError> {
         let params = Params::parse(query);
         match route {
-            Route::Changelog { namespace, name } => self.changelog(namespace, name, &params, accept),
+            Route::Changelog { namespace, name } => {
+                self.changelog(namespace, name, &params, accept)
+            }
             Route::Get { namespace, name } => {
                 let representation = content::negotiate(accept, params.include_object.as_deref())?;
                 let arch = self.arch(&params)?;
@@ -112,8 +138,10 @@ impl Query {
             Route::List { namespace } => {
                 let representation = content::negotiate(accept, params.include_object.as_deref())?;
                 let arch = self.arch(&params)?;
-                let labels = LabelSelector::parse(params.label_selector.as_deref().unwrap_or_default())?;
-                let fields = FieldSelector::parse(params.field_selector.as_deref().unwrap_or_default())?;
+                let labels =
+                    LabelSelector::parse(params.label_selector.as_deref().unwrap_or_default())?;
+                let fields =
+                    FieldSelector::parse(params.field_selector.as_deref().unwrap_or_default())?;
                 let cve = params.cve.as_deref().map(normalize_cve).transpose()?;
                 let mut versions: Vec<Arc<ManagedOSVersion>> = self
                     .objects
@@ -121,7 +149,9 @@ impl Query {
                     .list(namespace.as_deref())
                     .into_iter()
                     .filter(|v| labels.matches(v.labels()))
-                    .filter(|v| fields.matches(&v.name_any(), v.namespace().as_deref().unwrap_or_default()))
+                    .filter(|v| {
+                        fields.matches(&v.name_any(), v.namespace().as_deref().unwrap_or_default())
+                    })
                     .collect();
                 if let Some(cve) = &cve {
                     versions = self.fixing(versions, cve, &arch);
@@ -133,11 +163,20 @@ impl Query {
         }
     }
 
+    /// The architecture asked for, spelled as configured: the workers key the
+    /// cache by the configured names (`amd64` and `x86_64` are the same).
     fn arch(&self, params: &Params) -> Result<String, StatusError> {
-        let arch = params.arch.clone().unwrap_or_else(|| self.default_arch.clone());
+        let arch = params
+            .arch
+            .clone()
+            .unwrap_or_else(|| self.default_arch.clone());
         let arch = normalize_arch(&arch).to_owned();
-        if self.architectures.iter().any(|a| normalize_arch(a) == arch) {
-            Ok(arch)
+        if let Some(configured) = self
+            .architectures
+            .iter()
+            .find(|a| normalize_arch(a) == arch)
+        {
+            Ok(configured.clone())
         } else {
             Err(StatusError::bad_request(format!(
                 "arch {arch:?} is not served; this server reads: {}",
@@ -147,7 +186,10 @@ impl Query {
     }
 
     fn version(&self, namespace: &str, name: &str) -> Result<Arc<ManagedOSVersion>, StatusError> {
-        self.objects.versions.get(namespace, name).ok_or_else(|| StatusError::not_found(RESOURCE, name))
+        self.objects
+            .versions
+            .get(namespace, name)
+            .ok_or_else(|| StatusError::not_found(RESOURCE, name))
     }
 
     /// Finds the snapshot that holds `version`'s data for `arch`, or says why
@@ -155,11 +197,13 @@ impl Query {
     fn lookup(&self, version: &ManagedOSVersion, arch: &str) -> Lookup {
         let name = version.name_any();
         let namespace = version.namespace().unwrap_or_default();
-        let unavailable = |channel_name: Option<String>, image: Option<String>, reason, error| Lookup::Unavailable {
-            channel_name,
-            image,
-            reason,
-            error,
+        let unavailable = |channel_name: Option<String>, image: Option<String>, reason, error| {
+            Lookup::Unavailable {
+                channel_name,
+                image,
+                reason,
+                error,
+            }
         };
         let Some(channel_name) = version.channel_name().map(str::to_owned) else {
             return unavailable(
@@ -169,7 +213,9 @@ impl Query {
                 not_found_because(
                     &name,
                     "NoChannel",
-                    format!("ManagedOSVersion {namespace}/{name} has no channel (no controller owner reference nor elemental.cattle.io/channel label)"),
+                    format!(
+                        "ManagedOSVersion {namespace}/{name} has no channel (no controller owner reference nor elemental.cattle.io/channel label)"
+                    ),
                 ),
             );
         };
@@ -181,13 +227,18 @@ impl Query {
                 not_found_because(
                     &name,
                     "NoChannel",
-                    format!("ManagedOSVersionChannel {namespace}/{channel_name} of ManagedOSVersion {name} does not exist"),
+                    format!(
+                        "ManagedOSVersionChannel {namespace}/{channel_name} of ManagedOSVersion {name} does not exist"
+                    ),
                 ),
             );
         };
         let image = channel.image().map(str::to_owned);
         let state = self.cache.get(&ChannelKey::new(&namespace, &channel_name));
-        let snapshot = state.as_ref().and_then(|s| s.archs.get(arch)).and_then(|a| a.snapshot.clone());
+        let snapshot = state
+            .as_ref()
+            .and_then(|s| s.archs.get(arch))
+            .and_then(|a| a.snapshot.clone());
         if let Some(snapshot) = snapshot {
             if snapshot.data.version(&name).is_some() {
                 return Lookup::Found { channel, snapshot };
@@ -222,23 +273,57 @@ impl Query {
             );
         };
         match state.as_deref() {
-            Some(ChannelState { attempted: true, archs, .. }) => {
+            Some(ChannelState {
+                attempted: true,
+                archs,
+                ..
+            }) => {
                 let failure = archs.get(arch).and_then(|a| a.last_error.clone());
+                if let Some(f) = failure.as_ref().filter(|f| f.kind == NO_MATCHING_PLATFORM) {
+                    // The image is fine; it just has nothing for this architecture.
+                    return unavailable(
+                        Some(channel_name),
+                        Some(image.clone()),
+                        UnavailableReason::NoChangelogData,
+                        not_found_because(
+                            &name,
+                            "NoChangelogData",
+                            format!("channel image {image} has no linux/{arch} image: {}", f.message),
+                        ),
+                    );
+                }
                 let message = match failure {
-                    Some(f) => format!("fetching channel image {image} for {arch} failed ({}): {}; retrying", f.kind, f.message),
+                    Some(f) => format!(
+                        "fetching channel image {image} for {arch} failed ({}): {}; the server keeps retrying",
+                        f.kind, f.message
+                    ),
                     None => format!("channel image {image} has no data for {arch} yet"),
                 };
-                let mut error = StatusError::service_unavailable(message, Some(RETRY_AFTER_FAILED));
+                // No Retry-After: clients such as kubectl would silently retry
+                // for minutes what needs an operator's attention.
+                let mut error = StatusError::service_unavailable(message, None);
                 add_cause(&mut error, &name, "FetchFailed");
-                unavailable(Some(channel_name), Some(image), UnavailableReason::FetchFailed, error)
+                unavailable(
+                    Some(channel_name),
+                    Some(image),
+                    UnavailableReason::FetchFailed,
+                    error,
+                )
             }
             _ => {
                 let mut error = StatusError::service_unavailable(
-                    format!("the changelog data of channel {namespace}/{channel_name} (image {image}) is not fetched yet"),
+                    format!(
+                        "the changelog data of channel {namespace}/{channel_name} (image {image}) is not fetched yet"
+                    ),
                     Some(RETRY_AFTER_NOT_FETCHED),
                 );
                 add_cause(&mut error, &name, "NotFetched");
-                unavailable(Some(channel_name), Some(image), UnavailableReason::NotFetched, error)
+                unavailable(
+                    Some(channel_name),
+                    Some(image),
+                    UnavailableReason::NotFetched,
+                    error,
+                )
             }
         }
     }
@@ -284,19 +369,31 @@ impl Query {
         changelog.channel = ChannelRef {
             name: channel.name_any(),
             image: Some(snapshot.image.clone()),
-            digest: Some(retained_from.clone().unwrap_or_else(|| snapshot.digest.clone())),
+            digest: Some(
+                retained_from
+                    .clone()
+                    .unwrap_or_else(|| snapshot.digest.clone()),
+            ),
             retained: retained_from.is_some(),
         };
-        changelog.arch = arch;
+        changelog.arch = normalize_arch(&arch).to_owned();
         Ok(match format {
-            Format::Json => ok(serde_json::to_vec(&changelog).unwrap_or_default(), content::JSON),
+            Format::Json => ok(
+                serde_json::to_vec(&changelog).unwrap_or_default(),
+                content::JSON,
+            ),
             Format::Text => ok(render::text(&changelog), "text/plain; charset=utf-8"),
             Format::Markdown => ok(render::markdown(&changelog), "text/markdown; charset=utf-8"),
         })
     }
 
     /// `from` must name a ManagedOSVersion of the same channel.
-    fn check_from(&self, version: &ManagedOSVersion, from: &str, channel: &str) -> Result<(), StatusError> {
+    fn check_from(
+        &self,
+        version: &ManagedOSVersion,
+        from: &str,
+        channel: &str,
+    ) -> Result<(), StatusError> {
         let namespace = version.namespace().unwrap_or_default();
         let Some(other) = self.objects.versions.get(&namespace, from) else {
             return Err(StatusError::bad_request(format!(
@@ -309,7 +406,9 @@ impl Query {
                 "from: ManagedOSVersion {from} belongs to channel {c}, not to channel {channel} of {}",
                 version.name_any()
             ))),
-            None => Err(StatusError::bad_request(format!("from: ManagedOSVersion {from} belongs to no channel"))),
+            None => Err(StatusError::bad_request(format!(
+                "from: ManagedOSVersion {from} belongs to no channel"
+            ))),
         }
     }
 
@@ -320,11 +419,18 @@ impl Query {
         summary.version = version.spec.version.clone();
         match self.lookup(version, arch) {
             Lookup::Found { channel, snapshot } => {
-                let retained_from = snapshot.data.version(&name).and_then(|v| v.retained_from.clone());
+                let retained_from = snapshot
+                    .data
+                    .version(&name)
+                    .and_then(|v| v.retained_from.clone());
                 summary.channel = ChannelRef {
                     name: channel.name_any(),
                     image: Some(snapshot.image.clone()),
-                    digest: Some(retained_from.clone().unwrap_or_else(|| snapshot.digest.clone())),
+                    digest: Some(
+                        retained_from
+                            .clone()
+                            .unwrap_or_else(|| snapshot.digest.clone()),
+                    ),
                     retained: retained_from.is_some(),
                 };
                 if let Some(v) = snapshot.data.version(&name) {
@@ -346,8 +452,17 @@ impl Query {
                     }
                 }
             }
-            Lookup::Unavailable { channel_name, image, reason, error } => {
-                summary.channel = ChannelRef { name: channel_name.unwrap_or_default(), image, ..ChannelRef::default() };
+            Lookup::Unavailable {
+                channel_name,
+                image,
+                reason,
+                error,
+            } => {
+                summary.channel = ChannelRef {
+                    name: channel_name.unwrap_or_default(),
+                    image,
+                    ..ChannelRef::default()
+                };
                 summary.reason = Some(reason);
                 summary.message = Some(error.message);
             }
@@ -357,14 +472,22 @@ impl Query {
 
     /// The versions whose changelog fixes `cve`, oldest first (by channel
     /// order: `created`, then version), so the first is the first fix.
-    fn fixing(&self, versions: Vec<Arc<ManagedOSVersion>>, cve: &str, arch: &str) -> Vec<Arc<ManagedOSVersion>> {
+    fn fixing(
+        &self,
+        versions: Vec<Arc<ManagedOSVersion>>,
+        cve: &str,
+        arch: &str,
+    ) -> Vec<Arc<ManagedOSVersion>> {
         let mut hits: Vec<(Option<jiff::Timestamp>, String, Arc<ManagedOSVersion>)> = Vec::new();
         for version in versions {
             let name = version.name_any();
             if let Lookup::Found { snapshot, .. } = self.lookup(&version, arch)
                 && snapshot.data.fixes_cve(&name, cve)
             {
-                let entry = snapshot.data.version(&name).map(|v| (v.entry.created, v.entry.version.clone()));
+                let entry = snapshot
+                    .data
+                    .version(&name)
+                    .map(|v| (v.entry.created, v.entry.version.clone()));
                 let (created, v) = entry.unwrap_or((None, version.spec.version.clone()));
                 hits.push((created, v, version));
             }
@@ -372,9 +495,9 @@ impl Query {
         hits.sort_by(|a, b| {
             let ka = (a.2.namespace(), a.2.channel_name().map(str::to_owned));
             let kb = (b.2.namespace(), b.2.channel_name().map(str::to_owned));
-            ka.cmp(&kb)
-                .then_with(|| a.0.cmp(&b.0))
-                .then_with(|| rpmver::rpmvercmp(a.1.trim_start_matches('v'), b.1.trim_start_matches('v')))
+            ka.cmp(&kb).then_with(|| a.0.cmp(&b.0)).then_with(|| {
+                rpmver::rpmvercmp(a.1.trim_start_matches('v'), b.1.trim_start_matches('v'))
+            })
         });
         hits.into_iter().map(|(_, _, v)| v).collect()
     }
@@ -387,11 +510,22 @@ fn respond_summaries(
 ) -> Result<HttpResponse, StatusError> {
     let content_type = representation.content_type();
     let body = match representation {
-        Representation::Table { version, include_object } => {
-            let table = table::summaries_table_version(&items, true, version, include_object, jiff::Timestamp::now());
+        Representation::Table {
+            version,
+            include_object,
+        } => {
+            let table = table::summaries_table_version(
+                &items,
+                true,
+                version,
+                include_object,
+                jiff::Timestamp::now(),
+            );
             serde_json::to_vec(&table)
         }
-        Representation::Json if list => serde_json::to_vec(&ManagedOSVersionChangelogSummaryList::new(items)),
+        Representation::Json if list => {
+            serde_json::to_vec(&ManagedOSVersionChangelogSummaryList::new(items))
+        }
         Representation::Json => match items.into_iter().next() {
             Some(item) => serde_json::to_vec(&item),
             None => serde_json::to_vec(&ManagedOSVersionChangelogSummaryList::new(Vec::new())),
@@ -424,7 +558,11 @@ fn add_cause(error: &mut StatusError, name: &str, reason: &str) {
         details.group = elemental_changelog_apiservice::GROUP.to_owned();
         details.kind = RESOURCE.to_owned();
     }
-    details.causes.push(StatusCause { reason: reason.to_owned(), message: error.message.clone(), field: String::new() });
+    details.causes.push(StatusCause {
+        reason: reason.to_owned(),
+        message: error.message.clone(),
+        field: String::new(),
+    });
 }
 
 fn query_error(name: &str, snapshot: &Snapshot, error: &QueryError) -> StatusError {
@@ -432,12 +570,19 @@ fn query_error(name: &str, snapshot: &Snapshot, error: &QueryError) -> StatusErr
         QueryError::UnknownVersion { .. } | QueryError::NoData { .. } => not_found_because(
             name,
             "NoChangelogData",
-            format!("channel image {} ({}) has no changelog data for ManagedOSVersion {name}: {error}", snapshot.image, snapshot.digest),
+            format!(
+                "channel image {} ({}) has no changelog data for ManagedOSVersion {name}: {error}",
+                snapshot.image, snapshot.digest
+            ),
         ),
         _ => {
             let mut e = StatusError::bad_request(format!("from: {error}"));
             e.details = Some(Box::new(StatusDetails {
-                causes: vec![StatusCause { reason: "FieldValueInvalid".into(), message: error.to_string(), field: "from".into() }],
+                causes: vec![StatusCause {
+                    reason: "FieldValueInvalid".into(),
+                    message: error.to_string(),
+                    field: "from".into(),
+                }],
                 ..StatusDetails::default()
             }));
             e
@@ -458,12 +603,18 @@ fn normalize_cve(cve: &str) -> Result<String, StatusError> {
     let upper = cve.trim().to_ascii_uppercase();
     let mut parts = upper.splitn(3, '-');
     let valid = parts.next() == Some("CVE")
-        && parts.next().is_some_and(|y| y.len() == 4 && y.bytes().all(|b| b.is_ascii_digit()))
-        && parts.next().is_some_and(|n| n.len() >= 4 && n.bytes().all(|b| b.is_ascii_digit()));
+        && parts
+            .next()
+            .is_some_and(|y| y.len() == 4 && y.bytes().all(|b| b.is_ascii_digit()))
+        && parts
+            .next()
+            .is_some_and(|n| n.len() >= 4 && n.bytes().all(|b| b.is_ascii_digit()));
     if valid {
         Ok(upper)
     } else {
-        Err(StatusError::bad_request(format!("cve: {cve:?} is not a CVE id (CVE-YYYY-NNNN)")))
+        Err(StatusError::bad_request(format!(
+            "cve: {cve:?} is not a CVE id (CVE-YYYY-NNNN)"
+        )))
     }
 }
 
@@ -473,12 +624,23 @@ mod tests {
 
     #[test]
     fn params_and_normalization() {
-        let p = Params::parse("from=v1&arch=arm64&format=text&labelSelector=a%3Db&cve=cve-2024-0001&limit=500");
+        let p = Params::parse(
+            "from=v1&arch=arm64&format=text&labelSelector=a%3Db&cve=cve-2024-0001&limit=500",
+        );
         assert_eq!(p.from.as_deref(), Some("v1"));
         assert_eq!(p.label_selector.as_deref(), Some("a=b"));
-        assert_eq!(normalize_arch(p.arch.as_deref().unwrap_or_default()), "aarch64");
-        assert_eq!(normalize_cve("cve-2024-0001").ok().as_deref(), Some("CVE-2024-0001"));
+        assert_eq!(
+            normalize_arch(p.arch.as_deref().unwrap_or_default()),
+            "aarch64"
+        );
+        assert_eq!(
+            normalize_cve("cve-2024-0001").ok().as_deref(),
+            Some("CVE-2024-0001")
+        );
         assert!(normalize_cve("CVE-24-1").is_err());
         assert!(normalize_cve("GHSA-xxxx").is_err());
     }
 }
+
+#[cfg(test)]
+mod scenario_tests;

@@ -74,10 +74,16 @@ fn parse_requirement(part: &str) -> Result<Requirement, &'static str> {
         return Ok(Requirement::DoesNotExist(key_of(key.trim())?));
     }
     if let Some((key, value)) = part.split_once("!=") {
-        return Ok(Requirement::NotIn(key_of(key.trim())?, vec![value_of(value.trim())?]));
+        return Ok(Requirement::NotIn(
+            key_of(key.trim())?,
+            vec![value_of(value.trim())?],
+        ));
     }
     if let Some((key, value)) = part.split_once("==").or_else(|| part.split_once('=')) {
-        return Ok(Requirement::In(key_of(key.trim())?, vec![value_of(value.trim())?]));
+        return Ok(Requirement::In(
+            key_of(key.trim())?,
+            vec![value_of(value.trim())?],
+        ));
     }
     if let Some((key, rest)) = split_keyword(part, "notin") {
         return Ok(Requirement::NotIn(key_of(key)?, set_of(rest)?));
@@ -102,7 +108,10 @@ fn set_of(rest: &str) -> Result<Vec<String>, &'static str> {
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or("expected a set of values in parentheses")?;
-    let values: Vec<String> = inner.split(',').map(|v| value_of(v.trim())).collect::<Result<_, _>>()?;
+    let values: Vec<String> = inner
+        .split(',')
+        .map(|v| value_of(v.trim()))
+        .collect::<Result<_, _>>()?;
     if values.iter().all(String::is_empty) {
         return Err("a set needs at least one value");
     }
@@ -114,7 +123,12 @@ fn set_of(rest: &str) -> Result<Vec<String>, &'static str> {
 fn key_of(key: &str) -> Result<String, &'static str> {
     let name = match key.rsplit_once('/') {
         Some((prefix, name)) => {
-            if prefix.is_empty() || prefix.len() > 253 || !prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.') {
+            if prefix.is_empty()
+                || prefix.len() > 253
+                || !prefix
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            {
                 return Err("invalid label key prefix");
             }
             name
@@ -139,7 +153,8 @@ fn is_label_chars(s: &str) -> bool {
     let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     alnum(s.chars().next())
         && alnum(s.chars().last())
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// The field selectors this API supports: `metadata.name` and
@@ -163,7 +178,9 @@ impl FieldSelector {
             } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
                 (f, true, v)
             } else {
-                return Err(StatusError::bad_request(format!("invalid selector: '{part}'; can't understand '{part}'")));
+                return Err(StatusError::bad_request(format!(
+                    "invalid selector: '{part}'; can't understand '{part}'"
+                )));
             };
             let field = match field.trim() {
                 "metadata.name" => Field::Name,
@@ -198,7 +215,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     fn sel(s: &str) -> LabelSelector {
@@ -207,12 +227,18 @@ mod tests {
 
     #[test]
     fn label_selectors_match_like_kubernetes() {
-        let l = labels(&[("elemental.cattle.io/channel", "sl-micro"), ("tier", "prod")]);
+        let l = labels(&[
+            ("elemental.cattle.io/channel", "sl-micro"),
+            ("tier", "prod"),
+        ]);
         assert!(sel("").matches(&l));
         assert!(sel("elemental.cattle.io/channel=sl-micro").matches(&l));
         assert!(sel("elemental.cattle.io/channel==sl-micro,tier").matches(&l));
         assert!(!sel("elemental.cattle.io/channel!=sl-micro").matches(&l));
-        assert!(sel("missing!=x").matches(&l), "!= matches when the key is absent");
+        assert!(
+            sel("missing!=x").matches(&l),
+            "!= matches when the key is absent"
+        );
         assert!(sel("tier in (dev, prod)").matches(&l));
         assert!(!sel("tier notin (dev,prod)").matches(&l));
         assert!(sel("!missing").matches(&l));
@@ -222,19 +248,32 @@ mod tests {
 
     #[test]
     fn bad_label_selectors_are_400() {
-        for bad in ["tier in dev", "=x", "tier=(x", "tier in ()", "-bad=1", "a/b/c=d"] {
-            let e = LabelSelector::parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
+        for bad in [
+            "tier in dev",
+            "=x",
+            "tier=(x",
+            "tier in ()",
+            "-bad=1",
+            "a/b/c=d",
+        ] {
+            let e = LabelSelector::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} parsed"));
             assert_eq!(e.code, 400, "{bad}");
         }
     }
 
     #[test]
     fn field_selectors() {
-        let f = FieldSelector::parse("metadata.name=v1,metadata.namespace!=kube-system").unwrap_or_default();
+        let f = FieldSelector::parse("metadata.name=v1,metadata.namespace!=kube-system")
+            .unwrap_or_default();
         assert!(f.matches("v1", "fleet-default"));
         assert!(!f.matches("v2", "fleet-default"));
         assert!(!f.matches("v1", "kube-system"));
-        assert_eq!(FieldSelector::parse("spec.version=1").err().map(|e| e.code), Some(400));
+        assert_eq!(
+            FieldSelector::parse("spec.version=1").err().map(|e| e.code),
+            Some(400)
+        );
     }
 
     proptest! {

@@ -7,10 +7,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
+use elemental_changelog_integration::registry::{self, Registry};
+use elemental_changelog_integration::testbed::elemental;
 use elemental_changelog_integration::testbed::{
     APISERVICE_NAME, FLEET_NAMESPACE, TestBed, TestBedOptions, tools_dir,
 };
+use elemental_changelog_integration::{image, sample};
 use serde_json::Value;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -35,38 +37,46 @@ async fn main() -> Result<()> {
     };
     tokio::pin!(stop);
 
-    let mut bed = tokio::select! {
-        bed = start() => bed?,
+    let (mut bed, registry) = tokio::select! {
+        started = start() => started?,
         () = &mut stop => {
             println!("\nInterrupted while starting; everything started is stopped.");
             return Ok(());
         }
     };
     let result = tokio::select! {
-        result = run(&mut bed) => result,
+        result = run(&mut bed, &registry) => result,
         () = &mut stop => Ok(()),
     };
     println!("\nTearing down ...");
     bed.finish(result)
 }
 
-async fn start() -> Result<TestBed> {
+async fn start() -> Result<(TestBed, Registry)> {
     let started = Instant::now();
     println!("Starting etcd and kube-apiserver on 127.0.0.1 ...");
     let mut bed = TestBed::start(TestBedOptions::default()).await?;
     println!("Control plane ready in {:.1?}.", started.elapsed());
+    registry::install_crypto_provider();
+    let registry = Registry::start_plain().await?;
+    println!(
+        "OCI registry (Debian's docker-registry) at {}.",
+        registry.host()
+    );
     println!("Starting elemental-changelog-apiserver and registering {APISERVICE_NAME} ...");
-    bed.start_server(&[]).await?;
+    let flags = registry.server_flags()?;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    bed.start_server(&flags).await?;
     println!(
         "Registered and Available after {:.1?}.\n",
         started.elapsed()
     );
-    Ok(bed)
+    Ok((bed, registry))
 }
 
 /// Shows the demo, then watches the test bed until a process of it dies.
-async fn run(bed: &mut TestBed) -> Result<()> {
-    show(bed).await?;
+async fn run(bed: &mut TestBed, registry: &Registry) -> Result<()> {
+    show(bed, registry).await?;
     let mut check = tokio::time::interval(Duration::from_secs(2));
     loop {
         check.tick().await;
@@ -74,8 +84,8 @@ async fn run(bed: &mut TestBed) -> Result<()> {
     }
 }
 
-async fn show(bed: &TestBed) -> Result<()> {
-    let channel = sample_channel(bed).await?;
+async fn show(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let channel = sample_channel(bed, registry).await?;
 
     print_command(bed, &["get", "apiservice", APISERVICE_NAME]).await?;
     print_command(
@@ -97,13 +107,32 @@ async fn show(bed: &TestBed) -> Result<()> {
         ],
     )
     .await?;
-    let mut changelog = String::new();
-    if let Some(version) = channel.versions.last() {
-        changelog = format!(
-            "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/managedosversions/{version}/changelog"
-        );
-        print_request(bed, &changelog).await?;
-    }
+    let newest = channel.versions.last().cloned().unwrap_or_default();
+    let oldest = channel.versions.first().cloned().unwrap_or_default();
+    let changelog = format!(
+        "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/managedosversions/{newest}/changelog"
+    );
+    wait_for_data(bed, &changelog).await?;
+    print_command(bed, &["get", "--raw", &changelog]).await?;
+    print_command(
+        bed,
+        &[
+            "get",
+            "--raw",
+            &format!("{changelog}?format=text&from={oldest}"),
+        ],
+    )
+    .await?;
+    print_command(
+        bed,
+        &[
+            "get",
+            "managedosversions.changelog.elemental.cattle.io",
+            "-n",
+            FLEET_NAMESPACE,
+        ],
+    )
+    .await?;
 
     println!("The test bed keeps running. In another shell:\n");
     println!("  export KUBECONFIG={}", bed.kubeconfig().display());
@@ -114,9 +143,11 @@ async fn show(bed: &TestBed) -> Result<()> {
         "  kubectl get managedosversionchannel {} -n {FLEET_NAMESPACE} -o yaml",
         channel.name
     );
-    if !changelog.is_empty() {
-        println!("  kubectl get --raw '{changelog}?format=text'");
-    }
+    println!("  kubectl get --raw '{changelog}?format=markdown'");
+    println!(
+        "  kubectl get --raw '/apis/changelog.elemental.cattle.io/v1beta1/managedosversions?cve=CVE-2024-42101'"
+    );
+    println!("  kubectl get managedosversions.changelog.elemental.cattle.io -A -o wide");
     println!("  kubectl get --raw /openapi/v3 | head -c 600");
     println!(
         "  kubectl --kubeconfig {} get --raw /apis/changelog.elemental.cattle.io/v1beta1   # a user with no role",
@@ -134,42 +165,52 @@ async fn show(bed: &TestBed) -> Result<()> {
     Ok(())
 }
 
-/// HOOK (demo::sample_channel): make the sample channel the demo shows.
-///
-/// Today it creates a `custom` channel whose image is not served anywhere, and
-/// its ManagedOSVersions as the operator would, so the changelog request shows
-/// the error a user gets before the data is available. To be replaced by: start
-/// a local registry (`elemental_changelog_integration::registry`), build and
-/// push a channel image with changelog data (`…::image`), and point the
-/// channel at it, so the demo prints a real changelog.
-async fn sample_channel(bed: &TestBed) -> Result<SampleChannel> {
+/// The sample channel: pushes its image (real upstream channel.json, package
+/// lists, updateinfo.xml and the precomputed files they give) to the local
+/// registry, then creates the channel and its ManagedOSVersions as
+/// elemental-operator does.
+async fn sample_channel(bed: &TestBed, registry: &Registry) -> Result<SampleChannel> {
     let name = "sl-micro-6.1-base";
-    let channel = elemental::apply_custom_channel(
-        &bed.client(),
-        FLEET_NAMESPACE,
-        name,
-        "localhost:5000/elemental/sl-micro-6.1-base-channel:demo",
+    let pushed = image::push(
+        registry,
+        "elemental/sl-micro-6.1-base-channel:demo",
+        &sample::image()?,
     )
     .await?;
-    let entries: Vec<VersionEntry> = [
-        ("v2.2.0-4.56", 1_738_000_000),
-        ("v2.2.0-4.57", 1_740_000_000),
-    ]
-    .into_iter()
-    .map(|(version, created)| VersionEntry {
-        name: format!("{name}-{version}"),
-        version: version.to_owned(),
-        upgrade_image: format!(
-            "registry.suse.com/suse/sl-micro/6.1/baremetal-os-container:{version}"
-        ),
-        created: Some(created),
-    })
-    .collect();
-    elemental::sync_channel(&bed.client(), &channel, &entries).await?;
+    let image_ref = registry.image("elemental/sl-micro-6.1-base-channel:demo");
+    println!(
+        "Pushed the sample channel image {image_ref} ({}).\n",
+        pushed.digest
+    );
+    let channel =
+        elemental::apply_custom_channel(&bed.client(), FLEET_NAMESPACE, name, &image_ref).await?;
+    elemental::sync_channel(&bed.client(), &channel, &sample::entries()?).await?;
     Ok(SampleChannel {
         name: name.to_owned(),
-        versions: entries.into_iter().map(|e| e.name).collect(),
+        versions: sample::os_versions()?,
     })
+}
+
+/// Waits (bounded) until the server has fetched the channel image: the first
+/// fetch happens when the channel appears, within a second here.
+async fn wait_for_data(bed: &TestBed, path: &str) -> Result<()> {
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = http
+            .get(format!("{}{path}", bed.apiserver_url()))
+            .send()
+            .await?
+            .status();
+        if status.is_success() {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the sample changelog is still {status} after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 async fn print_command(bed: &TestBed, args: &[&str]) -> Result<()> {
@@ -179,24 +220,6 @@ async fn print_command(bed: &TestBed, args: &[&str]) -> Result<()> {
     println!("{}", pretty(&stdout).trim_end());
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     println!();
-    Ok(())
-}
-
-/// One GET through kube-apiserver as admin, shown with its status line: unlike
-/// `kubectl get --raw`, it does not retry a 503 that carries `Retry-After`.
-async fn print_request(bed: &TestBed, path: &str) -> Result<()> {
-    println!("$ GET {path}   (through kube-apiserver, as admin)");
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let response = http
-        .get(format!("{}{path}", bed.apiserver_url()))
-        .send()
-        .await?;
-    println!("HTTP {}", response.status());
-    if let Some(retry) = response.headers().get("retry-after") {
-        println!("Retry-After: {}", retry.to_str().unwrap_or("?"));
-    }
-    let body = response.text().await?;
-    println!("{}\n", pretty(&body).trim_end());
     Ok(())
 }
 

@@ -88,6 +88,18 @@ pub async fn sync_channel(
     channel: &DynamicObject,
     entries: &[VersionEntry],
 ) -> Result<Vec<DynamicObject>> {
+    sync_channel_at(client, channel, entries, Timestamp::now()).await
+}
+
+/// [`sync_channel`] recording the sync as done at `synced_at` (the status
+/// keeps whole seconds, so two syncs within one second look alike unless the
+/// caller spaces their times).
+pub async fn sync_channel_at(
+    client: &Client,
+    channel: &DynamicObject,
+    entries: &[VersionEntry],
+    synced_at: Timestamp,
+) -> Result<Vec<DynamicObject>> {
     let namespace = channel
         .namespace()
         .context("a ManagedOSVersionChannel without a namespace")?;
@@ -95,7 +107,7 @@ pub async fn sync_channel(
     let uid = channel
         .uid()
         .context("a ManagedOSVersionChannel without a uid")?;
-    let synced_at = serde_json::to_value(Time(Timestamp::now())).context("formatting a time")?;
+    let synced_at = serde_json::to_value(Time(synced_at)).context("formatting a time")?;
     let resource = version_resource();
     let versions: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
     let mut applied = Vec::with_capacity(entries.len());

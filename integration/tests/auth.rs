@@ -1,0 +1,1038 @@
+//! Delegated authentication and authorization end to end (issue 4), on the real
+//! control plane, through the aggregator and straight to our server.
+//!
+//! Our server runs as the chart's ServiceAccount, bound to nothing but the
+//! chart's rendered RBAC (the test bed's default identity), so every check
+//! below also proves that RBAC is enough: TokenReview and SubjectAccessReview
+//! (`system:auth-delegator`), the authentication ConfigMap
+//! (`extension-apiserver-authentication-reader`), the Elemental objects.
+//!
+//! One test bed for the whole file; the checks run in sequence, while a watch
+//! records every state of the APIService to prove it stays Available.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::registry::Registry;
+use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
+use elemental_changelog_integration::testbed::{
+    APISERVICE_NAME, Ca, CertPair, FLEET_NAMESPACE, FRONT_PROXY_CN, Process, SERVER_NAMESPACE,
+    SERVICE_NAME, TestBed, TestBedOptions, tools_dir,
+};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt as _};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const GROUP: &str = "changelog.elemental.cattle.io";
+const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
+/// A namespace where nobody but admin may read changelogs.
+const OTHER_NAMESPACE: &str = "elsewhere";
+const CHANNEL: &str = "auth";
+const OLD_VERSION: &str = "auth-v1.0.0";
+const NEW_VERSION: &str = "auth-v1.1.0";
+/// The chart's viewer ClusterRole (`rbac.viewerRoleName`).
+const VIEWER_ROLE: &str = "elemental-changelog-viewer";
+/// The group the test bed's static-token user `carol` is in.
+const CAROL_GROUP: &str = "elemental-viewers";
+/// Group of the client-certificate user bound to the viewer role.
+const CERT_VIEWERS: &str = "cert-viewers";
+const AUTH_CONFIG_MAP: &str = "extension-apiserver-authentication";
+const REQUESTHEADER_CA_KEY: &str = "requestheader-client-ca-file";
+/// Bound on waiting for something that happens within moments (RBAC
+/// informers, ConfigMap watches, file reloads), generous for a loaded machine.
+const SOON: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(100);
+
+#[tokio::test]
+async fn delegated_authentication_and_authorization() -> Result<()> {
+    let started = Instant::now();
+    let registry = Registry::start_plain().await?;
+    let mut bed = TestBed::start(TestBedOptions {
+        // `-v=2`: kube-apiserver logs when it reloads the aggregator's proxy client
+        // certificate, which is how the rotation check knows it has.
+        apiserver_args: vec!["-v=2".to_owned()],
+        namespaces: vec![FLEET_NAMESPACE.to_owned(), OTHER_NAMESPACE.to_owned()],
+    })
+    .await?;
+    let control_plane = started.elapsed();
+    let flags = registry.server_flags()?;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    bed.start_server(&flags).await?;
+    eprintln!(
+        "control plane ready in {control_plane:?}, server Available after {:?}",
+        started.elapsed()
+    );
+    let result = checks(&bed, &registry).await;
+    eprintln!("auth checks done after {:?}", started.elapsed());
+    bed.finish(result)
+}
+
+async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let availability = AvailabilityWatch::start(bed);
+    let mut aggregation = start_clusterrole_aggregation(bed)?;
+    let mut step = Instant::now();
+    let mut timed = |what: &str| {
+        eprintln!("  {what}: {:?}", step.elapsed());
+        step = Instant::now();
+    };
+
+    server_runs_as_the_chart_service_account(bed).await?;
+    publish_channel(bed, registry).await?;
+    bind_roles(bed).await?;
+    timed("setup (identity, channel data, role bindings)");
+
+    user_without_role_is_refused(bed).await?;
+    timed("user without a role");
+    viewer_reads_only_where_bound(bed).await?;
+    timed("viewer role");
+    view_aggregation_grants_reading(bed, &mut aggregation).await?;
+    timed("view aggregation");
+    remote_headers_without_front_proxy_certificate_are_ignored(bed).await?;
+    front_proxy_certificates(bed).await?;
+    client_certificates_authenticate_as_cn_and_o(bed).await?;
+    invalid_credentials_are_refused(bed).await?;
+    metrics_require_authorization(bed).await?;
+    timed("direct authentication and /metrics");
+    front_proxy_ca_rotation(bed).await?;
+    timed("front-proxy CA rotation");
+    // The rotated cluster still works end to end.
+    admin_reads_changelog(bed).await?;
+    availability.finish(bed).await?;
+    aggregation.ensure_running()?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Setup
+
+/// The server's kubeconfig authenticates as the chart's ServiceAccount, which
+/// holds no right beyond the chart's RBAC.
+async fn server_runs_as_the_chart_service_account(bed: &TestBed) -> Result<()> {
+    let kubeconfig = bed.root().join("server/kubeconfig");
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let whoami: Value = serde_json::from_str(
+        &bed.kubectl_ok(&["--kubeconfig", &kubeconfig, "auth", "whoami", "-o", "json"])
+            .await?,
+    )?;
+    let service_account = format!("system:serviceaccount:{SERVER_NAMESPACE}:{SERVICE_NAME}");
+    ensure!(
+        whoami["status"]["userInfo"]["username"] == service_account.as_str(),
+        "the server does not run as {service_account}: {whoami}"
+    );
+    let can = async |args: &[&str]| -> Result<bool> {
+        let mut argv = vec!["--kubeconfig", &*kubeconfig, "auth", "can-i"];
+        argv.extend_from_slice(args);
+        let out = bed.kubectl(&argv).await?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+    };
+    for granted in [
+        &["create", "tokenreviews.authentication.k8s.io"][..],
+        &["create", "subjectaccessreviews.authorization.k8s.io"],
+        &[
+            "get",
+            "configmaps/extension-apiserver-authentication",
+            "-n",
+            "kube-system",
+        ],
+        &["watch", "managedosversions.elemental.cattle.io", "-A"],
+        &["list", "managedosversionchannels.elemental.cattle.io", "-A"],
+    ] {
+        ensure!(can(granted).await?, "the chart does not grant {granted:?}");
+    }
+    for refused in [
+        &["list", "secrets", "-A"][..],
+        &["get", "configmaps", "-n", FLEET_NAMESPACE],
+        &["update", "managedosversions.elemental.cattle.io", "-A"],
+        &["create", "rolebindings", "-n", FLEET_NAMESPACE],
+    ] {
+        ensure!(
+            !can(refused).await?,
+            "the server's identity may {refused:?}: more than the chart grants"
+        );
+    }
+    Ok(())
+}
+
+/// A channel image in the registry, the channel and its versions as the
+/// operator makes them, and the changelog served once the image is fetched.
+async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let entry = |name: &str, version: &str, created: i64| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {"version": version, "type": "container", "metadata": {
+                "upgradeImage": format!("registry.example/os:{version}"),
+                "created": created,
+            }},
+        })
+    };
+    let channel_json = serde_json::to_vec(&json!([
+        entry(OLD_VERSION, "v1.0.0", 1_700_000_000),
+        entry(NEW_VERSION, "v1.1.0", 1_710_000_000),
+    ]))?;
+    let updates = serde_json::to_vec(&json!([{
+        "type": "security",
+        "id": "SUSE-SU-2024:0001-1",
+        "title": "Security update for openssl",
+        "severity": "important",
+        "date": "1705000000",
+        "references": [{
+            "href": "https://www.suse.com/security/cve/CVE-2024-0001/",
+            "id": "CVE-2024-0001",
+            "title": "CVE-2024-0001",
+            "type": "cve",
+        }],
+        "description": "This update for openssl fixes CVE-2024-0001.",
+        "packages": [{"name": "openssl", "version": "3.1.4", "release": "2.1", "arch": "x86_64"}],
+    }]))?;
+    let changelog_file = format!("changelogs/{NEW_VERSION}.updates.log");
+    let channel_image = Image::channel(
+        Format::Oci,
+        Compression::Gzip,
+        &[("channel.json", &channel_json), (&changelog_file, &updates)],
+    );
+    image::push(registry, "auth-channel:v1", &channel_image).await?;
+    let channel = elemental::apply_custom_channel(
+        &bed.client(),
+        FLEET_NAMESPACE,
+        CHANNEL,
+        &registry.image("auth-channel:v1"),
+    )
+    .await?;
+    elemental::sync_channel(
+        &bed.client(),
+        &channel,
+        &[
+            VersionEntry {
+                name: OLD_VERSION.to_owned(),
+                version: "v1.0.0".to_owned(),
+                upgrade_image: "registry.example/os:v1.0.0".to_owned(),
+                created: Some(1_700_000_000),
+            },
+            VersionEntry {
+                name: NEW_VERSION.to_owned(),
+                version: "v1.1.0".to_owned(),
+                upgrade_image: "registry.example/os:v1.1.0".to_owned(),
+                created: Some(1_710_000_000),
+            },
+        ],
+    )
+    .await?;
+    admin_reads_changelog(bed).await
+}
+
+/// Admin reads the changelog through the aggregator, waiting for the first fetch.
+async fn admin_reads_changelog(bed: &TestBed) -> Result<()> {
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    let url = format!("{}{}", bed.apiserver_url(), changelog_path(FLEET_NAMESPACE));
+    let body = poll(
+        "admin reads the changelog through the aggregator",
+        async || {
+            let response = http.get(&url).send().await?;
+            let status = response.status();
+            let body: Value = response.json().await?;
+            Ok((status == StatusCode::OK).then_some(body))
+        },
+    )
+    .await?;
+    ensure!(body["kind"] == "ManagedOSVersionChangelog", "{body}");
+    ensure!(body["metadata"]["name"] == NEW_VERSION, "{body}");
+    Ok(())
+}
+
+/// bob: the chart's viewer role in fleet-default; carol's group: `view` in
+/// fleet-default; the cert-viewers group: the viewer role in fleet-default;
+/// prometheus: `get` on `/metrics`. alice has nothing.
+async fn bind_roles(bed: &TestBed) -> Result<()> {
+    let manifests = format!(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: bob-changelog-viewer, namespace: {FLEET_NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {VIEWER_ROLE}}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: viewers-view, namespace: {FLEET_NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: {CAROL_GROUP}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: cert-viewers, namespace: {FLEET_NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {VIEWER_ROLE}}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: {CERT_VIEWERS}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: metrics-reader}}
+rules: [{{nonResourceURLs: [/metrics], verbs: [get]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: prometheus-metrics-reader}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: prometheus}}]
+"#
+    );
+    bed.kubectl_stdin(&["apply", "-f", "-"], &manifests)
+        .await
+        .context("binding the test users")?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Authorization
+
+/// alice has no role: kube-apiserver refuses her before proxying, and our
+/// server refuses her bearer token with the same words.
+async fn user_without_role_is_refused(bed: &TestBed) -> Result<()> {
+    let path = changelog_path(FLEET_NAMESPACE);
+    let out = bed.kubectl_as("alice", &["get", "--raw", &path]).await?;
+    ensure!(!out.status.success(), "alice read {path}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(stderr.contains("Forbidden"), "kubectl as alice: {stderr}");
+
+    // kube-apiserver's own 403, for the wording.
+    let theirs = bed
+        .apiserver_http(None)?
+        .get(format!("{}{path}", bed.apiserver_url()))
+        .bearer_auth(bed.token("alice")?)
+        .send()
+        .await?;
+    ensure!(
+        theirs.status() == StatusCode::FORBIDDEN,
+        "{}",
+        theirs.status()
+    );
+    let theirs: Value = theirs.json().await?;
+
+    let (status, ours) = direct(bed, None, &path, Some(bed.token("alice")?), &[]).await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "alice direct: {status} {ours}"
+    );
+    expect_status(&ours, 403, "Forbidden")?;
+    let message = ours["message"].as_str().unwrap_or_default();
+    let expected = format!(
+        "User \"alice\" cannot get resource \"managedosversions/changelog\" in API group \
+         \"{GROUP}\" in the namespace \"{FLEET_NAMESPACE}\""
+    );
+    ensure!(message.contains(&expected), "our message: {message}");
+    ensure!(
+        ours["message"] == theirs["message"],
+        "our 403 message differs from kube-apiserver's:\n ours:   {}\n theirs: {}",
+        ours["message"],
+        theirs["message"]
+    );
+    ensure!(ours["details"] == theirs["details"], "{ours} vs {theirs}");
+
+    // A collection GET is `list`.
+    let list = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions");
+    let (status, body) = direct(bed, None, &list, Some(bed.token("alice")?), &[]).await?;
+    ensure!(status == StatusCode::FORBIDDEN, "{status} {body}");
+    ensure!(
+        message_of(&body).contains("User \"alice\" cannot list resource \"managedosversions\""),
+        "{body}"
+    );
+    Ok(())
+}
+
+/// bob, bound to the chart's viewer role in fleet-default, reads changelogs and
+/// summaries there with kubectl, and nowhere else.
+async fn viewer_reads_only_where_bound(bed: &TestBed) -> Result<()> {
+    let path = changelog_path(FLEET_NAMESPACE);
+    let changelog = poll("bob reads the changelog", async || {
+        let out = bed.kubectl_as("bob", &["get", "--raw", &path]).await?;
+        Ok(out
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
+    })
+    .await?;
+    let changelog: Value = serde_json::from_str(&changelog)?;
+    ensure!(
+        changelog["kind"] == "ManagedOSVersionChangelog",
+        "{changelog}"
+    );
+    ensure!(
+        changelog["advisories"][0]["id"] == "SUSE-SU-2024:0001-1",
+        "{changelog}"
+    );
+
+    let summaries = kubectl_as_ok(
+        bed,
+        "bob",
+        &[
+            "get",
+            "managedosversions.changelog.elemental.cattle.io",
+            "-n",
+            FLEET_NAMESPACE,
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    let summaries: Value = serde_json::from_str(&summaries)?;
+    let names: Vec<&str> = summaries["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item["metadata"]["name"].as_str())
+        .collect();
+    ensure!(names == [OLD_VERSION, NEW_VERSION], "{summaries}");
+    let table = kubectl_as_ok(
+        bed,
+        "bob",
+        &[
+            "get",
+            "managedosversions.changelog.elemental.cattle.io",
+            NEW_VERSION,
+            "-n",
+            FLEET_NAMESPACE,
+        ],
+    )
+    .await?;
+    ensure!(table.contains(NEW_VERSION), "{table}");
+
+    // Elsewhere: kube-apiserver's 403 through the aggregator, ours directly.
+    for args in [
+        &["get", "--raw", &changelog_path(OTHER_NAMESPACE)][..],
+        &[
+            "get",
+            "managedosversions.changelog.elemental.cattle.io",
+            "-n",
+            OTHER_NAMESPACE,
+        ],
+        &[
+            "get",
+            "managedosversions.changelog.elemental.cattle.io",
+            "-A",
+        ],
+    ] {
+        let out = bed.kubectl_as("bob", args).await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            !out.status.success() && stderr.contains("Forbidden"),
+            "bob: kubectl {args:?}: {stderr}"
+        );
+    }
+    let token = bed.token("bob")?;
+    let (status, body) = direct(
+        bed,
+        None,
+        &changelog_path(OTHER_NAMESPACE),
+        Some(token),
+        &[],
+    )
+    .await?;
+    ensure!(status == StatusCode::FORBIDDEN, "{status} {body}");
+    ensure!(
+        message_of(&body).contains(&format!(
+            "User \"bob\" cannot get resource \"managedosversions/changelog\" in API group \
+             \"{GROUP}\" in the namespace \"{OTHER_NAMESPACE}\""
+        )),
+        "{body}"
+    );
+    let (status, body) = direct(
+        bed,
+        None,
+        &changelog_path(FLEET_NAMESPACE),
+        Some(token),
+        &[],
+    )
+    .await?;
+    ensure!(status == StatusCode::OK, "bob direct: {status} {body}");
+    // Cluster-wide list: only namespace-scoped rights, so refused.
+    let (status, body) = direct(
+        bed,
+        None,
+        &format!("{GROUP_VERSION}/managedosversions"),
+        Some(token),
+        &[],
+    )
+    .await?;
+    ensure!(status == StatusCode::FORBIDDEN, "{status} {body}");
+    ensure!(message_of(&body).contains("at the cluster scope"), "{body}");
+    Ok(())
+}
+
+/// carol's group is bound to the built-in `view`, which carries our rules only
+/// through the chart viewer role's `aggregate-to-view` label and
+/// kube-controller-manager's clusterrole-aggregation controller.
+async fn view_aggregation_grants_reading(bed: &TestBed, aggregation: &mut Process) -> Result<()> {
+    let roles: Api<ClusterRole> = Api::all(bed.client());
+    poll("our rules aggregated into view", async || {
+        aggregation.ensure_running()?;
+        let view = roles.get("view").await?;
+        Ok(view
+            .rules
+            .unwrap_or_default()
+            .iter()
+            .any(|rule| {
+                rule.api_groups
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|g| g == GROUP)
+                    && rule
+                        .resources
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|r| r == "managedosversions/changelog")
+            })
+            .then_some(()))
+    })
+    .await?;
+    let path = changelog_path(FLEET_NAMESPACE);
+    let changelog = poll("carol reads the changelog through view", async || {
+        let out = bed.kubectl_as("carol", &["get", "--raw", &path]).await?;
+        Ok(out
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
+    })
+    .await?;
+    ensure!(
+        changelog.contains("ManagedOSVersionChangelog"),
+        "{changelog}"
+    );
+    let out = bed
+        .kubectl_as("carol", &["get", "--raw", &changelog_path(OTHER_NAMESPACE)])
+        .await?;
+    ensure!(!out.status.success(), "carol read {OTHER_NAMESPACE}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Authentication, straight to our server
+
+/// `X-Remote-*` headers count only with a front-proxy certificate: without
+/// one the request is anonymous (or whoever the other credentials name).
+async fn remote_headers_without_front_proxy_certificate_are_ignored(bed: &TestBed) -> Result<()> {
+    let path = changelog_path(FLEET_NAMESPACE);
+    let impersonation = [
+        ("X-Remote-User", "admin"),
+        ("X-Remote-Group", "system:masters"),
+    ];
+
+    let (status, body) = direct(bed, None, &path, None, &impersonation).await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "no certificate: {status} {body}"
+    );
+    ensure!(
+        message_of(&body).contains("User \"system:anonymous\""),
+        "{body}"
+    );
+
+    let dave = bed.pki().client_ca.issue_client("dave", &[])?;
+    let (status, body) = direct(bed, Some(&dave), &path, None, &impersonation).await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "client certificate: {status} {body}"
+    );
+    ensure!(message_of(&body).contains("User \"dave\""), "{body}");
+
+    let alice = bed.token("alice")?;
+    let (status, body) = direct(bed, None, &path, Some(alice), &impersonation).await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "bearer token: {status} {body}"
+    );
+    ensure!(message_of(&body).contains("User \"alice\""), "{body}");
+    Ok(())
+}
+
+/// The front-proxy certificate makes the headers count; one whose CN is not
+/// allowed, or from another CA, is a 401, never anonymous.
+async fn front_proxy_certificates(bed: &TestBed) -> Result<()> {
+    let path = changelog_path(FLEET_NAMESPACE);
+    let front_proxy = &bed.pki().front_proxy_client;
+    let (status, body) = direct(
+        bed,
+        Some(front_proxy),
+        &path,
+        None,
+        &[("X-Remote-User", "alice")],
+    )
+    .await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "front proxy as alice: {status} {body}"
+    );
+    ensure!(message_of(&body).contains("User \"alice\""), "{body}");
+    let as_bob = [
+        ("X-Remote-User", "bob"),
+        ("X-Remote-Group", "system:authenticated"),
+    ];
+    let (status, body) = direct(bed, Some(front_proxy), &path, None, &as_bob).await?;
+    ensure!(
+        status == StatusCode::OK,
+        "front proxy as bob: {status} {body}"
+    );
+
+    let masters = [
+        ("X-Remote-User", "admin"),
+        ("X-Remote-Group", "system:masters"),
+    ];
+    let not_allowed = bed
+        .pki()
+        .front_proxy_ca
+        .issue_client("not-the-front-proxy", &[])?;
+    let (status, body) = direct(bed, Some(&not_allowed), &path, None, &masters).await?;
+    ensure!(
+        status == StatusCode::UNAUTHORIZED,
+        "CN not allowed: {status} {body}"
+    );
+    expect_status(&body, 401, "Unauthorized")?;
+    // Even without headers: the certificate is not trusted, so no anonymous fallback.
+    let (status, body) = direct(bed, Some(&not_allowed), "/livez", None, &[]).await?;
+    ensure!(
+        status == StatusCode::UNAUTHORIZED,
+        "CN not allowed, /livez: {status} {body}"
+    );
+
+    let rogue = Ca::new("rogue-front-proxy-ca")?.issue_client(FRONT_PROXY_CN, &[])?;
+    let (status, body) = direct(bed, Some(&rogue), &path, None, &masters).await?;
+    ensure!(
+        status == StatusCode::UNAUTHORIZED,
+        "rogue CA: {status} {body}"
+    );
+    Ok(())
+}
+
+/// A client certificate of `client-ca-file` is user CN in groups O.
+async fn client_certificates_authenticate_as_cn_and_o(bed: &TestBed) -> Result<()> {
+    let path = changelog_path(FLEET_NAMESPACE);
+    let erin = bed.pki().client_ca.issue_client("erin", &[CERT_VIEWERS])?;
+    let (status, body) = direct(bed, Some(&erin), &path, None, &[]).await?;
+    ensure!(
+        status == StatusCode::OK,
+        "erin in {CERT_VIEWERS}: {status} {body}"
+    );
+    ensure!(body["kind"] == "ManagedOSVersionChangelog", "{body}");
+    let (status, body) = direct(
+        bed,
+        Some(&erin),
+        &changelog_path(OTHER_NAMESPACE),
+        None,
+        &[],
+    )
+    .await?;
+    ensure!(status == StatusCode::FORBIDDEN, "{status} {body}");
+    ensure!(message_of(&body).contains("User \"erin\""), "{body}");
+
+    let frank = bed
+        .pki()
+        .client_ca
+        .issue_client("frank", &["other-group"])?;
+    let (status, body) = direct(bed, Some(&frank), &path, None, &[]).await?;
+    ensure!(status == StatusCode::FORBIDDEN, "frank: {status} {body}");
+    ensure!(message_of(&body).contains("User \"frank\""), "{body}");
+
+    // The test bed's admin is in system:masters: no review at all.
+    let (status, body) = direct(bed, Some(&bed.pki().admin), &path, None, &[]).await?;
+    ensure!(status == StatusCode::OK, "admin: {status} {body}");
+    Ok(())
+}
+
+/// Credentials that fail are a 401, never anonymous.
+async fn invalid_credentials_are_refused(bed: &TestBed) -> Result<()> {
+    let path = changelog_path(FLEET_NAMESPACE);
+    let (status, body) = direct(bed, None, &path, Some("not-a-token"), &[]).await?;
+    ensure!(
+        status == StatusCode::UNAUTHORIZED,
+        "bad token: {status} {body}"
+    );
+    expect_status(&body, 401, "Unauthorized")?;
+    let rogue = Ca::new("rogue-client-ca")?.issue_client("admin", &["system:masters"])?;
+    let (status, body) = direct(bed, Some(&rogue), &path, None, &[]).await?;
+    ensure!(
+        status == StatusCode::UNAUTHORIZED,
+        "rogue client CA: {status} {body}"
+    );
+    Ok(())
+}
+
+/// `/metrics` is a non-resource path reviewed like any other; health is not.
+async fn metrics_require_authorization(bed: &TestBed) -> Result<()> {
+    let (status, body) = direct(bed, None, "/metrics", Some(bed.token("alice")?), &[]).await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "alice /metrics: {status} {body}"
+    );
+    ensure!(
+        message_of(&body) == "forbidden: User \"alice\" cannot get path \"/metrics\"",
+        "{body}"
+    );
+    let (status, body) = direct(bed, None, "/metrics", None, &[]).await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "anonymous /metrics: {status} {body}"
+    );
+
+    let prometheus = bed.pki().client_ca.issue_client("prometheus", &[])?;
+    let response = bed
+        .server_http(Some(&prometheus))?
+        .get(format!("{}/metrics", server_url(bed)?))
+        .send()
+        .await?;
+    ensure!(
+        response.status() == StatusCode::OK,
+        "prometheus /metrics: {}",
+        response.status()
+    );
+    let text = response.text().await?;
+    ensure!(text.contains("# TYPE"), "not Prometheus text: {text}");
+
+    for path in ["/livez", "/readyz", "/healthz"] {
+        let (status, body) = direct(bed, None, path, None, &[]).await?;
+        ensure!(
+            status == StatusCode::OK,
+            "anonymous {path}: {status} {body}"
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// CA rotation
+
+/// Rotates the front-proxy CA the way a cluster does, without restarting our
+/// server, while the aggregator keeps proxying:
+///
+/// 1. the ConfigMap trusts the old and the new CA: a certificate of the new CA
+///    is accepted;
+/// 2. kube-apiserver switches its proxy client certificate and its own
+///    requestheader CA to the new ones (files it reloads);
+/// 3. the ConfigMap trusts only the new CA: the old front-proxy certificate
+///    gets 401, the new one works, and so does the aggregator.
+///
+/// kube-apiserver merges its own CA back into the ConfigMap every minute, so
+/// it must have switched its file before the old CA can leave the ConfigMap.
+async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
+    let new_ca = Ca::new("testbed-front-proxy-ca-2")?;
+    let new_proxy = new_ca.issue_client(FRONT_PROXY_CN, &[])?;
+    let old_proxy = bed.pki().front_proxy_client.clone();
+    let old_ca = bed.pki().front_proxy_ca.cert_pem();
+    let masters = [
+        ("X-Remote-User", "rotation"),
+        ("X-Remote-Group", "system:masters"),
+    ];
+    let path = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions");
+
+    let (status, body) = direct(bed, Some(&new_proxy), &path, None, &masters).await?;
+    ensure!(
+        status == StatusCode::UNAUTHORIZED,
+        "new CA before rotation: {status} {body}"
+    );
+
+    // 1. Both CAs.
+    set_requestheader_ca(bed, &format!("{old_ca}{}", new_ca.cert_pem())).await?;
+    poll("a certificate of the new CA accepted", async || {
+        let (status, _) = direct(bed, Some(&new_proxy), &path, None, &masters).await?;
+        Ok((status == StatusCode::OK).then_some(()))
+    })
+    .await?;
+    let (status, body) = direct(bed, Some(&old_proxy), &path, None, &masters).await?;
+    ensure!(
+        status == StatusCode::OK,
+        "old CA during rotation: {status} {body}"
+    );
+
+    // 2. kube-apiserver's side.
+    let pki = bed.root().join("pki");
+    let reloads = || {
+        count_in_log(
+            bed,
+            "Loaded a new cert/key pair",
+            "name=\"aggregator-proxy-cert\"",
+        )
+    };
+    let before = reloads()?;
+    replace_file(&pki.join("front-proxy-client.key"), &new_proxy.key_pem)?;
+    replace_file(&pki.join("front-proxy-client.crt"), &new_proxy.cert_pem)?;
+    replace_file(&pki.join("front-proxy-ca.crt"), &new_ca.cert_pem())?;
+    poll(
+        "kube-apiserver reloads its proxy client certificate",
+        async || Ok((reloads()? > before).then_some(())),
+    )
+    .await?;
+    let whoami = format!(
+        "{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        bed.apiserver_url()
+    );
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let old_at_apiserver = bed.apiserver_http(Some(&old_proxy))?;
+    poll(
+        "kube-apiserver stops trusting the old front-proxy CA",
+        async || {
+            let response = old_at_apiserver
+                .post(&whoami)
+                .header("X-Remote-User", "rotation")
+                .json(&review)
+                .send()
+                .await?;
+            Ok((response.status() == StatusCode::UNAUTHORIZED).then_some(()))
+        },
+    )
+    .await?;
+
+    // 3. Only the new CA.
+    set_requestheader_ca(bed, &new_ca.cert_pem()).await?;
+    poll("the old front-proxy certificate refused", async || {
+        let (status, _) = direct(bed, Some(&old_proxy), &path, None, &masters).await?;
+        Ok((status == StatusCode::UNAUTHORIZED).then_some(()))
+    })
+    .await?;
+    let (status, body) = direct(bed, Some(&new_proxy), &path, None, &masters).await?;
+    ensure!(
+        status == StatusCode::OK,
+        "new CA after rotation: {status} {body}"
+    );
+    let (status, body) = direct(bed, Some(&old_proxy), "/livez", None, &[]).await?;
+    ensure!(
+        status == StatusCode::UNAUTHORIZED,
+        "old CA, /livez: {status} {body}"
+    );
+
+    // The aggregator now proxies with the new certificate, as bob and as admin.
+    let out = kubectl_as_ok(
+        bed,
+        "bob",
+        &["get", "--raw", &changelog_path(FLEET_NAMESPACE)],
+    )
+    .await?;
+    ensure!(out.contains("ManagedOSVersionChangelog"), "{out}");
+    let server_log = bed
+        .server()
+        .context("our server stopped")?
+        .process()
+        .tail(64 * 1024);
+    ensure!(
+        !server_log.contains("panicked"),
+        "our server panicked:\n{server_log}"
+    );
+    // kube-apiserver's once-a-minute merge must not bring the old CA back.
+    let data = auth_config_map(bed).await?.data.unwrap_or_default();
+    ensure!(
+        data.get(REQUESTHEADER_CA_KEY) == Some(&new_ca.cert_pem()),
+        "the ConfigMap's requestheader CA changed behind the test"
+    );
+    Ok(())
+}
+
+async fn auth_config_map(bed: &TestBed) -> Result<ConfigMap> {
+    Ok(Api::<ConfigMap>::namespaced(bed.client(), "kube-system")
+        .get(AUTH_CONFIG_MAP)
+        .await?)
+}
+
+async fn set_requestheader_ca(bed: &TestBed, pem: &str) -> Result<()> {
+    let patch = json!({"data": {REQUESTHEADER_CA_KEY: pem}});
+    Api::<ConfigMap>::namespaced(bed.client(), "kube-system")
+        .patch(
+            AUTH_CONFIG_MAP,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .context("patching the authentication ConfigMap")?;
+    Ok(())
+}
+
+/// Replaces `path` atomically (write aside, rename), as a certificate manager does.
+fn replace_file(path: &Path, contents: &str) -> Result<()> {
+    let aside = path.with_extension("new");
+    std::fs::write(&aside, contents).with_context(|| format!("writing {}", aside.display()))?;
+    std::fs::rename(&aside, path).with_context(|| format!("replacing {}", path.display()))
+}
+
+/// Lines of kube-apiserver's log holding both `message` and `detail`.
+fn count_in_log(bed: &TestBed, message: &str, detail: &str) -> Result<usize> {
+    let log = bed.root().join("logs/kube-apiserver.log");
+    let text =
+        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    Ok(text
+        .lines()
+        .filter(|line| line.contains(message) && line.contains(detail))
+        .count())
+}
+
+// ---------------------------------------------------------------------------
+// Availability and the aggregation controller
+
+/// Records every state of our APIService from now on.
+struct AvailabilityWatch {
+    seen: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AvailabilityWatch {
+    fn start(bed: &TestBed) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let api: Api<APIService> = Api::all(bed.client());
+        let config = watcher::Config::default().fields(&format!("metadata.name={APISERVICE_NAME}"));
+        let record = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, config));
+            while let Some(event) = events.next().await {
+                let line = match event {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => available(&o),
+                    Ok(watcher::Event::Delete(o)) => format!("deleted {}", o.name_any()),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                    Err(error) => format!("watch error: {error}"),
+                };
+                if let Ok(mut seen) = record.lock() {
+                    seen.push(line);
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Fails unless every recorded state was Available, and at least one was.
+    async fn finish(self, bed: &TestBed) -> Result<()> {
+        // The state now, in case the watch has not delivered it yet.
+        let now: APIService = Api::all(bed.client()).get(APISERVICE_NAME).await?;
+        self.task.abort();
+        let mut seen = self
+            .seen
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the availability watch panicked"))?
+            .clone();
+        seen.push(available(&now));
+        ensure!(
+            seen.iter().all(|state| state == "Available=True"),
+            "the APIService was not always Available: {seen:?}"
+        );
+        Ok(())
+    }
+}
+
+fn available(apiservice: &APIService) -> String {
+    let condition = apiservice
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
+    match condition {
+        Some(c) if c.status == "True" => "Available=True".to_owned(),
+        Some(c) => format!(
+            "Available={} {}: {}",
+            c.status,
+            c.reason.as_deref().unwrap_or_default(),
+            c.message.as_deref().unwrap_or_default()
+        ),
+        None => "no Available condition".to_owned(),
+    }
+}
+
+/// kube-controller-manager's clusterrole-aggregation controller, alone
+/// (`integration/testbed/k8s/cmd/clusterrole-aggregation`), as admin.
+fn start_clusterrole_aggregation(bed: &TestBed) -> Result<Process> {
+    let binary = tools_dir().join("clusterrole-aggregation");
+    ensure!(
+        binary.is_file(),
+        "{} is missing: run integration/testbed/build.sh",
+        binary.display()
+    );
+    Process::spawn(
+        "clusterrole-aggregation",
+        &binary,
+        [
+            std::ffi::OsStr::new("--kubeconfig"),
+            bed.kubeconfig().as_os_str(),
+        ],
+        &[],
+        bed.root().join("logs/clusterrole-aggregation.log"),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+fn changelog_path(namespace: &str) -> String {
+    format!("{GROUP_VERSION}/namespaces/{namespace}/managedosversions/{NEW_VERSION}/changelog")
+}
+
+fn server_url(bed: &TestBed) -> Result<String> {
+    Ok(bed.server().context("our server is not running")?.url())
+}
+
+/// GET `path` straight from our server, presenting `identity` and `token` if
+/// given, with extra `headers`; the status and the body (JSON, or a string).
+async fn direct(
+    bed: &TestBed,
+    identity: Option<&CertPair>,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Result<(StatusCode, Value)> {
+    let mut request = bed
+        .server_http(identity)?
+        .get(format!("{}{path}", server_url(bed)?));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("GET {path}"))?;
+    let status = response.status();
+    let text = response.text().await?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok((status, body))
+}
+
+fn message_of(status: &Value) -> &str {
+    status["message"].as_str().unwrap_or_default()
+}
+
+fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
+    ensure!(status["kind"] == "Status", "not a Status: {status}");
+    ensure!(status["apiVersion"] == "v1", "{status}");
+    ensure!(status["status"] == "Failure", "{status}");
+    ensure!(status["code"] == code, "{status}");
+    ensure!(status["reason"] == reason, "{status}");
+    Ok(())
+}
+
+async fn kubectl_as_ok(bed: &TestBed, user: &str, args: &[&str]) -> Result<String> {
+    let out = bed.kubectl_as(user, args).await?;
+    ensure!(
+        out.status.success(),
+        "kubectl as {user} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls `probe` every [`POLL`] until it answers `Some`, for at most [`SOON`].
+async fn poll<T>(what: &str, mut probe: impl AsyncFnMut() -> Result<Option<T>>) -> Result<T> {
+    let deadline = Instant::now() + SOON;
+    loop {
+        if let Some(value) = probe().await? {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            bail!("{what}: not after {SOON:?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}

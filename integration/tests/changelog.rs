@@ -1,0 +1,966 @@
+//! Changelogs from channel images, end to end: a real registry (Debian's
+//! `docker-registry`, plain and with TLS plus basic auth), a real control
+//! plane with the aggregation layer, channels and versions created the way
+//! elemental-operator creates them, and channel images these tests build
+//! with generated advisories. Requests go through kube-apiserver (kubectl
+//! `get --raw` and HTTP) and, for metrics and health, straight to our server.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use elemental_changelog_apiservice::{GROUP, VERSION, types::ManagedOSVersionChangelog};
+use elemental_changelog_integration::{
+    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, poll},
+    image::{self, Compression, Format, Image, Layer},
+    registry::Registry,
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions},
+};
+use serde_json::Value;
+
+/// A second namespace with a channel of the same name and version names.
+const TEAM_NAMESPACE: &str = "team-b";
+/// Bound on waiting for the server to see a change and serve it.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// Pause between two polls.
+const POLL: Duration = Duration::from_millis(100);
+const FETCHES: &str = "elemental_changelog_channel_fetches_total";
+
+fn changelog_path(namespace: &str, name: &str) -> String {
+    format!("/apis/{GROUP}/{VERSION}/namespaces/{namespace}/managedosversions/{name}/changelog")
+}
+
+/// GET through the aggregator as admin: status code and body.
+async fn get(bed: &TestBed, path: &str) -> Result<(u16, Vec<u8>)> {
+    let response = bed
+        .apiserver_http(Some(&bed.pki().admin))?
+        .get(format!("{}{path}", bed.apiserver_url()))
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.bytes().await?.to_vec()))
+}
+
+/// GET straight to our server as admin.
+async fn get_direct(bed: &TestBed, path: &str) -> Result<(u16, String)> {
+    let server = bed.server().context("our server is not running")?;
+    let response = bed
+        .server_http(Some(&bed.pki().admin))?
+        .get(format!("{}{path}", server.url()))
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
+async fn metrics(bed: &TestBed) -> Result<String> {
+    let (status, text) = get_direct(bed, "/metrics").await?;
+    ensure!(status == 200, "/metrics: {status}");
+    Ok(text)
+}
+
+/// Sum of the failed fetches (every result but `pulled` and `unchanged`).
+fn failed_fetches(text: &str) -> f64 {
+    metric(text, FETCHES, &[])
+        - metric(text, FETCHES, &[("result", "pulled")])
+        - metric(text, FETCHES, &[("result", "unchanged")])
+}
+
+/// Waits until the changelog of `namespace/name` (with `query`) is served
+/// and `accept` says it is the expected one; returns it and the time taken.
+async fn wait_changelog(
+    bed: &TestBed,
+    namespace: &str,
+    name: &str,
+    query: &str,
+    accept: impl Fn(&ManagedOSVersionChangelog) -> bool,
+) -> Result<(ManagedOSVersionChangelog, Duration)> {
+    let path = format!("{}{query}", changelog_path(namespace, name));
+    poll(&format!("GET {path}"), DEADLINE, POLL, async || {
+        let (status, body) = get(bed, &path).await?;
+        if status != 200 {
+            bail!("{status}: {}", String::from_utf8_lossy(&body));
+        }
+        let changelog: ManagedOSVersionChangelog = serde_json::from_slice(&body)?;
+        Ok(accept(&changelog).then_some(changelog))
+    })
+    .await
+}
+
+/// The changelog as `kubectl get --raw` prints it.
+async fn kubectl_changelog(
+    bed: &TestBed,
+    namespace: &str,
+    name: &str,
+    query: &str,
+) -> Result<ManagedOSVersionChangelog> {
+    let path = format!("{}{query}", changelog_path(namespace, name));
+    let out = bed.kubectl_ok(&["get", "--raw", &path]).await?;
+    serde_json::from_str(&out).with_context(|| format!("kubectl get --raw {path}: {out}"))
+}
+
+/// Waits until the changelog request answers `code` with `reason` as its
+/// first cause; returns the `Status`.
+async fn wait_status(
+    bed: &TestBed,
+    namespace: &str,
+    name: &str,
+    code: u16,
+    reason: &str,
+) -> Result<Value> {
+    let path = changelog_path(namespace, name);
+    let (status, _) = poll(
+        &format!("GET {path} → {code} {reason}"),
+        DEADLINE,
+        POLL,
+        async || {
+            let (status, body) = get(bed, &path).await?;
+            let body: Value = serde_json::from_slice(&body)
+                .with_context(|| format!("{status}: {}", String::from_utf8_lossy(&body)))?;
+            let matches =
+                status == code && body["details"]["causes"][0]["reason"].as_str() == Some(reason);
+            if matches {
+                Ok(Some(body))
+            } else {
+                bail!("{status}: {body}")
+            }
+        },
+    )
+    .await?;
+    ensure!(
+        status["kind"] == "Status" && status["code"] == code,
+        "{status}"
+    );
+    Ok(status)
+}
+
+/// Waits until `metric_name{labels}` in `/metrics` reaches `at_least`.
+async fn wait_metric(
+    bed: &TestBed,
+    metric_name: &str,
+    labels: &[(&str, &str)],
+    at_least: f64,
+) -> Result<f64> {
+    let (value, _) = poll(
+        &format!("{metric_name}{labels:?} ≥ {at_least}"),
+        DEADLINE,
+        POLL,
+        async || {
+            let value = metric(&metrics(bed).await?, metric_name, labels);
+            Ok((value >= at_least).then_some(value))
+        },
+    )
+    .await?;
+    Ok(value)
+}
+
+/// Waits until the server's log has a line with every one of `needles`.
+async fn wait_log(bed: &TestBed, needles: &[&str]) -> Result<String> {
+    let log = bed
+        .server()
+        .context("our server is not running")?
+        .process()
+        .log()
+        .to_owned();
+    let (line, _) = poll(
+        &format!("a log line with {needles:?}"),
+        DEADLINE,
+        POLL,
+        async || Ok(log_lines(&log, needles)?.into_iter().next()),
+    )
+    .await?;
+    Ok(line)
+}
+
+/// Starts our server on `bed` with `args`; a failure marks the bed failed.
+async fn start_server(bed: &mut TestBed, args: &[String]) -> Result<()> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    bed.start_server(&args).await?;
+    eprintln!("server registered and Available in {:?}", started.elapsed());
+    Ok(())
+}
+
+/// Everything but the registry outage, on one test bed and one server
+/// (default refresh interval: every fetch here is due to an operator sync,
+/// or to the backoff after a failure).
+#[tokio::test]
+async fn changelogs_from_channel_images() -> Result<()> {
+    let registry = Registry::start_plain().await?;
+    let secure = Registry::start_tls_auth("elemental", "changelog-e2e-password").await?;
+    let started = Instant::now();
+    let mut bed = TestBed::start(TestBedOptions {
+        namespaces: vec![FLEET_NAMESPACE.to_owned(), TEAM_NAMESPACE.to_owned()],
+        ..TestBedOptions::default()
+    })
+    .await?;
+    eprintln!("test bed started in {:?}", started.elapsed());
+    let mut args = registry.server_flags()?;
+    args.extend(secure.server_flags()?);
+    // Small enough that the bomb below is stopped quickly in a debug build.
+    args.extend(["--max-uncompressed-size".to_owned(), "64MiB".to_owned()]);
+    let result = async {
+        start_server(&mut bed, &args).await?;
+        let step = Instant::now();
+        let mut stable = precomputed_advisories(&bed, &registry).await?;
+        eprintln!("precomputed advisories: {:?}", step.elapsed());
+        let step = Instant::now();
+        namespaces_never_mix(&bed, &registry).await?;
+        eprintln!("namespaces: {:?}", step.elapsed());
+        let step = Instant::now();
+        multi_arch_index(&bed, &registry).await?;
+        eprintln!("multi-arch: {:?}", step.elapsed());
+        let step = Instant::now();
+        json_channel_and_tls_registry(&bed, &secure).await?;
+        eprintln!("json channel and TLS registry: {:?}", step.elapsed());
+        let step = Instant::now();
+        resync_and_retained(&bed, &registry, &mut stable).await?;
+        eprintln!("re-sync and retained versions: {:?}", step.elapsed());
+        let step = Instant::now();
+        broken_images(&bed, &registry).await?;
+        eprintln!("broken images: {:?}", step.elapsed());
+        // The first channel was served throughout, and still is.
+        let data = GeneratedChannel::generate("stable", "fleet-stable", 2..=5);
+        let (served, _) =
+            wait_changelog(&bed, FLEET_NAMESPACE, "stable-v1-5", "", |_| true).await?;
+        data.check(&served, "stable-v1-5")?;
+        bed.ensure_running()
+    }
+    .await;
+    bed.finish(result)
+}
+
+/// A channel of three versions: every version's changelog is exactly what
+/// was pushed, through kubectl and HTTP, as JSON and as text.
+async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<OperatorChannel> {
+    let data = GeneratedChannel::generate("stable", "fleet-stable", 1..=3);
+    let pushed = image::push(
+        registry,
+        "elemental/stable:latest",
+        &data.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let image_ref = registry.image("elemental/stable:latest");
+    let mut channel =
+        OperatorChannel::custom(&bed.client(), FLEET_NAMESPACE, "stable", &image_ref).await?;
+    channel.sync(&data.entries()).await?;
+
+    let newest = data.newest()?.name.clone();
+    let (_, took) = wait_changelog(bed, FLEET_NAMESPACE, &newest, "", |_| true).await?;
+    eprintln!("first channel served {took:?} after its sync");
+    for version in &data.versions {
+        let served = kubectl_changelog(bed, FLEET_NAMESPACE, &version.name, "").await?;
+        data.check(&served, &version.name)?;
+        ensure!(served.channel.name == "stable", "{:?}", served.channel);
+        ensure!(
+            served.channel.image.as_deref() == Some(image_ref.as_str()),
+            "{:?}",
+            served.channel
+        );
+        ensure!(
+            served.channel.digest.as_deref() == Some(pushed.digest.as_str()),
+            "{:?}",
+            served.channel
+        );
+        ensure!(!served.channel.retained, "{:?}", served.channel);
+        ensure!(served.arch == "x86_64", "arch {}", served.arch);
+        ensure!(
+            served.metadata.namespace == FLEET_NAMESPACE,
+            "{:?}",
+            served.metadata
+        );
+    }
+
+    // The text rendering names every advisory, CVE and bug of the version.
+    let text = bed
+        .kubectl_ok(&[
+            "get",
+            "--raw",
+            &format!("{}?format=text", changelog_path(FLEET_NAMESPACE, &newest)),
+        ])
+        .await?;
+    let version = data.newest()?;
+    ensure!(text.contains(&version.version), "{text}");
+    for advisory in &version.advisories {
+        ensure!(
+            text.contains(&advisory.id),
+            "{} missing from:\n{text}",
+            advisory.id
+        );
+        for id in advisory.cves.iter().chain(&advisory.bugs) {
+            ensure!(text.contains(id.as_str()), "{id} missing from:\n{text}");
+        }
+    }
+    // No advisory of another version leaks into it.
+    for other in data.versions.iter().filter(|v| v.name != newest) {
+        for advisory in &other.advisories {
+            ensure!(
+                !text.contains(&advisory.id),
+                "{} leaked into:\n{text}",
+                advisory.id
+            );
+        }
+    }
+    Ok(channel)
+}
+
+/// The same channel and version names in another namespace, with other
+/// data: each namespace is served its own.
+async fn namespaces_never_mix(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let ours = GeneratedChannel::generate("stable", "fleet-stable", 1..=3);
+    let theirs = GeneratedChannel::generate("stable", "team-stable", 1..=3);
+    let pushed = image::push(
+        registry,
+        "team/stable:latest",
+        &theirs.image(Format::Docker, Compression::Zstd, "amd64"),
+    )
+    .await?;
+    let mut channel = OperatorChannel::custom(
+        &bed.client(),
+        TEAM_NAMESPACE,
+        "stable",
+        &registry.image("team/stable:latest"),
+    )
+    .await?;
+    channel.sync(&theirs.entries()).await?;
+    wait_changelog(bed, TEAM_NAMESPACE, &theirs.newest()?.name, "", |_| true).await?;
+    for version in &theirs.versions {
+        let served = kubectl_changelog(bed, TEAM_NAMESPACE, &version.name, "").await?;
+        theirs.check(&served, &version.name)?;
+        ensure!(served.channel.digest.as_deref() == Some(pushed.digest.as_str()));
+        ensure!(served.metadata.namespace == TEAM_NAMESPACE);
+        let mine = kubectl_changelog(bed, FLEET_NAMESPACE, &version.name, "").await?;
+        ours.check(&mine, &version.name)?;
+        ensure!(mine.channel.digest != served.channel.digest);
+    }
+    Ok(())
+}
+
+/// An OCI index with x86_64 and aarch64 images carrying different
+/// advisories: the default architecture and `?arch=` each get theirs.
+async fn multi_arch_index(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let x86 = GeneratedChannel::generate("multi", "multi-x86_64", 1..=2);
+    let arm = GeneratedChannel::generate("multi", "multi-aarch64", 1..=2);
+    let pushed = image::push_index(
+        registry,
+        "elemental/multi:latest",
+        Format::Oci,
+        &[
+            x86.image(Format::Oci, Compression::Gzip, "amd64"),
+            arm.image(Format::Oci, Compression::Zstd, "arm64"),
+        ],
+    )
+    .await?;
+    let mut channel = OperatorChannel::custom(
+        &bed.client(),
+        FLEET_NAMESPACE,
+        "multi",
+        &registry.image("elemental/multi:latest"),
+    )
+    .await?;
+    channel.sync(&x86.entries()).await?;
+    let newest = x86.newest()?.name.clone();
+    wait_changelog(bed, FLEET_NAMESPACE, &newest, "", |_| true).await?;
+    for version in &x86.versions {
+        for (query, data, arch) in [
+            ("", &x86, "x86_64"),
+            ("?arch=x86_64", &x86, "x86_64"),
+            ("?arch=aarch64", &arm, "aarch64"),
+            ("?arch=arm64", &arm, "aarch64"),
+        ] {
+            let served = kubectl_changelog(bed, FLEET_NAMESPACE, &version.name, query).await?;
+            data.check(&served, &version.name)
+                .with_context(|| format!("{} {query}", version.name))?;
+            ensure!(served.arch == arch, "{query}: arch {}", served.arch);
+            ensure!(
+                served.channel.digest.as_deref() == Some(pushed.digest.as_str()),
+                "{query}: {:?}, index {}",
+                served.channel,
+                pushed.digest
+            );
+        }
+    }
+    // An architecture the server does not read is refused, not guessed.
+    let (status, body) = get(
+        bed,
+        &format!("{}?arch=s390x", changelog_path(FLEET_NAMESPACE, &newest)),
+    )
+    .await?;
+    ensure!(
+        status == 400,
+        "s390x: {status} {}",
+        String::from_utf8_lossy(&body)
+    );
+    Ok(())
+}
+
+/// A `json` channel has no image: 404 with cause ChannelHasNoImage. A
+/// channel on a TLS registry with basic auth is served with
+/// `--registry-ca-file` and `--registry-config`.
+async fn json_channel_and_tls_registry(bed: &TestBed, secure: &Registry) -> Result<()> {
+    let client = bed.client();
+    let mut json = OperatorChannel::json(
+        &client,
+        FLEET_NAMESPACE,
+        "json-channel",
+        "https://example.com/channel.json",
+    )
+    .await?;
+    let listed = GeneratedChannel::generate("json", "json", [1]);
+    json.sync(&listed.entries()).await?;
+    let status = wait_status(bed, FLEET_NAMESPACE, "json-v1-1", 404, "ChannelHasNoImage").await?;
+    ensure!(status["reason"] == "NotFound", "{status}");
+    ensure!(status["details"]["name"] == "json-v1-1", "{status}");
+    let out = bed
+        .kubectl(&[
+            "get",
+            "--raw",
+            &changelog_path(FLEET_NAMESPACE, "json-v1-1"),
+        ])
+        .await?;
+    ensure!(
+        !out.status.success(),
+        "a json channel's version has a changelog"
+    );
+    ensure!(
+        String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let data = GeneratedChannel::generate("secure", "secure-tls", 1..=2);
+    let pushed = image::push(
+        secure,
+        "elemental/secure:v1",
+        &data.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let mut channel = OperatorChannel::custom(
+        &client,
+        FLEET_NAMESPACE,
+        "secure",
+        &secure.image("elemental/secure:v1"),
+    )
+    .await?;
+    channel.sync(&data.entries()).await?;
+    for version in &data.versions {
+        let (served, _) = wait_changelog(bed, FLEET_NAMESPACE, &version.name, "", |_| true).await?;
+        data.check(&served, &version.name)?;
+        ensure!(served.channel.digest.as_deref() == Some(pushed.digest.as_str()));
+    }
+    Ok(())
+}
+
+/// A re-sync to a new digest with a new version is served (timed); then an
+/// image that drops the oldest version: it stays served, marked retained,
+/// while its ManagedOSVersion exists, and goes with it.
+async fn resync_and_retained(
+    bed: &TestBed,
+    registry: &Registry,
+    channel: &mut OperatorChannel,
+) -> Result<()> {
+    let four = GeneratedChannel::generate("stable", "fleet-stable", 1..=4);
+    let second = image::push(
+        registry,
+        "elemental/stable:latest",
+        &four.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let synced = Instant::now();
+    channel.sync(&four.entries()).await?;
+    let (served, took) = wait_changelog(bed, FLEET_NAMESPACE, "stable-v1-4", "", |c| {
+        c.channel.digest.as_deref() == Some(second.digest.as_str())
+    })
+    .await?;
+    eprintln!(
+        "re-sync to a new digest served in {took:?} ({:?} after the sync started)",
+        synced.elapsed()
+    );
+    four.check(&served, "stable-v1-4")?;
+    // The versions already there now come from the new image too.
+    let older = kubectl_changelog(bed, FLEET_NAMESPACE, "stable-v1-2", "").await?;
+    four.check(&older, "stable-v1-2")?;
+    ensure!(older.channel.digest.as_deref() == Some(second.digest.as_str()));
+
+    // The next image lists 2..=5 only; stable-v1-1's ManagedOSVersion stays.
+    let all = GeneratedChannel::generate("stable", "fleet-stable", 1..=5);
+    let current = GeneratedChannel::generate("stable", "fleet-stable", 2..=5);
+    let third = image::push(
+        registry,
+        "elemental/stable:latest",
+        &current.image(Format::Oci, Compression::Zstd, "amd64"),
+    )
+    .await?;
+    channel.sync(&current.entries()).await?;
+    let (served, _) = wait_changelog(bed, FLEET_NAMESPACE, "stable-v1-5", "", |c| {
+        c.channel.digest.as_deref() == Some(third.digest.as_str())
+    })
+    .await?;
+    all.check(&served, "stable-v1-5")?;
+    let retained = kubectl_changelog(bed, FLEET_NAMESPACE, "stable-v1-1", "").await?;
+    all.check(&retained, "stable-v1-1")?;
+    ensure!(
+        retained.channel.retained,
+        "not retained: {:?}",
+        retained.channel
+    );
+    ensure!(
+        retained.channel.digest.as_deref() == Some(second.digest.as_str()),
+        "retained data should name the image it came from: {:?}",
+        retained.channel
+    );
+    // It keeps its place in the order: the next version still follows it.
+    let next = kubectl_changelog(bed, FLEET_NAMESPACE, "stable-v1-2", "").await?;
+    all.check(&next, "stable-v1-2")?;
+    ensure!(
+        !next.channel.retained && next.channel.digest.as_deref() == Some(third.digest.as_str())
+    );
+    wait_metric(bed, "elemental_changelog_retained_versions", &[], 1.0).await?;
+
+    // Deleting the ManagedOSVersion drops the retained data...
+    channel.delete_version("stable-v1-1").await?;
+    let path = changelog_path(FLEET_NAMESPACE, "stable-v1-1");
+    poll(
+        "the deleted version's changelog is gone",
+        DEADLINE,
+        POLL,
+        async || {
+            let (status, body) = get(bed, &path).await?;
+            let body: Value = serde_json::from_slice(&body)?;
+            Ok((status == 404 && body["reason"] == "NotFound").then_some(()))
+        },
+    )
+    .await?;
+    poll("retained versions back to 0", DEADLINE, POLL, async || {
+        let value = metric(
+            &metrics(bed).await?,
+            "elemental_changelog_retained_versions",
+            &[],
+        );
+        Ok((value == 0.0).then_some(()))
+    })
+    .await?;
+    let (_, took) = wait_changelog(bed, FLEET_NAMESPACE, "stable-v1-2", "", |c| {
+        c.from.is_none()
+    })
+    .await?;
+    eprintln!("retained data dropped {took:?} after its ManagedOSVersion");
+    current.check(
+        &kubectl_changelog(bed, FLEET_NAMESPACE, "stable-v1-2", "").await?,
+        "stable-v1-2",
+    )?;
+    // ...for good: the same ManagedOSVersion created again has no data.
+    let mut entries = all.entries();
+    entries.truncate(1);
+    channel.sync(&entries).await?;
+    let status = wait_status(bed, FLEET_NAMESPACE, "stable-v1-1", 404, "NoChangelogData").await?;
+    ensure!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&third.digest)),
+        "{status}"
+    );
+    Ok(())
+}
+
+/// What a broken image does to a fresh channel (503 FetchFailed naming the
+/// kind, a log line, a metric) and to a channel with good data (keeps it).
+struct Breakage {
+    /// Short name (also the channel and repository name suffix).
+    name: &'static str,
+    /// The fetch result label it counts under.
+    kind: &'static str,
+    /// Words of the log line it writes (besides the channel name).
+    log: &'static str,
+}
+
+const UNUSABLE: &str = "channel image is unusable; keeping the last good data";
+const FETCH_FAILED: &str = "fetching the channel image failed; keeping the last good data";
+
+const BREAKAGES: [Breakage; 5] = [
+    Breakage {
+        name: "invalid-json",
+        kind: "invalid_channel_json",
+        log: UNUSABLE,
+    },
+    Breakage {
+        name: "traversal",
+        kind: "missing_channel_json",
+        log: UNUSABLE,
+    },
+    Breakage {
+        name: "bomb",
+        kind: "limit_exceeded",
+        log: FETCH_FAILED,
+    },
+    Breakage {
+        name: "digest-mismatch",
+        kind: "digest_mismatch",
+        log: FETCH_FAILED,
+    },
+    Breakage {
+        name: "missing-blob",
+        kind: "not_found",
+        log: FETCH_FAILED,
+    },
+];
+
+/// Pushes a broken image of kind `breakage` as `<repository>:<tag>`, built
+/// around `data` (whose own files are fine).
+async fn push_broken(
+    registry: &Registry,
+    repository: &str,
+    tag: &str,
+    breakage: &Breakage,
+    data: &GeneratedChannel,
+) -> Result<String> {
+    let reference = format!("{repository}:{tag}");
+    let good = || data.image(Format::Oci, Compression::Gzip, "amd64");
+    let pushed = match breakage.name {
+        "invalid-json" => {
+            let mut files = data.files();
+            files[0].1 = br#"[{"metadata":{"name":"broken"},"spec":{"version":"#.to_vec();
+            let borrowed: Vec<(&str, &[u8])> = files
+                .iter()
+                .map(|(p, d)| (p.as_str(), d.as_slice()))
+                .collect();
+            image::push(
+                registry,
+                &reference,
+                &Image::channel(Format::Oci, Compression::Gzip, &borrowed),
+            )
+            .await?
+        }
+        "traversal" => {
+            // channel.json only where it escapes the root, or as a link out of it.
+            let channel_json = data.channel_json();
+            let layer = Layer::new(Compression::Gzip)
+                .file("../channel.json", channel_json.clone())
+                .file("changelogs/../../channel.json", channel_json.clone())
+                .file("/../../etc/elemental/channel.json", channel_json)
+                .file(
+                    "changelogs/../../../etc/cron.d/evil.updates.log",
+                    "* * * * * root true",
+                )
+                .symlink("channel.json", "../../../../etc/passwd")
+                .hard_link("changelogs/x.updates.log", "/etc/shadow");
+            image::push(registry, &reference, &Image::new(Format::Oci).layer(layer)).await?
+        }
+        "bomb" => {
+            // 1 GiB of zeros in about 50 KiB of zstd, over good data.
+            let bomb = image::zero_bomb(Compression::Zstd, "bin/zeros", 1 << 30)?;
+            image::push(
+                registry,
+                &reference,
+                &good().layer(Layer::prebuilt(Compression::Zstd, bomb)),
+            )
+            .await?
+        }
+        "digest-mismatch" => {
+            let pushed = image::push(registry, &reference, &good()).await?;
+            registry.corrupt_blob(&pushed.layer_digests[0])?;
+            pushed
+        }
+        "missing-blob" => {
+            let pushed = image::push(registry, &reference, &good()).await?;
+            registry
+                .delete_blob(repository, &pushed.layer_digests[0])
+                .await?;
+            pushed
+        }
+        other => bail!("unknown breakage {other}"),
+    };
+    Ok(pushed.digest)
+}
+
+/// Peak resident memory of a process, in bytes.
+fn peak_rss(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .context("no VmHWM")?;
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .context("VmHWM without a value")?
+        .parse()?;
+    Ok(kib * 1024)
+}
+
+/// Broken images leave the server up, log the reason, count in metrics,
+/// and neither disturb other channels nor replace a channel's good data.
+async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let client = bed.client();
+    let log = bed
+        .server()
+        .context("our server is not running")?
+        .process()
+        .log()
+        .to_owned();
+
+    // Fresh channels whose only image is broken.
+    for breakage in &BREAKAGES {
+        let before = metric(&metrics(bed).await?, FETCHES, &[("result", breakage.kind)]);
+        let name = format!("broken-{}", breakage.name);
+        let data = GeneratedChannel::generate(&name, &name, [1]);
+        let repository = format!("broken/{}", breakage.name);
+        let digest = push_broken(registry, &repository, "v1", breakage, &data).await?;
+        let mut channel = OperatorChannel::custom(
+            &client,
+            FLEET_NAMESPACE,
+            &name,
+            &registry.image(&format!("{repository}:v1")),
+        )
+        .await?;
+        channel.sync(&data.entries()).await?;
+        let version = &data.newest()?.name;
+        let status = wait_status(bed, FLEET_NAMESPACE, version, 503, "FetchFailed").await?;
+        ensure!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(breakage.kind)),
+            "{}: {status}",
+            breakage.name
+        );
+        wait_metric(bed, FETCHES, &[("result", breakage.kind)], before + 1.0).await?;
+        let line = wait_log(bed, &[&format!("name={name}"), breakage.log, breakage.kind]).await?;
+        eprintln!("{}: {line}", breakage.name);
+        if breakage.log == UNUSABLE {
+            ensure!(
+                line.contains(&digest),
+                "the log line does not name the digest: {line}"
+            );
+        }
+        ensure!(
+            line.contains(&format!("{repository}:v1")),
+            "the log line does not name the image: {line}"
+        );
+        bed.server()
+            .context("our server is not running")?
+            .process()
+            .pid()
+            .context("our server has no pid")?;
+    }
+    let pid = bed
+        .server()
+        .and_then(|s| s.process().pid())
+        .context("our server has no pid")?;
+    let peak = peak_rss(pid)?;
+    eprintln!("server peak RSS after the bomb: {} MiB", peak >> 20);
+    ensure!(
+        peak < 256 << 20,
+        "the bomb filled memory: peak RSS {peak} bytes"
+    );
+    ensure!(
+        log_lines(&log, &["panicked"])?.is_empty(),
+        "the server panicked: {:?}",
+        log_lines(&log, &["panicked"])?
+    );
+
+    // A channel with good data, then each kind of broken image in turn: the
+    // good data stays, with its digest.
+    let good = GeneratedChannel::generate("degrading", "degrading", 1..=2);
+    let repository = "elemental/degrading";
+    let pushed = image::push(
+        registry,
+        &format!("{repository}:latest"),
+        &good.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let mut channel = OperatorChannel::custom(
+        &client,
+        FLEET_NAMESPACE,
+        "degrading",
+        &registry.image(&format!("{repository}:latest")),
+    )
+    .await?;
+    channel.sync(&good.entries()).await?;
+    let newest = good.newest()?.name.clone();
+    wait_changelog(bed, FLEET_NAMESPACE, &newest, "", |_| true).await?;
+    for (round, breakage) in BREAKAGES.iter().enumerate() {
+        let before = metric(&metrics(bed).await?, FETCHES, &[("result", breakage.kind)]);
+        // New content each round, so that every round is a new digest.
+        let seed = format!("degrading-{round}");
+        let data = GeneratedChannel::generate("degrading", &seed, 1..=3);
+        push_broken(registry, repository, "latest", breakage, &data).await?;
+        channel.sync(&good.entries()).await?;
+        wait_metric(bed, FETCHES, &[("result", breakage.kind)], before + 1.0)
+            .await
+            .with_context(|| format!("degrading channel, {}", breakage.name))?;
+        for version in &good.versions {
+            let served = kubectl_changelog(bed, FLEET_NAMESPACE, &version.name, "").await?;
+            good.check(&served, &version.name)
+                .with_context(|| format!("after {}", breakage.name))?;
+            ensure!(
+                served.channel.digest.as_deref() == Some(pushed.digest.as_str()),
+                "after {}: {:?}",
+                breakage.name,
+                served.channel
+            );
+        }
+        // The version the broken image would have added is not there.
+        let (status, _) = get(bed, &changelog_path(FLEET_NAMESPACE, "degrading-v1-3")).await?;
+        ensure!(
+            status == 404,
+            "degrading-v1-3 after {}: {status}",
+            breakage.name
+        );
+    }
+
+    // Other channels were not disturbed, and the server still answers.
+    let multi = GeneratedChannel::generate("multi", "multi-aarch64", 1..=2);
+    multi.check(
+        &kubectl_changelog(bed, FLEET_NAMESPACE, "multi-v1-2", "?arch=aarch64").await?,
+        "multi-v1-2",
+    )?;
+    let (status, _) = get_direct(bed, "/readyz").await?;
+    ensure!(status == 200, "/readyz: {status}");
+    Ok(())
+}
+
+/// The periodic digest check picks up a new image without any operator
+/// sync; with the registry gone, the last good data stays served, `/readyz`
+/// stays 200 and the failures are counted.
+#[tokio::test]
+async fn periodic_refresh_and_registry_outage() -> Result<()> {
+    let mut registry = Registry::start_plain().await?;
+    let mut bed = TestBed::start(TestBedOptions::default()).await?;
+    let mut args = registry.server_flags()?;
+    args.extend(["--refresh-interval".to_owned(), "2s".to_owned()]);
+    let result = async {
+        start_server(&mut bed, &args).await?;
+        outage(&bed, &mut registry).await
+    }
+    .await;
+    bed.finish(result)
+}
+
+async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
+    let first = GeneratedChannel::generate("periodic", "periodic", 1..=2);
+    image::push(
+        registry,
+        "elemental/periodic:latest",
+        &first.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let mut channel = OperatorChannel::custom(
+        &bed.client(),
+        FLEET_NAMESPACE,
+        "periodic",
+        &registry.image("elemental/periodic:latest"),
+    )
+    .await?;
+    channel.sync(&first.entries()).await?;
+    wait_changelog(bed, FLEET_NAMESPACE, "periodic-v1-2", "", |_| true).await?;
+    // Digest checks that pull nothing.
+    wait_metric(bed, FETCHES, &[("result", "unchanged")], 1.0).await?;
+
+    // A new image under the same tag, and the operator's version for it,
+    // without touching the channel: the periodic check finds it.
+    let second = GeneratedChannel::generate("periodic", "periodic", 1..=3);
+    let pushed = image::push(
+        registry,
+        "elemental/periodic:latest",
+        &second.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let versions: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        bed.client(),
+        FLEET_NAMESPACE,
+        &elemental_changelog_integration::testbed::elemental::version_resource(),
+    );
+    let before = versions.list(&Default::default()).await?.items.len();
+    let mut entries = second.entries();
+    entries.drain(..2);
+    // Only the version objects: a sync would also patch the status and trigger a fetch.
+    create_versions_only(bed, &channel, &entries).await?;
+    ensure!(versions.list(&Default::default()).await?.items.len() == before + 1);
+    let (served, took) = wait_changelog(bed, FLEET_NAMESPACE, "periodic-v1-3", "", |c| {
+        c.channel.digest.as_deref() == Some(pushed.digest.as_str())
+    })
+    .await?;
+    eprintln!("new digest found by the periodic check in {took:?}");
+    second.check(&served, "periodic-v1-3")?;
+
+    // The registry goes away.
+    let text = metrics(bed).await?;
+    let failed_before = failed_fetches(&text);
+    registry.stop();
+    let (_, took) = poll("a failed fetch counted", DEADLINE, POLL, async || {
+        Ok((failed_fetches(&metrics(bed).await?) > failed_before).then_some(()))
+    })
+    .await?;
+    eprintln!("registry outage counted {took:?} after it began");
+    let line = wait_log(bed, &["name=periodic", FETCH_FAILED]).await?;
+    eprintln!("outage: {line}");
+    // A few more failed checks (with backoff), and still everything is served.
+    let failed_now = failed_fetches(&metrics(bed).await?);
+    poll("a second failed fetch", DEADLINE, POLL, async || {
+        Ok((failed_fetches(&metrics(bed).await?) > failed_now).then_some(()))
+    })
+    .await?;
+    for version in &second.versions {
+        let served = kubectl_changelog(bed, FLEET_NAMESPACE, &version.name, "").await?;
+        second.check(&served, &version.name)?;
+        ensure!(served.channel.digest.as_deref() == Some(pushed.digest.as_str()));
+    }
+    let (status, body) = get_direct(bed, "/readyz?verbose").await?;
+    ensure!(status == 200, "/readyz during the outage: {status}\n{body}");
+    let ready = bed.kubectl_ok(&["get", "--raw", "/readyz"]).await?;
+    ensure!(ready.trim() == "ok", "kube-apiserver /readyz: {ready}");
+    Ok(())
+}
+
+/// Creates ManagedOSVersions of `channel` the way the operator does, but
+/// without recording a sync in the channel's status.
+async fn create_versions_only(
+    bed: &TestBed,
+    channel: &OperatorChannel,
+    entries: &[elemental_changelog_integration::testbed::elemental::VersionEntry],
+) -> Result<()> {
+    use elemental_changelog_integration::testbed::elemental::{
+        CHANNEL_LABEL, channel_resource, version_resource,
+    };
+    let channels: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(bed.client(), &channel.namespace(), &channel_resource());
+    let object = channels.get(&channel.name()).await?;
+    let uid = object
+        .metadata
+        .uid
+        .clone()
+        .context("a channel without uid")?;
+    let versions: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(bed.client(), &channel.namespace(), &version_resource());
+    for entry in entries {
+        let version = serde_json::json!({
+            "apiVersion": "elemental.cattle.io/v1beta1",
+            "kind": "ManagedOSVersion",
+            "metadata": {
+                "name": entry.name,
+                "namespace": channel.namespace(),
+                "labels": { CHANNEL_LABEL: channel.name() },
+                "ownerReferences": [{
+                    "apiVersion": "elemental.cattle.io/v1beta1",
+                    "kind": "ManagedOSVersionChannel",
+                    "name": channel.name(),
+                    "uid": uid,
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {
+                "version": entry.version,
+                "type": "container",
+                "metadata": { "upgradeImage": entry.upgrade_image, "created": entry.created },
+            },
+        });
+        versions
+            .patch(
+                &entry.name,
+                &kube::api::PatchParams::apply("elemental-operator").force(),
+                &kube::api::Patch::Apply(&version),
+            )
+            .await?;
+    }
+    Ok(())
+}
