@@ -34,7 +34,7 @@ use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
-    oci::{FetchError, Fetched, Fetcher},
+    oci::{FetchError, Fetched},
 };
 
 /// Shortest wait before retrying a failed fetch; doubles per failure up to
@@ -56,26 +56,43 @@ where
 {
     /// The object `namespace/name`, if watched and present.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        let store = self.all.as_ref().or_else(|| self.namespaced.get(namespace))?;
+        let store = self
+            .all
+            .as_ref()
+            .or_else(|| self.namespaced.get(namespace))?;
         store.get(&ObjectRef::new(name).within(namespace))
     }
 
     /// Every object, in `namespace` or in all watched namespaces.
     pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<K>> {
         let mut out: Vec<Arc<K>> = match (&self.all, namespace) {
-            (Some(all), Some(ns)) => all.state().into_iter().filter(|o| o.meta().namespace.as_deref() == Some(ns)).collect(),
+            (Some(all), Some(ns)) => all
+                .state()
+                .into_iter()
+                .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+                .collect(),
             (Some(all), None) => all.state(),
-            (None, Some(ns)) => self.namespaced.get(ns).map(Store::state).unwrap_or_default(),
+            (None, Some(ns)) => self
+                .namespaced
+                .get(ns)
+                .map(Store::state)
+                .unwrap_or_default(),
             (None, None) => self.namespaced.values().flat_map(Store::state).collect(),
         };
-        out.sort_by(|a, b| (a.meta().namespace.as_deref(), a.meta().name.as_deref()).cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref())));
+        out.sort_by(|a, b| {
+            (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+                .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+        });
         out
     }
 
     /// Stores fed by the caller, in tests: one for all namespaces, or one
     /// per namespace.
     #[cfg(test)]
-    pub(crate) fn from_stores(all: Option<Store<K>>, namespaced: BTreeMap<String, Store<K>>) -> Self {
+    pub(crate) fn from_stores(
+        all: Option<Store<K>>,
+        namespaced: BTreeMap<String, Store<K>>,
+    ) -> Self {
         Self { all, namespaced }
     }
 
@@ -113,10 +130,11 @@ pub struct RefreshSettings {
     pub architectures: Vec<String>,
 }
 
-/// Where channel images are read from: the registry through a [`Fetcher`]
+/// Where channel images are read from: the registry through a
+/// [`ReloadingFetcher`](crate::oci::reload::ReloadingFetcher)
 /// (a fake in tests, so the worker's decisions are tested without one).
 trait ImageSource: Send + Sync {
-    /// See [`Fetcher::fetch`].
+    /// See [`crate::oci::Fetcher::fetch`].
     fn fetch_image<'a>(
         &'a self,
         image: &'a str,
@@ -125,14 +143,15 @@ trait ImageSource: Send + Sync {
     ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
 }
 
-impl ImageSource for Fetcher {
+impl ImageSource for crate::oci::reload::ReloadingFetcher {
     fn fetch_image<'a>(
         &'a self,
         image: &'a str,
         arch: &'a str,
         known_digest: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
-        Box::pin(self.fetch(image, arch, known_digest))
+        let fetcher = self.current();
+        Box::pin(async move { fetcher.fetch(image, arch, known_digest).await })
     }
 }
 
@@ -163,7 +182,7 @@ enum ChannelEvent {
 pub fn start(
     client: Client,
     namespaces: &[String],
-    fetcher: Arc<Fetcher>,
+    fetcher: Arc<crate::oci::reload::ReloadingFetcher>,
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     health: &Health,
@@ -172,14 +191,15 @@ pub fn start(
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
 
-    let channels = watch_kind::<ManagedOSVersionChannel>(&client, namespaces, &metrics, &mut drivers, {
-        let tx = events_tx.clone();
-        move |event| {
-            if let Some(event) = channel_event(event) {
-                let _ = tx.send(event);
+    let channels =
+        watch_kind::<ManagedOSVersionChannel>(&client, namespaces, &metrics, &mut drivers, {
+            let tx = events_tx.clone();
+            move |event| {
+                if let Some(event) = channel_event(event) {
+                    let _ = tx.send(event);
+                }
             }
-        }
-    });
+        });
     let versions = watch_kind::<ManagedOSVersion>(&client, namespaces, &metrics, &mut drivers, {
         let tx = events_tx.clone();
         move |event| {
@@ -190,14 +210,32 @@ pub fn start(
     });
     drop(events_tx);
 
-    let objects = Objects { channels: channels.clone(), versions: versions.clone() };
+    let objects = Objects {
+        channels: channels.clone(),
+        versions: versions.clone(),
+    };
     let synced = health.ready_flag("informer-sync");
     let fetched = health.ready_flag("channels-first-fetch");
     let heartbeat = health.heartbeat("channel-controller");
     let (attempted_tx, attempted_rx) = mpsc::unbounded_channel();
-    let ctx = Arc::new(Context { fetcher, cache, metrics, versions: versions.clone(), settings, attempted: attempted_tx });
+    let ctx = Arc::new(Context {
+        fetcher,
+        cache,
+        metrics,
+        versions: versions.clone(),
+        settings,
+        attempted: attempted_tx,
+    });
 
-    let controller = controller(objects.clone(), ctx, events_rx, attempted_rx, synced, fetched, heartbeat);
+    let controller = controller(
+        objects.clone(),
+        ctx,
+        events_rx,
+        attempted_rx,
+        synced,
+        fetched,
+        heartbeat,
+    );
     drivers.push(Box::pin(controller));
     let run = async move {
         let mut all: FuturesUnordered<_> = drivers.into_iter().collect();
@@ -213,10 +251,13 @@ pub fn start(
 /// What the controller hears of a channel watch event.
 fn channel_event(event: &watcher::Event<ManagedOSVersionChannel>) -> Option<ChannelEvent> {
     match event {
-        watcher::Event::Apply(c) | watcher::Event::InitApply(c) => Some(ChannelEvent::Applied(Arc::new(c.clone()))),
-        watcher::Event::Delete(c) => {
-            Some(ChannelEvent::Deleted(ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any())))
+        watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
+            Some(ChannelEvent::Applied(Arc::new(c.clone())))
         }
+        watcher::Event::Delete(c) => Some(ChannelEvent::Deleted(ChannelKey::new(
+            c.namespace().unwrap_or_default(),
+            c.name_any(),
+        ))),
         watcher::Event::InitDone => Some(ChannelEvent::ChannelsListed),
         watcher::Event::Init => None,
     }
@@ -225,9 +266,12 @@ fn channel_event(event: &watcher::Event<ManagedOSVersionChannel>) -> Option<Chan
 /// What the controller hears of a version watch event.
 fn version_event(event: &watcher::Event<ManagedOSVersion>) -> Option<ChannelEvent> {
     match event {
-        watcher::Event::Delete(v) => v
-            .channel_name()
-            .map(|channel| ChannelEvent::VersionDeleted(ChannelKey::new(v.namespace().unwrap_or_default(), channel))),
+        watcher::Event::Delete(v) => v.channel_name().map(|channel| {
+            ChannelEvent::VersionDeleted(ChannelKey::new(
+                v.namespace().unwrap_or_default(),
+                channel,
+            ))
+        }),
         watcher::Event::InitDone => Some(ChannelEvent::VersionsListed),
         _ => None,
     }
@@ -252,12 +296,22 @@ where
         + 'static,
 {
     let resource = K::plural(&()).into_owned();
-    let label: &'static str = if resource == "managedosversions" { "managedosversions" } else { "managedosversionchannels" };
-    let mut stores = Stores { all: None, namespaced: BTreeMap::new() };
+    let label: &'static str = if resource == "managedosversions" {
+        "managedosversions"
+    } else {
+        "managedosversionchannels"
+    };
+    let mut stores = Stores {
+        all: None,
+        namespaced: BTreeMap::new(),
+    };
     let apis: Vec<(Option<String>, Api<K>)> = if namespaces.is_empty() {
         vec![(None, Api::all(client.clone()))]
     } else {
-        namespaces.iter().map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns))).collect()
+        namespaces
+            .iter()
+            .map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns)))
+            .collect()
     };
     for (namespace, api) in apis {
         let (store, writer) = reflector::store();
@@ -269,8 +323,15 @@ where
         }
         let metrics = metrics.clone();
         let on_event = on_event.clone();
-        let span = info_span!("watch", resource = label, namespace = namespace.as_deref().unwrap_or("*"));
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+        let span = info_span!(
+            "watch",
+            resource = label,
+            namespace = namespace.as_deref().unwrap_or("*")
+        );
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff(),
+        );
         drivers.push(Box::pin(
             async move {
                 metrics.watch_synced(label, false);
@@ -437,11 +498,17 @@ fn drop_channel(
 
 /// Drops a channel's retained versions whose ManagedOSVersion is gone.
 fn prune_retained(objects: &Objects, ctx: &Context, key: &ChannelKey) {
-    ctx.cache.prune_retained(key, |name| objects.versions.get(&key.namespace, name).is_some());
+    ctx.cache.prune_retained(key, |name| {
+        objects.versions.get(&key.namespace, name).is_some()
+    });
 }
 
 /// Refreshes one channel until the controller aborts it (channel deleted).
-async fn worker(key: ChannelKey, mut trigger: watch::Receiver<(Option<String>, SyncKey)>, ctx: Arc<Context>) {
+async fn worker(
+    key: ChannelKey,
+    mut trigger: watch::Receiver<(Option<String>, SyncKey)>,
+    ctx: Arc<Context>,
+) {
     let mut failures: u32 = 0;
     loop {
         let (image, _) = trigger.borrow_and_update().clone();
@@ -469,14 +536,20 @@ fn next_wait(failures: u32, interval: Duration) -> Duration {
     if failures == 0 {
         return interval;
     }
-    MIN_BACKOFF.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16))).min(interval)
+    MIN_BACKOFF
+        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
+        .min(interval)
 }
 
 /// Fetches every architecture of a channel's image once; true when all
 /// succeeded (or there is nothing to fetch).
 async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
     let Some(image) = image else {
-        ctx.cache.update(key, |_| ChannelState { image: None, attempted: true, archs: BTreeMap::new() });
+        ctx.cache.update(key, |_| ChannelState {
+            image: None,
+            attempted: true,
+            archs: BTreeMap::new(),
+        });
         return true;
     };
     let previous = ctx.cache.get(key);
@@ -489,22 +562,48 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
             archs.insert(arch.clone(), state.clone());
             continue;
         }
-        let old = previous.as_ref().and_then(|p| p.archs.get(arch)).cloned().unwrap_or_default();
+        let old = previous
+            .as_ref()
+            .and_then(|p| p.archs.get(arch))
+            .cloned()
+            .unwrap_or_default();
         let state = refresh_arch(key, image, arch, old, ctx).await;
         // An index without this architecture is not a failure to retry soon.
-        all_ok &= state.last_error.as_ref().is_none_or(|e| e.kind == "no_matching_platform");
-        if state.last_error.is_none() && state.snapshot.as_ref().is_some_and(|s| s.image == image && s.platform.is_none()) {
+        all_ok &= state
+            .last_error
+            .as_ref()
+            .is_none_or(|e| e.kind == "no_matching_platform");
+        if state.last_error.is_none()
+            && state
+                .snapshot
+                .as_ref()
+                .is_some_and(|s| s.image == image && s.platform.is_none())
+        {
             single_platform = Some(state.clone());
         }
         archs.insert(arch.clone(), state);
     }
-    ctx.cache.update(key, |_| ChannelState { image: Some(image.to_owned()), attempted: true, archs });
+    ctx.cache.update(key, |_| ChannelState {
+        image: Some(image.to_owned()),
+        attempted: true,
+        archs,
+    });
     update_totals(ctx);
     all_ok
 }
 
-async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState, ctx: &Context) -> ArchState {
-    let known = old.snapshot.as_ref().filter(|s| s.image == image).map(|s| s.digest.clone());
+async fn refresh_arch(
+    key: &ChannelKey,
+    image: &str,
+    arch: &str,
+    old: ArchState,
+    ctx: &Context,
+) -> ArchState {
+    let known = old
+        .snapshot
+        .as_ref()
+        .filter(|s| s.image == image)
+        .map(|s| s.digest.clone());
     let started = Instant::now();
     let result = ctx.fetcher.fetch_image(image, arch, known.as_deref()).await;
     let seconds = started.elapsed().as_secs_f64();
@@ -513,9 +612,19 @@ async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState,
         Ok(Fetched::Unchanged { digest }) => {
             ctx.metrics.fetch(FetchResult::Unchanged, seconds, 0);
             debug!(%image, arch, %digest, "image unchanged");
-            ArchState { snapshot: old.snapshot, confirmed_at: Some(now), last_error: None }
+            ArchState {
+                snapshot: old.snapshot,
+                confirmed_at: Some(now),
+                last_error: None,
+            }
         }
-        Ok(Fetched::Pulled { digest, files, compressed_bytes, platform, .. }) => {
+        Ok(Fetched::Pulled {
+            digest,
+            files,
+            compressed_bytes,
+            platform,
+            ..
+        }) => {
             // Parsing and summarizing are CPU work: off the async threads, and
             // a bug that panics there costs this fetch, not the process.
             let previous = old.snapshot.clone();
@@ -524,16 +633,23 @@ async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState,
             let built = tokio::task::spawn_blocking(move || {
                 let mut data = ChannelData::from_files(files)?;
                 if let Some(previous) = &previous {
-                    data.retain_from(&previous.data, &previous.digest, |name| versions.get(&namespace, name).is_some());
+                    data.retain_from(&previous.data, &previous.digest, |name| {
+                        versions.get(&namespace, name).is_some()
+                    });
                 }
                 data.precompute_summaries();
                 Ok::<_, DataError>(data)
             })
             .await;
             let failure = |kind: &'static str, message: String| {
-                ctx.metrics.fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
+                ctx.metrics
+                    .fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
                 warn!(%image, arch, %digest, error = %message, kind, "channel image is unusable; keeping the last good data");
-                FetchFailure { kind, message, at: now }
+                FetchFailure {
+                    kind,
+                    message,
+                    at: now,
+                }
             };
             match built {
                 Ok(Ok(data)) => {
@@ -541,19 +657,36 @@ async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState,
                         ctx.metrics.file_problem(file_problem_kind(&problem.error));
                         warn!(%image, arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
                     }
-                    ctx.metrics.fetch(FetchResult::Pulled, seconds, compressed_bytes);
+                    ctx.metrics
+                        .fetch(FetchResult::Pulled, seconds, compressed_bytes);
                     info!(%image, arch, %digest, versions = data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
-                    let snapshot = Snapshot { image: image.to_owned(), digest, platform, data: Arc::new(data), fetched_at: now };
-                    ArchState { snapshot: Some(Arc::new(snapshot)), confirmed_at: Some(now), last_error: None }
+                    let snapshot = Snapshot {
+                        image: image.to_owned(),
+                        digest,
+                        platform,
+                        data: Arc::new(data),
+                        fetched_at: now,
+                    };
+                    ArchState {
+                        snapshot: Some(Arc::new(snapshot)),
+                        confirmed_at: Some(now),
+                        last_error: None,
+                    }
                 }
                 Ok(Err(error)) => {
                     let kind = match error {
                         DataError::MissingChannelJson => "missing_channel_json",
                         DataError::ChannelJson(_) => "invalid_channel_json",
                     };
-                    ArchState { last_error: Some(failure(kind, error_chain(&error))), ..old }
+                    ArchState {
+                        last_error: Some(failure(kind, error_chain(&error))),
+                        ..old
+                    }
                 }
-                Err(panicked) => ArchState { last_error: Some(failure("internal", panicked.to_string())), ..old },
+                Err(panicked) => ArchState {
+                    last_error: Some(failure("internal", panicked.to_string())),
+                    ..old
+                },
             }
         }
         Err(error) => {
@@ -561,8 +694,15 @@ async fn refresh_arch(key: &ChannelKey, image: &str, arch: &str, old: ArchState,
             let message = error_chain(&error);
             ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
             warn!(%image, arch, error = %message, kind, "fetching the channel image failed; keeping the last good data");
-            let failure = FetchFailure { kind, message, at: now };
-            ArchState { last_error: Some(failure), ..old }
+            let failure = FetchFailure {
+                kind,
+                message,
+                at: now,
+            };
+            ArchState {
+                last_error: Some(failure),
+                ..old
+            }
         }
     }
 }
@@ -593,7 +733,8 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 fn update_totals(ctx: &Context) {
     let t = ctx.cache.totals();
-    ctx.metrics.cache_size(t.channels, t.versions, t.advisories, t.retained);
+    ctx.metrics
+        .cache_size(t.channels, t.versions, t.advisories, t.retained);
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use elemental_changelog_apiserver::{
     config::{Cli, Command, ServeArgs},
     health::Health,
     metrics::Metrics,
-    oci::Fetcher,
+    oci::reload::{self, ReloadingFetcher},
     routes::{App, query::Query},
     server, telemetry,
 };
@@ -93,10 +93,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let client = kube::Client::try_from(kube_config).context("Kubernetes client")?;
 
-    let fetcher = Arc::new(
-        Fetcher::new(args.registry.to_config().context("registry settings")?)
-            .context("registry client")?,
-    );
+    let fetcher = Arc::new(ReloadingFetcher::new(args.registry.clone())?);
+    let registry_run = fetcher.clone().watch(reload::DEFAULT_RELOAD_INTERVAL);
     let cache = Arc::new(Cache::default());
     let (objects, channels_run) = channels::start(
         client.clone(),
@@ -187,6 +185,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             anyhow::bail!("the authentication configuration watch stopped")
         }
         () = certs_run => anyhow::bail!("the serving certificate reloader stopped"),
+        () = registry_run => anyhow::bail!("the registry settings reloader stopped"),
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod config;
 pub mod layer;
 pub mod platform;
+pub mod reload;
 
 use std::{
     fmt, io,

@@ -206,7 +206,9 @@ impl App {
             }
         }
         // Watches are not served: there is no stream of changes to offer.
-        if parts.method != Method::GET && parts.method != Method::HEAD || attributes.verb() == "watch" {
+        if parts.method != Method::GET && parts.method != Method::HEAD
+            || attributes.verb() == "watch"
+        {
             return status(&StatusError::method_not_allowed(attributes.verb()));
         }
         let query = parts.uri.query().unwrap_or_default();

@@ -439,7 +439,7 @@ impl Channel {
                         } else {
                             ladders[i % ladders.len()]
                         },
-                        step: 1 + rng.below(3) as u32,
+                        step: rng.below(4) as u32,
                     },
                     name,
                     quiet: i % 5 == 1 && !kernel,
@@ -892,6 +892,21 @@ impl Channel {
         serde_json::to_vec(&list).unwrap_or_default()
     }
 
+    /// Ids of the advisories issued after the previous version's `created`
+    /// and not after version `index`'s: the date window (nothing for the
+    /// oldest version).
+    pub fn window_ids(&self, index: usize) -> BTreeSet<String> {
+        let Some(previous) = index.checked_sub(1) else {
+            return BTreeSet::new();
+        };
+        let (after, until) = (self.versions[previous].created, self.versions[index].created);
+        self.advisories
+            .iter()
+            .filter(|a| a.issued > after && a.issued <= until)
+            .map(|a| a.id.clone())
+            .collect()
+    }
+
     /// Ids of the advisories in version `index`'s file as upstream's generator
     /// writes it: the date window of the previous version (issued after the
     /// `created` of the version two before, up to the previous version's), and
@@ -1006,6 +1021,15 @@ mod tests {
         assert!(c.fixing_versions(&c.recurring_cve()).len() >= 3);
         let all = c.expected_changes(0, 23);
         assert!(!all.added.is_empty() && !all.removed.is_empty());
+        // Upgrades across `~`, `^` and a first epoch, which need rpmvercmp.
+        let crosses = |from: &str, to: &str| {
+            all.upgraded.iter().any(|(_, _, f, t)| {
+                f.as_deref().is_some_and(|f| f.contains(from))
+                    && t.as_deref().is_some_and(|t| t.contains(to))
+            })
+        };
+        assert!(crosses("~rc", "^git"));
+        assert!(crosses("9.9-", "1:0."));
         assert!(
             (1..24).any(|i| !c.expected_changes(i - 1, i).downgraded.is_empty()),
             "no downgrade"

@@ -757,7 +757,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
         count_in_log(
             bed,
             "Loaded a new cert/key pair",
-            "name=\"aggregator-proxy-cert\"",
+            "name=\"aggregator-proxy-cert::",
         )
     };
     let before = reloads()?;

@@ -725,6 +725,16 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
         wait_metric(bed, FETCHES, &[("result", breakage.kind)], before + 1.0).await?;
         let line = wait_log(bed, &[&format!("name={name}"), breakage.log, breakage.kind]).await?;
         eprintln!("{}: {line}", breakage.name);
+        if breakage.name == "traversal" {
+            // The entries themselves are reported: 4 paths that leave the
+            // root, a symbolic and a hard link where channel data is read.
+            let line = wait_log(
+                bed,
+                &["ignored layer entries", "count=6", "../channel.json"],
+            )
+            .await?;
+            eprintln!("{}: {line}", breakage.name);
+        }
         if breakage.log == UNUSABLE {
             ensure!(
                 line.contains(&digest),

@@ -36,8 +36,12 @@ use serde_json::Value;
 
 const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 const RESOURCE: &str = "managedosversions.changelog.elemental.cattle.io";
+/// What `kubectl get -o name` prints before a summary's name.
+const SUMMARY_NAME_PREFIX: &str = "managedosversionchangelogsummary.changelog.elemental.cattle.io/";
 /// Namespace of the channel served from the `compute` command's files.
 const PRECOMPUTED_NAMESPACE: &str = "elemental-precomputed";
+/// Namespace of the channel with both raw data and upstream's shifted files.
+const MIXED_NAMESPACE: &str = "elemental-mixed";
 /// Bound on the server fetching and parsing a channel image.
 const DATA_DEADLINE: Duration = Duration::from_secs(90);
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -57,7 +61,11 @@ async fn generated_channels_end_to_end() -> Result<()> {
     let started = Instant::now();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
-        namespaces: vec![FLEET_NAMESPACE.to_owned(), PRECOMPUTED_NAMESPACE.to_owned()],
+        namespaces: vec![
+            FLEET_NAMESPACE.to_owned(),
+            PRECOMPUTED_NAMESPACE.to_owned(),
+            MIXED_NAMESPACE.to_owned(),
+        ],
         ..TestBedOptions::default()
     })
     .await?;
@@ -93,6 +101,7 @@ async fn checks(bed: &TestBed, registry: &Registry, started: Instant) -> Result<
     let step = Instant::now();
     precomputed_files_of_the_compute_command(bed, &fixture.main).await?;
     shifted_files_get_a_warning(bed, &fixture.shifted).await?;
+    raw_data_wins_over_shifted_files(bed, &fixture.shifted).await?;
     eprintln!("precomputed and shifted checks: {:?}", step.elapsed());
     Ok(())
 }
@@ -115,11 +124,15 @@ async fn publish(bed: &TestBed, registry: &Registry) -> Result<Fixture> {
     );
     push(registry, "gen/precomputed:1", &files).await?;
     push(registry, "gen/shifted:1", &shifted.shifted_files()).await?;
+    let mut mixed = shifted.raw_files("updateinfo.xml")?;
+    mixed.extend(shifted.shifted_files().into_iter().skip(1));
+    push(registry, "gen/mixed:1", &mixed).await?;
 
     for (namespace, channel, image) in [
         (FLEET_NAMESPACE, &main, "gen/raw:1"),
         (FLEET_NAMESPACE, &shifted, "gen/shifted:1"),
         (PRECOMPUTED_NAMESPACE, &main, "gen/precomputed:1"),
+        (MIXED_NAMESPACE, &shifted, "gen/mixed:1"),
     ] {
         let object = elemental::apply_custom_channel(
             &bed.client(),
@@ -134,6 +147,7 @@ async fn publish(bed: &TestBed, registry: &Registry) -> Result<Fixture> {
         (FLEET_NAMESPACE, &main),
         (FLEET_NAMESPACE, &shifted),
         (PRECOMPUTED_NAMESPACE, &main),
+        (MIXED_NAMESPACE, &shifted),
     ] {
         let path = format!(
             "{API}/namespaces/{namespace}/managedosversions?labelSelector={CHANNEL_LABEL}%3D{}",
@@ -696,13 +710,12 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
                 "name",
             ])
             .await?;
-        let got: BTreeSet<&str> = out.lines().collect();
-        let expected: BTreeSet<String> = want
-            .versions
-            .iter()
-            .map(|v| format!("{RESOURCE}/{}", v.name))
+        // `-o name` prints <kind>.<group>/<name>, the kind being the summary's.
+        let got: BTreeSet<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix(SUMMARY_NAME_PREFIX))
             .collect();
-        let expected: BTreeSet<&str> = expected.iter().map(String::as_str).collect();
+        let expected: BTreeSet<&str> = want.versions.iter().map(|v| v.name.as_str()).collect();
         ensure!(got == expected, "-l {selector}:\n{out}");
     }
 
@@ -738,7 +751,7 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
             && summary.channel.name == channel.name
             && summary.channel.digest.as_deref() == Some(fixture.main_digest.as_str())
             && summary.created.as_deref()
-                == Some(channel.versions[14].created.to_string().as_str())
+                == Some(Timestamp::from_second(channel.versions[14].created)?.to_string().as_str())
             && summary.from.map(|f| f.name) == Some(channel.versions[13].name.clone())
             && s.advisories == counts.advisories
             && s.cves == counts.cves
@@ -911,5 +924,23 @@ async fn compute_command_writes_updates_logs() -> Result<()> {
         !dir.path().join("out2").exists(),
         "files written despite the error"
     );
+    Ok(())
+}
+
+/// Raw data beside upstream's shifted files: the computed answer, no warning.
+async fn raw_data_wins_over_shifted_files(bed: &TestBed, channel: &Channel) -> Result<()> {
+    let mut differ = 0;
+    for (i, version) in channel.versions.iter().enumerate() {
+        let served = changelog(bed, MIXED_NAMESPACE, &version.name, None).await?;
+        ensure!(served.source == Source::Computed, "{}", version.name);
+        ensure!(served.warnings.iter().all(|w| !w.contains("shifted")), "{}: {:?}", version.name, served.warnings);
+        let expected = match i {
+            0 => BTreeSet::new(),
+            _ => channel.expected_advisories(i - 1, i),
+        };
+        ensure!(ids(&served) == expected, "{}: {:?}", version.name, ids(&served));
+        differ += usize::from(expected != channel.shifted_ids(i));
+    }
+    ensure!(differ > 0, "the shifted files hold the computed answer");
     Ok(())
 }

@@ -305,7 +305,10 @@ impl Extractor {
             };
             let Some(path) = normalize_path(&raw_path) else {
                 let shown = String::from_utf8_lossy(&raw_path);
-                if raw_path.split(|b| *b == b'/').all(|part| part.is_empty() || part == b".") {
+                if raw_path
+                    .split(|b| *b == b'/')
+                    .all(|part| part.is_empty() || part == b".")
+                {
                     tracing::debug!(path = %shown, "ignoring the layer's root entry");
                 } else {
                     note_unsafe(&mut unsafe_entries, &shown);

@@ -288,7 +288,10 @@ impl Query {
                         not_found_because(
                             &name,
                             "NoChangelogData",
-                            format!("channel image {image} has no linux/{arch} image: {}", f.message),
+                            format!(
+                                "channel image {image} has no linux/{arch} image: {}",
+                                f.message
+                            ),
                         ),
                     );
                 }
