@@ -30,7 +30,7 @@ use hyper::body::Incoming;
 use tracing::warn;
 
 use crate::{
-    authn::{Authenticator, UserInfo},
+    authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
     authz::{Attributes, Authorizer, Decision},
     health::{self, Health},
     metrics::{Metrics, RequestResource},
@@ -157,6 +157,19 @@ impl Route {
         }
     }
 
+    /// Discovery and OpenAPI documents: the same for everyone, never secret.
+    fn is_public_document(&self) -> bool {
+        matches!(
+            self,
+            Self::Apis
+                | Self::Group
+                | Self::ResourceList
+                | Self::OpenApiV2
+                | Self::OpenApiV3Root
+                | Self::OpenApiV3Group
+        )
+    }
+
     fn is_resource(&self) -> bool {
         matches!(
             self,
@@ -200,6 +213,17 @@ impl App {
         match self.authz.authorize(&user, attributes).await {
             Ok(Decision::Allow) => {}
             Ok(Decision::Deny { reason }) => return status(&forbidden(&user, attributes, &reason)),
+            Err(error)
+                if route.is_public_document()
+                    && user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) =>
+            {
+                // Discovery and OpenAPI must never answer 5xx (the aggregator
+                // marks the group stale and retries with backoff). They hold
+                // nothing secret and RBAC's default system:discovery role
+                // grants them to every authenticated user, so an unavailable
+                // SubjectAccessReview does not withhold them from one.
+                warn!(%error, user = %user.name, "authorization unavailable; serving a discovery document");
+            }
             Err(error) => {
                 warn!(%error, user = %user.name, "authorization failed");
                 return status(&StatusError::internal(&error));

@@ -737,6 +737,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
         status == StatusCode::UNAUTHORIZED,
         "new CA before rotation: {status} {body}"
     );
+    let server_pid = bed.server().and_then(|s| s.process().pid());
 
     // 1. Both CAs.
     set_requestheader_ca(bed, &format!("{old_ca}{}", new_ca.cert_pem())).await?;
@@ -807,7 +808,8 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
         "old CA, /livez: {status} {body}"
     );
 
-    // The aggregator now proxies with the new certificate, as bob and as admin.
+    // The aggregator now proxies with the new certificate: for bob, and for its
+    // own availability check, which a change of the APIService triggers.
     let out = kubectl_as_ok(
         bed,
         "bob",
@@ -815,6 +817,25 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
     )
     .await?;
     ensure!(out.contains("ManagedOSVersionChangelog"), "{out}");
+    let (checks_before, refused_before) = discovery_answers(bed).await?;
+    let touch = json!({"metadata": {"annotations": {"testbed/rotated": "true"}}});
+    Api::<APIService>::all(bed.client())
+        .patch(APISERVICE_NAME, &PatchParams::default(), &Patch::Merge(&touch))
+        .await?;
+    poll("the aggregator's availability check answered", async || {
+        let (checks, _) = discovery_answers(bed).await?;
+        Ok((checks > checks_before).then_some(()))
+    })
+    .await?;
+    let (_, refused) = discovery_answers(bed).await?;
+    ensure!(
+        refused == refused_before,
+        "discovery requests refused during the rotation"
+    );
+    ensure!(
+        bed.server().and_then(|s| s.process().pid()) == server_pid,
+        "our server was restarted"
+    );
     let server_log = bed
         .server()
         .context("our server stopped")?
@@ -831,6 +852,33 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
         "the ConfigMap's requestheader CA changed behind the test"
     );
     Ok(())
+}
+
+/// Our server's count of discovery requests answered 200, and refused (401, 403).
+async fn discovery_answers(bed: &TestBed) -> Result<(u64, u64)> {
+    let (status, body) = direct(bed, Some(&bed.pki().admin), "/metrics", None, &[]).await?;
+    ensure!(status == StatusCode::OK, "admin /metrics: {status}");
+    let text = body.as_str().context("/metrics is not text")?;
+    let (mut ok, mut refused) = (0, 0);
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("elemental_changelog_http_requests_total{") else {
+            continue;
+        };
+        if !labels.contains("resource=\"discovery\"") {
+            continue;
+        }
+        let count: u64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("a metric line without a count: {line}"))?;
+        if labels.contains("code=\"200\"") {
+            ok += count;
+        } else if labels.contains("code=\"401\"") || labels.contains("code=\"403\"") {
+            refused += count;
+        }
+    }
+    Ok((ok, refused))
 }
 
 async fn auth_config_map(bed: &TestBed) -> Result<ConfigMap> {

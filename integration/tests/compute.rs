@@ -932,7 +932,7 @@ async fn raw_data_wins_over_shifted_files(bed: &TestBed, channel: &Channel) -> R
     let mut differ = 0;
     for (i, version) in channel.versions.iter().enumerate() {
         let served = changelog(bed, MIXED_NAMESPACE, &version.name, None).await?;
-        ensure!(served.source == Source::Computed, "{}", version.name);
+        ensure!(served.source == Source::Computed, "{}: {:?} {:?}", version.name, served.source, served.warnings);
         ensure!(served.warnings.iter().all(|w| !w.contains("shifted")), "{}: {:?}", version.name, served.warnings);
         let expected = match i {
             0 => BTreeSet::new(),
