@@ -54,3 +54,15 @@ helm-lint: tools
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true
 	$(HELM) template elemental-changelog $(CHART) --namespace cattle-elemental-system >/dev/null
+
+## fuzz: run every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each (nightly + cargo-fuzz; not part of `test`)
+FUZZ_SECONDS ?= 30
+FUZZ_TOOLCHAIN ?= +nightly
+FUZZ_TARGETS ?= channel_json updates_log packages updateinfo channel_data rpmvercmp layer accept_header label_selector
+
+.PHONY: fuzz
+fuzz:
+	for t in $(FUZZ_TARGETS); do \
+		mkdir -p fuzz/target/corpus/$$t; \
+		$(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t fuzz/target/corpus/$$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS); \
+	done

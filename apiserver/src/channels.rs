@@ -35,6 +35,7 @@ use crate::{
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
     oci::{FetchError, Fetched},
+    telemetry::error_chain,
 };
 
 /// Shortest wait before retrying a failed fetch; doubles per failure up to
@@ -717,18 +718,6 @@ fn file_problem_kind(error: &FileError) -> &'static str {
         FileError::NotAContainer { .. } => "not_a_container",
         FileError::DuplicateUpdateInfo { .. } => "duplicate_updateinfo",
     }
-}
-
-/// An error and its sources on one line: `a: b: c`.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 fn update_totals(ctx: &Context) {

@@ -12,7 +12,10 @@ use elemental_changelog_apiserver::{
     config::{Cli, Command, ServeArgs},
     health::Health,
     metrics::Metrics,
-    oci::reload::{self, ReloadingFetcher},
+    oci::{
+        platform::rpm_arch,
+        reload::{self, ReloadingFetcher},
+    },
     routes::{App, query::Query},
     server, telemetry,
 };
@@ -51,11 +54,11 @@ fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     telemetry::init(args.log_format);
-    let default_arch = normalize_arch(&args.default_arch);
+    let default_arch = rpm_arch(&args.default_arch);
     anyhow::ensure!(
         args.architectures
             .iter()
-            .any(|a| normalize_arch(a) == default_arch),
+            .any(|a| rpm_arch(a) == default_arch),
         "--default-arch {} is not one of --architecture {}",
         args.default_arch,
         args.architectures.join(",")
@@ -186,15 +189,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
         () = certs_run => anyhow::bail!("the serving certificate reloader stopped"),
         () = registry_run => anyhow::bail!("the registry settings reloader stopped"),
-    }
-}
-
-/// `amd64` and `arm64` are the same architectures as `x86_64` and `aarch64`.
-fn normalize_arch(arch: &str) -> &str {
-    match arch {
-        "amd64" => "x86_64",
-        "arm64" => "aarch64",
-        other => other,
     }
 }
 

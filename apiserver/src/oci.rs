@@ -580,17 +580,23 @@ impl Fetcher {
                 // Spawned on first poll, after the entry is in the table: the
                 // task removes it when done.
                 let pull = async move {
-                    let task = tokio::spawn(async move {
-                        let _leave = LeaveOnDrop {
-                            inner: Arc::clone(&inner),
-                            key,
-                        };
-                        inner.pulls_started.fetch_add(1, Ordering::Relaxed);
-                        let timeout = inner.config.fetch_timeout;
-                        tokio::time::timeout(timeout, inner.pull_image(&resolved, &arch))
-                            .await
-                            .unwrap_or(Err(FetchError::Timeout { after: timeout }))
-                    });
+                    // Its own task, logging in the span of the fetch that started it
+                    // (which names the image).
+                    let span = tracing::Span::current();
+                    let task = tokio::spawn(tracing::Instrument::instrument(
+                        async move {
+                            let _leave = LeaveOnDrop {
+                                inner: Arc::clone(&inner),
+                                key,
+                            };
+                            inner.pulls_started.fetch_add(1, Ordering::Relaxed);
+                            let timeout = inner.config.fetch_timeout;
+                            tokio::time::timeout(timeout, inner.pull_image(&resolved, &arch))
+                                .await
+                                .unwrap_or(Err(FetchError::Timeout { after: timeout }))
+                        },
+                        span,
+                    ));
                     task.await.unwrap_or_else(|source| {
                         Err(FetchError::Task {
                             source: Arc::new(source),
@@ -755,8 +761,9 @@ impl Inner {
         for layer in &manifest.layers {
             let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
             let media_type = layer.media_type.clone();
+            let span = tracing::Span::current();
             let reader = tokio::task::spawn_blocking(move || {
-                extractor.apply_layer(&media_type, ChunkReader::new(rx))
+                span.in_scope(|| extractor.apply_layer(&media_type, ChunkReader::new(rx)))
             });
             self.stream_blob(reference, layer, tx, &mut compressed)
                 .await?;

@@ -39,3 +39,16 @@ pub fn init(format: LogFormat) {
             .init(),
     }
 }
+
+/// An error and its sources on one line (`a: b: c`), for log fields and
+/// messages.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

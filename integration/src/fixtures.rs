@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 use crate::image::{Compression, Format, Image};
+use crate::registry::Registry;
 use crate::testbed::elemental::{self, VersionEntry};
 
 /// `created` of version number 0; version `n` is `n` weeks later.
@@ -385,6 +386,14 @@ impl OperatorChannel {
         Ok(())
     }
 
+    /// Points the channel at another image (a spec change: its generation grows).
+    pub async fn set_image(&mut self, image: &str) -> Result<()> {
+        self.object =
+            elemental::apply_custom_channel(&self.client, &self.namespace(), &self.name(), image)
+                .await?;
+        Ok(())
+    }
+
     /// Deletes one of its ManagedOSVersions.
     pub async fn delete_version(&self, name: &str) -> Result<()> {
         let api: Api<DynamicObject> = Api::namespaced_with(
@@ -397,6 +406,51 @@ impl OperatorChannel {
             .with_context(|| format!("deleting ManagedOSVersion {}/{name}", self.namespace()))?;
         Ok(())
     }
+}
+
+/// Tags `repository:to` with the manifest `repository:from` names, byte for
+/// byte (as `crane tag` does), without pushing any blob; returns its digest.
+/// A broken image can so be prepared under a tag nobody reads and then
+/// appear under a watched tag at once.
+pub async fn retag(registry: &Registry, repository: &str, from: &str, to: &str) -> Result<String> {
+    const ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
+        application/vnd.oci.image.index.v1+json, \
+        application/vnd.docker.distribution.manifest.v2+json, \
+        application/vnd.docker.distribution.manifest.list.v2+json";
+    let response = registry
+        .request(
+            reqwest::Method::GET,
+            &format!("/v2/{repository}/manifests/{from}"),
+        )?
+        .header(reqwest::header::ACCEPT, ACCEPT)
+        .send()
+        .await?;
+    ensure!(
+        response.status().is_success(),
+        "GET manifest {repository}:{from}: {}",
+        response.status()
+    );
+    let media_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .context("a manifest without Content-Type")?
+        .clone();
+    let manifest = response.bytes().await?;
+    let response = registry
+        .request(
+            reqwest::Method::PUT,
+            &format!("/v2/{repository}/manifests/{to}"),
+        )?
+        .header(reqwest::header::CONTENT_TYPE, media_type)
+        .body(manifest.clone())
+        .send()
+        .await?;
+    ensure!(
+        response.status().is_success(),
+        "PUT manifest {repository}:{to}: {}",
+        response.status()
+    );
+    Ok(crate::image::sha256(&manifest))
 }
 
 /// The upgrade image the operator would record for `version`.

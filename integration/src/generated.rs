@@ -899,7 +899,10 @@ impl Channel {
         let Some(previous) = index.checked_sub(1) else {
             return BTreeSet::new();
         };
-        let (after, until) = (self.versions[previous].created, self.versions[index].created);
+        let (after, until) = (
+            self.versions[previous].created,
+            self.versions[index].created,
+        );
         self.advisories
             .iter()
             .filter(|a| a.issued > after && a.issued <= until)

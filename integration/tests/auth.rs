@@ -100,6 +100,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     front_proxy_certificates(bed).await?;
     client_certificates_authenticate_as_cn_and_o(bed).await?;
     invalid_credentials_are_refused(bed).await?;
+    service_account_tokens_are_reviewed(bed).await?;
     metrics_require_authorization(bed).await?;
     timed("direct authentication and /metrics");
     front_proxy_ca_rotation(bed).await?;
@@ -282,6 +283,16 @@ kind: ClusterRoleBinding
 metadata: {{name: prometheus-metrics-reader}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}}
 subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: prometheus}}]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: reader, namespace: {FLEET_NAMESPACE}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: service-accounts-changelog-viewer, namespace: {FLEET_NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {VIEWER_ROLE}}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "system:serviceaccounts:{FLEET_NAMESPACE}"}}]
 "#
     );
     bed.kubectl_stdin(&["apply", "-f", "-"], &manifests)
@@ -572,9 +583,12 @@ async fn front_proxy_certificates(bed: &TestBed) -> Result<()> {
         "front proxy as alice: {status} {body}"
     );
     ensure!(message_of(&body).contains("User \"alice\""), "{body}");
+    // Groups and extras (percent-encoded key) travel into the review.
     let as_bob = [
         ("X-Remote-User", "bob"),
-        ("X-Remote-Group", "system:authenticated"),
+        ("X-Remote-Group", "team-a"),
+        ("X-Remote-Group", "team-b"),
+        ("X-Remote-Extra-Acme.com%2fProject", "blue"),
     ];
     let (status, body) = direct(bed, Some(front_proxy), &path, None, &as_bob).await?;
     ensure!(
@@ -644,6 +658,54 @@ async fn client_certificates_authenticate_as_cn_and_o(bed: &TestBed) -> Result<(
     // The test bed's admin is in system:masters: no review at all.
     let (status, body) = direct(bed, Some(&bed.pki().admin), &path, None, &[]).await?;
     ensure!(status == StatusCode::OK, "admin: {status} {body}");
+    Ok(())
+}
+
+/// A ServiceAccount token (TokenReview) is the ServiceAccount in its groups,
+/// with its extras passed on to the review; `?watch` asks for `watch`.
+async fn service_account_tokens_are_reviewed(bed: &TestBed) -> Result<()> {
+    let token = bed
+        .kubectl_ok(&["create", "token", "reader", "-n", FLEET_NAMESPACE])
+        .await?;
+    let token = token.trim();
+    let (status, body) = direct(
+        bed,
+        None,
+        &changelog_path(FLEET_NAMESPACE),
+        Some(token),
+        &[],
+    )
+    .await?;
+    ensure!(status == StatusCode::OK, "reader: {status} {body}");
+    let (status, body) = direct(
+        bed,
+        None,
+        &changelog_path(OTHER_NAMESPACE),
+        Some(token),
+        &[],
+    )
+    .await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "reader elsewhere: {status} {body}"
+    );
+    ensure!(
+        message_of(&body).contains(&format!(
+            "User \"system:serviceaccount:{FLEET_NAMESPACE}:reader\" cannot get resource"
+        )),
+        "{body}"
+    );
+    let watch =
+        format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions?watch=true");
+    let (status, body) = direct(bed, None, &watch, Some(token), &[]).await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN,
+        "reader watch: {status} {body}"
+    );
+    ensure!(
+        message_of(&body).contains("cannot watch resource \"managedosversions\""),
+        "{body}"
+    );
     Ok(())
 }
 
@@ -820,7 +882,11 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
     let (checks_before, refused_before) = discovery_answers(bed).await?;
     let touch = json!({"metadata": {"annotations": {"testbed/rotated": "true"}}});
     Api::<APIService>::all(bed.client())
-        .patch(APISERVICE_NAME, &PatchParams::default(), &Patch::Merge(&touch))
+        .patch(
+            APISERVICE_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&touch),
+        )
         .await?;
     poll("the aggregator's availability check answered", async || {
         let (checks, _) = discovery_answers(bed).await?;

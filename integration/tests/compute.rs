@@ -11,7 +11,8 @@
 //! - `gen-shifted` (fleet-default): 8 versions, upstream's shifted
 //!   `updates.log` files only;
 //! - `gen` (elemental-precomputed): the same 24 versions with only the
-//!   `updates.log` files the `compute` command wrote from `gen`'s raw data.
+//!   `updates.log` files the `compute` command wrote from `gen`'s raw data;
+//! - `gen-shifted` (elemental-mixed): raw data and upstream's shifted files.
 //!
 //! The `compute` command alone is checked offline by its own test.
 
@@ -106,7 +107,7 @@ async fn checks(bed: &TestBed, registry: &Registry, started: Instant) -> Result<
     Ok(())
 }
 
-/// Pushes the three channel images, creates the channels and versions as the
+/// Pushes the four channel images, creates the channels and versions as the
 /// operator does, and waits until the server serves every version.
 async fn publish(bed: &TestBed, registry: &Registry) -> Result<Fixture> {
     let main = Channel::generate(&Spec::new("gen", 24, 300, 1));
@@ -529,6 +530,28 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
             "cluster-wide cve={cve}: {all:?}"
         );
     }
+    // With a label selector: only the versions of the selected channels.
+    let fixing = channel.fixing_versions(&recurring);
+    for (selector, want) in [
+        // Both copies of the channel are named `gen`.
+        (
+            format!("{CHANNEL_LABEL}%3D{}", channel.name),
+            2 * fixing.len(),
+        ),
+        (format!("{CHANNEL_LABEL}%21%3D{}", channel.name), 0),
+    ] {
+        let (status, list) = get(
+            bed,
+            &format!("{API}/managedosversions?cve={recurring}&labelSelector={selector}"),
+        )
+        .await?;
+        ensure!(status == 200, "{selector}: {status} {list}");
+        let found = names(&list);
+        ensure!(
+            found.len() == want,
+            "cve={recurring}&labelSelector={selector}: {found:?}"
+        );
+    }
     // A CVE nobody fixes, and one that is not a CVE id.
     let (status, none) = get(
         bed,
@@ -565,8 +588,15 @@ fn table(out: &str) -> Result<(Vec<String>, Vec<Vec<String>>)> {
                 .iter()
                 .enumerate()
                 .map(|(k, &start)| {
-                    let end = starts.get(k + 1).copied().unwrap_or(line.len()).min(line.len());
-                    line.get(start.min(end)..end).unwrap_or_default().trim().to_owned()
+                    let end = starts
+                        .get(k + 1)
+                        .copied()
+                        .unwrap_or(line.len())
+                        .min(line.len());
+                    line.get(start.min(end)..end)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_owned()
                 })
                 .collect()
         })
@@ -732,8 +762,22 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
         .count();
     ensure!(precomputed == channel.versions.len(), "{out}");
 
-    // One object as JSON: a ManagedOSVersionChangelogSummary.
+    // A field selector.
     let name = &channel.versions[14].name;
+    let out = bed
+        .kubectl_ok(&[
+            "get",
+            RESOURCE,
+            "-n",
+            FLEET_NAMESPACE,
+            "--field-selector",
+            &format!("metadata.name={name}"),
+        ])
+        .await?;
+    let (_, rows) = table(&out)?;
+    ensure!(rows.len() == 1 && &rows[0][0] == name, "{out}");
+
+    // One object as JSON: a ManagedOSVersionChangelogSummary.
     let out = bed
         .kubectl_ok(&["get", RESOURCE, name, "-n", FLEET_NAMESPACE, "-o", "json"])
         .await?;
@@ -751,7 +795,11 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
             && summary.channel.name == channel.name
             && summary.channel.digest.as_deref() == Some(fixture.main_digest.as_str())
             && summary.created.as_deref()
-                == Some(Timestamp::from_second(channel.versions[14].created)?.to_string().as_str())
+                == Some(
+                    Timestamp::from_second(channel.versions[14].created)?
+                        .to_string()
+                        .as_str()
+                )
             && summary.from.map(|f| f.name) == Some(channel.versions[13].name.clone())
             && s.advisories == counts.advisories
             && s.cves == counts.cves
@@ -893,7 +941,7 @@ async fn compute_command_writes_updates_logs() -> Result<()> {
             let model = channel.advisory(id).context("unknown id")?;
             // Upstream's format: date as a string of unix seconds.
             ensure!(
-                a["date"] == model.issued.to_string(),
+                a["date"].as_str() == Some(model.issued.to_string().as_str()),
                 "{id}: date {}",
                 a["date"]
             );
@@ -924,6 +972,49 @@ async fn compute_command_writes_updates_logs() -> Result<()> {
         !dir.path().join("out2").exists(),
         "files written despite the error"
     );
+
+    // Without the package list of one version, it and the next one fall back
+    // to the date window (issued after the previous `created`, up to their own).
+    std::fs::remove_file(packages.join("nobody.packages"))?;
+    let missing = 10;
+    std::fs::remove_file(packages.join(format!("{}.packages", channel.versions[missing].name)))?;
+    let out = compute_command(&[
+        "--channel".as_ref(),
+        dir.path().join("channel.json").as_os_str(),
+        "--packages".as_ref(),
+        packages.as_os_str(),
+        "--updateinfo".as_ref(),
+        dir.path().join("updateinfo.xml.gz").as_os_str(),
+        "--output".as_ref(),
+        dir.path().join("out3").as_os_str(),
+    ])
+    .await?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (i, v) in channel.versions.iter().enumerate() {
+        let list: Vec<Value> = serde_json::from_slice(&std::fs::read(
+            dir.path()
+                .join("out3")
+                .join(format!("{}.updates.log", v.name)),
+        )?)?;
+        let got: BTreeSet<String> = list
+            .iter()
+            .map(|a| a["id"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let expected = match i {
+            0 => BTreeSet::new(),
+            i if i == missing || i == missing + 1 => channel.window_ids(i),
+            i => channel.expected_advisories(i - 1, i),
+        };
+        ensure!(
+            got == expected,
+            "without {missing}'s list, {}: {got:?}, want {expected:?}",
+            v.name
+        );
+    }
     Ok(())
 }
 
@@ -932,13 +1023,29 @@ async fn raw_data_wins_over_shifted_files(bed: &TestBed, channel: &Channel) -> R
     let mut differ = 0;
     for (i, version) in channel.versions.iter().enumerate() {
         let served = changelog(bed, MIXED_NAMESPACE, &version.name, None).await?;
-        ensure!(served.source == Source::Computed, "{}: {:?} {:?}", version.name, served.source, served.warnings);
-        ensure!(served.warnings.iter().all(|w| !w.contains("shifted")), "{}: {:?}", version.name, served.warnings);
+        ensure!(
+            served.source == Source::Computed,
+            "{}: {:?} {:?}",
+            version.name,
+            served.source,
+            served.warnings
+        );
+        ensure!(
+            served.warnings.iter().all(|w| !w.contains("shifted")),
+            "{}: {:?}",
+            version.name,
+            served.warnings
+        );
         let expected = match i {
             0 => BTreeSet::new(),
             _ => channel.expected_advisories(i - 1, i),
         };
-        ensure!(ids(&served) == expected, "{}: {:?}", version.name, ids(&served));
+        ensure!(
+            ids(&served) == expected,
+            "{}: {:?}",
+            version.name,
+            ids(&served)
+        );
         differ += usize::from(expected != channel.shifted_ids(i));
     }
     ensure!(differ > 0, "the shifted files hold the computed answer");

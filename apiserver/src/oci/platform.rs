@@ -15,6 +15,16 @@ pub fn normalize_arch(arch: &str) -> String {
     }
 }
 
+/// The RPM name of an architecture (`x86_64`, `aarch64`), as channel data
+/// and users name it, for its OCI name (`amd64`, `arm64`) or itself.
+pub fn rpm_arch(arch: &str) -> &str {
+    match arch {
+        "amd64" => "x86_64",
+        "arm64" => "aarch64",
+        other => other,
+    }
+}
+
 /// `os/arch[/variant]` of an index entry, or `unknown` when it has no platform.
 pub fn describe(entry: &ImageIndexEntry) -> String {
     match &entry.platform {

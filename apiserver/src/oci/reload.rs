@@ -9,6 +9,8 @@ use std::{sync::Arc, time::Duration};
 use arc_swap::ArcSwap;
 use tracing::{info, warn};
 
+use crate::telemetry::error_chain;
+
 use super::{FetchError, Fetcher, config::ConfigError, config::RegistryArgs};
 
 /// How often the files are re-read.
@@ -97,17 +99,6 @@ fn fingerprint(args: &RegistryArgs) -> Vec<u8> {
     {
         out.extend_from_slice(&std::fs::read(path).unwrap_or_default());
         out.push(0);
-    }
-    out
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
     }
     out
 }

@@ -18,6 +18,8 @@ use elemental_changelog_apiservice::{
 };
 use kube::ResourceExt;
 
+use crate::oci::platform::rpm_arch;
+
 use super::{
     HttpResponse, Route, ok,
     selector::{FieldSelector, LabelSelector},
@@ -170,12 +172,8 @@ impl Query {
             .arch
             .clone()
             .unwrap_or_else(|| self.default_arch.clone());
-        let arch = normalize_arch(&arch).to_owned();
-        if let Some(configured) = self
-            .architectures
-            .iter()
-            .find(|a| normalize_arch(a) == arch)
-        {
+        let arch = rpm_arch(&arch).to_owned();
+        if let Some(configured) = self.architectures.iter().find(|a| rpm_arch(a) == arch) {
             Ok(configured.clone())
         } else {
             Err(StatusError::bad_request(format!(
@@ -379,7 +377,7 @@ impl Query {
             ),
             retained: retained_from.is_some(),
         };
-        changelog.arch = normalize_arch(&arch).to_owned();
+        changelog.arch = rpm_arch(&arch).to_owned();
         Ok(match format {
             Format::Json => ok(
                 serde_json::to_vec(&changelog).unwrap_or_default(),
@@ -593,14 +591,6 @@ fn query_error(name: &str, snapshot: &Snapshot, error: &QueryError) -> StatusErr
     }
 }
 
-fn normalize_arch(arch: &str) -> &str {
-    match arch {
-        "amd64" => "x86_64",
-        "arm64" => "aarch64",
-        other => other,
-    }
-}
-
 /// Accepts `CVE-2024-1234` in any case; refuses what cannot be a CVE id.
 fn normalize_cve(cve: &str) -> Result<String, StatusError> {
     let upper = cve.trim().to_ascii_uppercase();
@@ -632,10 +622,7 @@ mod tests {
         );
         assert_eq!(p.from.as_deref(), Some("v1"));
         assert_eq!(p.label_selector.as_deref(), Some("a=b"));
-        assert_eq!(
-            normalize_arch(p.arch.as_deref().unwrap_or_default()),
-            "aarch64"
-        );
+        assert_eq!(rpm_arch(p.arch.as_deref().unwrap_or_default()), "aarch64");
         assert_eq!(
             normalize_cve("cve-2024-0001").ok().as_deref(),
             Some("CVE-2024-0001")

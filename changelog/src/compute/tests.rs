@@ -356,6 +356,14 @@ fn raw_data_wins_over_shifted_files() {
     assert_eq!(c.source, Source::Computed);
     assert_eq!(ids(&c), ["A7", "A3", "A1"]);
     assert!(c.warnings.is_empty());
+    // The oldest version too: not its empty shifted file with the warning.
+    let c = data.changelog("a", None).unwrap();
+    assert_eq!(c.source, Source::Computed);
+    assert!(
+        c.warnings.iter().all(|w| !w.contains("shifted")),
+        "{:?}",
+        c.warnings
+    );
 }
 
 #[test]
