@@ -13,9 +13,16 @@ use elemental_changelog_integration::{
     fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, poll, retag},
     image::{self, Compression, Format, Image, Layer},
     registry::Registry,
-    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions},
+    testbed::{
+        FLEET_NAMESPACE, TestBed, TestBedOptions,
+        elemental::{CHANNEL_LABEL, VersionEntry, channel_resource, version_resource},
+    },
 };
-use serde_json::Value;
+use kube::{
+    Api,
+    api::{DynamicObject, ListParams, Patch, PatchParams},
+};
+use serde_json::{Value, json};
 
 /// A second namespace with a channel of the same name and version names.
 const TEAM_NAMESPACE: &str = "team-b";
@@ -884,17 +891,14 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
         &second.image(Format::Oci, Compression::Gzip, "amd64"),
     )
     .await?;
-    let versions: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-        bed.client(),
-        FLEET_NAMESPACE,
-        &elemental_changelog_integration::testbed::elemental::version_resource(),
-    );
-    let before = versions.list(&Default::default()).await?.items.len();
+    let versions: Api<DynamicObject> =
+        Api::namespaced_with(bed.client(), FLEET_NAMESPACE, &version_resource());
+    let before = versions.list(&ListParams::default()).await?.items.len();
     let mut entries = second.entries();
     entries.drain(..2);
     // Only the version objects: a sync would also patch the status and trigger a fetch.
     create_versions_only(bed, &channel, &entries).await?;
-    ensure!(versions.list(&Default::default()).await?.items.len() == before + 1);
+    ensure!(versions.list(&ListParams::default()).await?.items.len() == before + 1);
     let (served, took) = wait_changelog(bed, FLEET_NAMESPACE, "periodic-v1-3", "", |c| {
         c.channel.digest.as_deref() == Some(pushed.digest.as_str())
     })
@@ -936,23 +940,20 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
 async fn create_versions_only(
     bed: &TestBed,
     channel: &OperatorChannel,
-    entries: &[elemental_changelog_integration::testbed::elemental::VersionEntry],
+    entries: &[VersionEntry],
 ) -> Result<()> {
-    use elemental_changelog_integration::testbed::elemental::{
-        CHANNEL_LABEL, channel_resource, version_resource,
-    };
-    let channels: kube::Api<kube::api::DynamicObject> =
-        kube::Api::namespaced_with(bed.client(), &channel.namespace(), &channel_resource());
+    let channels: Api<DynamicObject> =
+        Api::namespaced_with(bed.client(), &channel.namespace(), &channel_resource());
     let object = channels.get(&channel.name()).await?;
     let uid = object
         .metadata
         .uid
         .clone()
         .context("a channel without uid")?;
-    let versions: kube::Api<kube::api::DynamicObject> =
-        kube::Api::namespaced_with(bed.client(), &channel.namespace(), &version_resource());
+    let versions: Api<DynamicObject> =
+        Api::namespaced_with(bed.client(), &channel.namespace(), &version_resource());
     for entry in entries {
-        let version = serde_json::json!({
+        let version = json!({
             "apiVersion": "elemental.cattle.io/v1beta1",
             "kind": "ManagedOSVersion",
             "metadata": {
@@ -977,8 +978,8 @@ async fn create_versions_only(
         versions
             .patch(
                 &entry.name,
-                &kube::api::PatchParams::apply("elemental-operator").force(),
-                &kube::api::Patch::Apply(&version),
+                &PatchParams::apply("elemental-operator").force(),
+                &Patch::Apply(&version),
             )
             .await?;
     }

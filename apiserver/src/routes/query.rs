@@ -241,6 +241,23 @@ impl Query {
             if snapshot.data.version(&name).is_some() {
                 return Lookup::Found { channel, snapshot };
             }
+            if !version.spec.type_.is_empty()
+                && !version.spec.type_.eq_ignore_ascii_case("container")
+            {
+                return unavailable(
+                    Some(channel_name),
+                    image,
+                    UnavailableReason::NoChangelogData,
+                    not_found_because(
+                        &name,
+                        "NoChangelogData",
+                        format!(
+                            "ManagedOSVersion {name} is of type {:?}: changelogs exist for container (OS) versions only",
+                            version.spec.type_
+                        ),
+                    ),
+                );
+            }
             return unavailable(
                 Some(channel_name),
                 image,
@@ -577,7 +594,7 @@ fn query_error(name: &str, snapshot: &Snapshot, error: &QueryError) -> StatusErr
             ),
         ),
         _ => {
-            let mut e = StatusError::bad_request(format!("from: {error}"));
+            let mut e = StatusError::bad_request(error.to_string());
             e.details = Some(Box::new(StatusDetails {
                 causes: vec![StatusCause {
                     reason: "FieldValueInvalid".into(),
