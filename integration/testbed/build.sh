@@ -2,8 +2,8 @@
 # Builds the real parts of the test bed into target/testbed/bin:
 # kube-apiserver, kubectl, etcd and the clusterrole-aggregation controller
 # (k8s/go.mod) and helm (helm/go.mod).
-# A binary is rebuilt only when its module files change (a stamp keyed on
-# go.mod and go.sum), so a second run on the same target/ costs seconds.
+# A binary is rebuilt only when its module changes (a stamp keyed on go.mod,
+# go.sum and the module's own .go files), so a second run costs seconds.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -19,7 +19,7 @@ k8s_ldflags="$k8s_ldflags -X k8s.io/client-go/pkg/version.gitVersion=$k8s_versio
 build() { # module-dir binary package [ldflags]
   local dir="$here/$1" bin="$2" pkg="$3" ldflags="${4:-}"
   local stamp="$out/.$bin.stamp" want
-  want="$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-16)"
+  want="$(cat "$dir/go.mod" "$dir/go.sum" $(find "$dir" -name "*.go" | sort) | sha256sum | cut -c1-16)"
   if [[ -x "$out/$bin" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
