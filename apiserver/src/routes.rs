@@ -27,7 +27,7 @@ use elemental_changelog_apiservice::{
 use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::{
     authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
@@ -186,9 +186,19 @@ impl App {
         let attributes =
             crate::authz::attributes(&parts.method, parts.uri.path(), parts.uri.query());
         let mut timer = self.metrics.request(attributes.verb(), route.metric());
+        let started = std::time::Instant::now();
         let response = self.respond(&mut parts, peer, &route, &attributes).await;
+        let code = response.status().as_u16();
+        debug!(
+            method = %parts.method,
+            uri = %parts.uri,
+            code,
+            micros = started.elapsed().as_micros(),
+            addr = ?peer.addr,
+            "request"
+        );
         timer.verb(attributes.verb());
-        timer.finish(response.status().as_u16());
+        timer.finish(code);
         response
     }
 
