@@ -228,7 +228,8 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Advisory>, Error> {
 }
 
 /// Writes advisories in upstream's `updates.log` shape (`date` as a string
-/// of unix seconds; `epoch` only when not 0), pretty-printed.
+/// of unix seconds, or RFC 3339 when it has a fraction of a second, so that
+/// [`parse`] gives it back; `epoch` only when not 0), pretty-printed.
 pub fn write(advisories: &[Advisory]) -> Vec<u8> {
     let raw: Vec<RawAdvisory> = advisories
         .iter()
@@ -245,7 +246,11 @@ pub fn write(advisories: &[Advisory]) -> Vec<u8> {
                 .as_deref()
                 .and_then(|s| parse_issued_str(s).ok().flatten())
                 .map_or(serde_json::Value::String(String::new()), |t| {
-                    serde_json::Value::String(t.as_second().to_string())
+                    serde_json::Value::String(if t.subsec_nanosecond() == 0 {
+                        t.as_second().to_string()
+                    } else {
+                        t.to_string()
+                    })
                 }),
             references: a
                 .references
@@ -339,6 +344,21 @@ mod tests {
         ));
         let err = parse(br#"[{"id":"X","date":"soon"}]"#).unwrap_err();
         assert_eq!(err.to_string(), r#"advisory X has an invalid date "soon""#);
+    }
+
+    /// Found by `fuzz/` (`updates_log`): `write` dropped the fraction of an
+    /// RFC 3339 `date`, so the advisory did not read back the same.
+    #[test]
+    fn round_trips_sub_second_dates() {
+        let advisories = parse(br#"[{"id":"A","date":"2024-08-20T11:47:06.5Z"}]"#).unwrap();
+        assert_eq!(
+            advisories[0].issued.as_deref(),
+            Some("2024-08-20T11:47:06.5Z")
+        );
+        assert_eq!(parse(&write(&advisories)).unwrap(), advisories);
+        let whole = parse(br#"[{"id":"B","date":"2024-08-20T11:47:06Z"}]"#).unwrap();
+        let written = String::from_utf8(write(&whole)).unwrap();
+        assert!(written.contains(r#""date": "1724154426""#), "{written}");
     }
 
     #[test]

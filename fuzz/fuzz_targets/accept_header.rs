@@ -21,9 +21,16 @@ fuzz_target!(|data: &[u8]| {
         assert!(r.q > 0.0 && r.q <= 1.0, "q out of range: {r:?}");
         assert_eq!(r.type_, r.type_.to_ascii_lowercase());
         assert_eq!(r.subtype, r.subtype.to_ascii_lowercase());
-        assert!(r.params.iter().all(|(k, _)| *k == k.to_ascii_lowercase() && k != "q"));
+        assert!(
+            r.params
+                .iter()
+                .all(|(k, _)| *k == k.to_ascii_lowercase() && k != "q")
+        );
     }
-    assert!(ranges.windows(2).all(|w| w[0].q >= w[1].q), "ranges not sorted by q");
+    assert!(
+        ranges.windows(2).all(|w| w[0].q >= w[1].q),
+        "ranges not sorted by q"
+    );
 
     match content::negotiate(Some(accept), include_object) {
         Ok(representation) => {
@@ -43,7 +50,14 @@ fuzz_target!(|data: &[u8]| {
 
     let apis = discovery::negotiate_apis(Some(accept));
     if apis == ApisRepresentation::AggregatedV2 {
-        assert!(ranges.iter().any(|r| r.covers_json() && r.param("g") == Some("apidiscovery.k8s.io")));
+        assert!(
+            ranges
+                .iter()
+                .any(|r| r.covers_json() && r.param("g") == Some("apidiscovery.k8s.io"))
+        );
     }
-    assert_eq!(discovery::negotiate_apis(None), ApisRepresentation::GroupList);
+    assert_eq!(
+        discovery::negotiate_apis(None),
+        ApisRepresentation::GroupList
+    );
 });

@@ -161,7 +161,11 @@ impl GenAdvisory {
         format!("SUSE-{}", self.id % 24)
     }
     fn type_(&self) -> &'static str {
-        if self.security { "security" } else { "recommended" }
+        if self.security {
+            "security"
+        } else {
+            "recommended"
+        }
     }
     fn severity(&self) -> Severity {
         match self.severity % 5 {
@@ -196,9 +200,11 @@ impl GenAdvisory {
             type_: self.type_().to_owned(),
             severity: self.severity(),
             title: "t".to_owned(),
-            issued: self
-                .issued()
-                .map(|s| jiff::Timestamp::from_second(s).expect("in range").to_string()),
+            issued: self.issued().map(|s| {
+                jiff::Timestamp::from_second(s)
+                    .expect("in range")
+                    .to_string()
+            }),
             cves,
             bugs,
             references,
@@ -347,13 +353,19 @@ fn query_everything(data: &ChannelData, extra_cve: &str) {
     assert_eq!(order.len(), data.versions().len());
     let mut sorted: Vec<&String> = order.iter().collect();
     sorted.sort();
-    assert!(sorted.iter().copied().eq(data.versions().keys()), "order is not a permutation");
+    assert!(
+        sorted.iter().copied().eq(data.versions().keys()),
+        "order is not a permutation"
+    );
     let _ = data.looks_shifted();
     let _ = data.has_changelog_data();
 
     for (pos, name) in order.iter().enumerate() {
         let previous = data.previous(name).expect("a listed version is known");
-        assert_eq!(previous.map(|p| p.name), pos.checked_sub(1).map(|p| order[p].clone()));
+        assert_eq!(
+            previous.map(|p| p.name),
+            pos.checked_sub(1).map(|p| order[p].clone())
+        );
 
         let changelog = data.changelog(name, None);
         let summary = data.summary(name);
@@ -416,7 +428,8 @@ fuzz_target!(|input: Input| {
         return;
     }
     let channel_json = input.channel.bytes();
-    let mut files: Vec<(String, Vec<u8>)> = input.files.iter().map(|f| (f.path(), f.bytes())).collect();
+    let mut files: Vec<(String, Vec<u8>)> =
+        input.files.iter().map(|f| (f.path(), f.bytes())).collect();
     files.push(("channel.json".to_owned(), channel_json.clone()));
     let extra_cve = GenAdvisory::cve(input.cve);
 
@@ -450,7 +463,8 @@ fuzz_target!(|input: Input| {
         .iter()
         .filter_map(|(p, b)| {
             let name = p.trim_start_matches("./").strip_prefix("changelogs/")?;
-            name.ends_with(".packages").then(|| (name.to_owned(), b.clone()))
+            name.ends_with(".packages")
+                .then(|| (name.to_owned(), b.clone()))
         })
         .collect();
     let updateinfo = data.updateinfo().map(|a| a.to_vec()).unwrap_or_default();

@@ -230,8 +230,14 @@ fn check(extractor: Extractor) {
                     .is_some_and(|r| !r.is_empty()),
             "kept a file that is not channel data: {path:?}"
         );
-        assert_eq!(normalize_path(path.as_bytes()).as_deref(), Some(path.as_str()));
-        assert!(data.len() as u64 <= LIMITS.max_file_bytes, "{path}: over the file limit");
+        assert_eq!(
+            normalize_path(path.as_bytes()).as_deref(),
+            Some(path.as_str())
+        );
+        assert!(
+            data.len() as u64 <= LIMITS.max_file_bytes,
+            "{path}: over the file limit"
+        );
         kept += data.len() as u64;
     }
     assert!(kept <= LIMITS.max_kept_bytes, "kept {kept} bytes");

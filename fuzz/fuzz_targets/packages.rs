@@ -24,7 +24,9 @@ fn check_lookups(list: &PackageList) {
         "list not sorted"
     );
     for p in list.latest() {
-        let got = list.get(&p.name, &p.arch).expect("get finds a listed package");
+        let got = list
+            .get(&p.name, &p.arch)
+            .expect("get finds a listed package");
         assert!(std::ptr::eq(got, p), "get and latest disagree");
         assert!(list.by_name(&p.name).any(|q| std::ptr::eq(q, p)));
     }

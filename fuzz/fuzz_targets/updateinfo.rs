@@ -30,17 +30,31 @@ fn check(name: &str, data: &[u8]) {
                 .take(LIMITS.max_bytes + 1)
                 .read_to_end(&mut sink);
             if read.is_ok() {
-                assert!(sink.len() as u64 > LIMITS.max_bytes, "{name}: TooLarge below the limit");
+                assert!(
+                    sink.len() as u64 > LIMITS.max_bytes,
+                    "{name}: TooLarge below the limit"
+                );
             }
             return;
         }
         Err(_) => return,
     };
-    assert!(advisories.len() <= LIMITS.max_advisories, "{name}: too many advisories");
+    assert!(
+        advisories.len() <= LIMITS.max_advisories,
+        "{name}: too many advisories"
+    );
     let mut ids = HashSet::new();
     for a in &advisories {
-        assert!(!a.id.is_empty() && a.id.trim() == a.id, "{name}: bad id {:?}", a.id);
-        assert!(ids.insert(a.id.as_str()), "{name}: id {:?} not merged", a.id);
+        assert!(
+            !a.id.is_empty() && a.id.trim() == a.id,
+            "{name}: bad id {:?}",
+            a.id
+        );
+        assert!(
+            ids.insert(a.id.as_str()),
+            "{name}: id {:?} not merged",
+            a.id
+        );
         let (cves, bugs) = updates::cves_and_bugs(&a.references);
         assert_eq!((&cves, &bugs), (&a.cves, &a.bugs));
     }
@@ -52,7 +66,8 @@ fuzz_target!(|data: &[u8]| {
     check("changelogs/updateinfo.xml.zst", data);
     // A reader that hands out one byte at a time must give the same answer.
     let whole = updateinfo::parse(data, LIMITS).map_err(|e| e.to_string());
-    let trickle = updateinfo::parse(BufReader::with_capacity(1, data), LIMITS).map_err(|e| e.to_string());
+    let trickle =
+        updateinfo::parse(BufReader::with_capacity(1, data), LIMITS).map_err(|e| e.to_string());
     match (&whole, &trickle) {
         (Ok(a), Ok(b)) => assert_eq!(a, b),
         (Err(_), Err(_)) => {}
