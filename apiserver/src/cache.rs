@@ -71,6 +71,10 @@ pub struct ArchState {
     pub confirmed_at: Option<Timestamp>,
     /// The last attempt's failure, cleared by a success.
     pub last_error: Option<FetchFailure>,
+    /// Image reference and digest whose content was unusable (no or an
+    /// invalid `channel.json`): not pulled again while the reference still
+    /// resolves to that digest, since the same bytes would fail the same way.
+    pub rejected: Option<(String, String)>,
 }
 
 /// The state of one channel.

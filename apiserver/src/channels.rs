@@ -600,16 +600,32 @@ async fn refresh_arch(
     old: ArchState,
     ctx: &Context,
 ) -> ArchState {
-    let known = old
-        .snapshot
+    let rejected = old
+        .rejected
         .as_ref()
-        .filter(|s| s.image == image)
-        .map(|s| s.digest.clone());
+        .filter(|(i, _)| i == image)
+        .map(|(_, digest)| digest.clone());
+    let known = rejected.clone().or_else(|| {
+        old.snapshot
+            .as_ref()
+            .filter(|s| s.image == image)
+            .map(|s| s.digest.clone())
+    });
     let started = Instant::now();
     let result = ctx.fetcher.fetch_image(image, arch, known.as_deref()).await;
     let seconds = started.elapsed().as_secs_f64();
     let now = Timestamp::now();
     match result {
+        Ok(Fetched::Unchanged { digest }) if rejected.as_deref() == Some(digest.as_str()) => {
+            // Still the image that was unusable: nothing pulled, still failing.
+            let kind = old
+                .last_error
+                .as_ref()
+                .map_or("invalid_channel_json", |e| e.kind);
+            ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
+            debug!(%image, arch, %digest, kind, "image still the unusable one; not pulled again");
+            old
+        }
         Ok(Fetched::Unchanged { digest }) => {
             ctx.metrics.fetch(FetchResult::Unchanged, seconds, 0);
             debug!(%image, arch, %digest, "image unchanged");
@@ -617,6 +633,7 @@ async fn refresh_arch(
                 snapshot: old.snapshot,
                 confirmed_at: Some(now),
                 last_error: None,
+                rejected: None,
             }
         }
         Ok(Fetched::Pulled {
@@ -672,6 +689,7 @@ async fn refresh_arch(
                         snapshot: Some(Arc::new(snapshot)),
                         confirmed_at: Some(now),
                         last_error: None,
+                        rejected: None,
                     }
                 }
                 Ok(Err(error)) => {
@@ -679,8 +697,10 @@ async fn refresh_arch(
                         DataError::MissingChannelJson => "missing_channel_json",
                         DataError::ChannelJson(_) => "invalid_channel_json",
                     };
+                    let rejected = Some((image.to_owned(), digest.clone()));
                     ArchState {
                         last_error: Some(failure(kind, error_chain(&error))),
+                        rejected,
                         ..old
                     }
                 }

@@ -850,9 +850,29 @@ async fn an_unusable_image_keeps_the_last_good_data() {
         arch.snapshot.as_ref().map(|s| s.digest.as_str()),
         Some("sha256:one")
     );
-    // Retried with backoff, not at the interval.
+    // Retried with backoff, not at the interval, and the unusable digest is
+    // not pulled again: the check names it as known, and the error stays.
     let retry = h.call().await;
     assert_eq!(h.since(retry.at), INTERVAL + MIN_BACKOFF);
+    assert_eq!(retry.known.as_deref(), Some("sha256:broken"));
+    let again = h.call().await;
+    assert_eq!(
+        h.since(again.at),
+        INTERVAL + MIN_BACKOFF * 3,
+        "still backing off"
+    );
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    assert_eq!(
+        state.archs["x86_64"].last_error.as_ref().map(|e| e.kind),
+        Some("invalid_channel_json")
+    );
+    assert_eq!(
+        state.archs["x86_64"]
+            .snapshot
+            .as_ref()
+            .map(|s| s.digest.as_str()),
+        Some("sha256:one")
+    );
 
     h.fake.push_files(
         "registry/channel:6.1",
@@ -891,6 +911,7 @@ fn cache_totals_and_pruning() {
         snapshot: Some(snapshot),
         confirmed_at: None,
         last_error: None,
+        rejected: None,
     };
     let key = ChannelKey::new(NS, "sl-micro");
     cache.update(&key, |_| ChannelState {

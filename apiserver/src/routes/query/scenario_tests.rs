@@ -113,6 +113,7 @@ fn fetched(image: &str, snapshot: Option<Arc<Snapshot>>, error: Option<&str>) ->
         confirmed_at: snapshot.as_ref().map(|_| Timestamp::UNIX_EPOCH),
         snapshot,
         last_error: failure,
+        rejected: None,
     };
     ChannelState {
         image: Some(image.to_owned()),
@@ -646,6 +647,7 @@ fn architectures_configured_with_oci_names_still_find_their_data() {
         snapshot: Some(snap),
         confirmed_at: None,
         last_error: None,
+        rejected: None,
     };
     w.cache
         .update(&ChannelKey::new(NS, "sl-micro"), |_| ChannelState {
@@ -885,6 +887,7 @@ fn an_image_without_the_architecture_is_404_not_503() {
         snapshot: Some(snapshot(image, "sha256:index", data)),
         confirmed_at: None,
         last_error: None,
+        rejected: None,
     };
     let failure = FetchFailure {
         kind: NO_MATCHING_PLATFORM,
@@ -895,6 +898,7 @@ fn an_image_without_the_architecture_is_404_not_503() {
         snapshot: None,
         confirmed_at: None,
         last_error: Some(failure),
+        rejected: None,
     };
     w.cache
         .update(&ChannelKey::new(NS, "x86-only"), |_| ChannelState {
