@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use elemental_changelog::{compute::QueryError, rpmver};
+use elemental_changelog::{compute::QueryError, updates};
 use elemental_changelog_apiservice::{
     RESOURCE, content,
     content::Representation,
@@ -496,30 +496,30 @@ impl Query {
         cve: &str,
         arch: &str,
     ) -> Vec<Arc<ManagedOSVersion>> {
-        let mut hits: Vec<(Option<jiff::Timestamp>, String, Arc<ManagedOSVersion>)> = Vec::new();
+        // By namespace and channel, then the channel data's own order
+        // (`created`, then version).
+        let mut hits: Vec<(ChannelPosition, Arc<ManagedOSVersion>)> = Vec::new();
         for version in versions {
             let name = version.name_any();
             if let Lookup::Found { snapshot, .. } = self.lookup(&version, arch)
                 && snapshot.data.fixes_cve(&name, cve)
             {
-                let entry = snapshot
-                    .data
-                    .version(&name)
-                    .map(|v| (v.entry.created, v.entry.version.clone()));
-                let (created, v) = entry.unwrap_or((None, version.spec.version.clone()));
-                hits.push((created, v, version));
+                let position = snapshot.data.order().iter().position(|n| *n == name);
+                let key = (
+                    version.namespace(),
+                    version.channel_name().map(str::to_owned),
+                    position.unwrap_or(usize::MAX),
+                );
+                hits.push((key, version));
             }
         }
-        hits.sort_by(|a, b| {
-            let ka = (a.2.namespace(), a.2.channel_name().map(str::to_owned));
-            let kb = (b.2.namespace(), b.2.channel_name().map(str::to_owned));
-            ka.cmp(&kb).then_with(|| a.0.cmp(&b.0)).then_with(|| {
-                rpmver::rpmvercmp(a.1.trim_start_matches('v'), b.1.trim_start_matches('v'))
-            })
-        });
-        hits.into_iter().map(|(_, _, v)| v).collect()
+        hits.sort_by(|a, b| a.0.cmp(&b.0));
+        hits.into_iter().map(|(_, v)| v).collect()
     }
 }
+
+/// Where a version stands: namespace, channel, index in the channel's order.
+type ChannelPosition = (Option<String>, Option<String>, usize);
 
 fn respond_summaries(
     representation: Representation,
@@ -610,17 +610,9 @@ fn query_error(name: &str, snapshot: &Snapshot, error: &QueryError) -> StatusErr
 
 /// Accepts `CVE-2024-1234` in any case; refuses what cannot be a CVE id.
 fn normalize_cve(cve: &str) -> Result<String, StatusError> {
-    let upper = cve.trim().to_ascii_uppercase();
-    let mut parts = upper.splitn(3, '-');
-    let valid = parts.next() == Some("CVE")
-        && parts
-            .next()
-            .is_some_and(|y| y.len() == 4 && y.bytes().all(|b| b.is_ascii_digit()))
-        && parts
-            .next()
-            .is_some_and(|n| n.len() >= 4 && n.bytes().all(|b| b.is_ascii_digit()));
-    if valid {
-        Ok(upper)
+    let cve = cve.trim();
+    if updates::is_cve_id(cve) {
+        Ok(cve.to_ascii_uppercase())
     } else {
         Err(StatusError::bad_request(format!(
             "cve: {cve:?} is not a CVE id (CVE-YYYY-NNNN)"
