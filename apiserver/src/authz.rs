@@ -15,7 +15,6 @@
 //! (the message is built from the attributes and the reason) and an [`AuthzError`] with 500
 //! (kube-apiserver writes `Internal Server Error: "<request URI>": <error>`).
 
-mod request_info;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
@@ -28,13 +27,15 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::{Api, Client, api::PostParams};
 
-pub use self::request_info::attributes;
+use sha2::{Digest, Sha256};
+
 use crate::{
     authn::{
         ReviewError, UserInfo,
         webhook::{CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, with_backoff},
     },
     metrics::Metrics,
+    request::Attributes,
 };
 
 /// The group whose members are allowed everything without a review.
@@ -43,63 +44,6 @@ pub const PRIVILEGED_GROUP: &str = "system:masters";
 /// Requests whose attributes are longer than this (in all) are reviewed every time, as in
 /// k8s.io/apiserver (`maxControlledAttrCacheSize`).
 const MAX_CACHED_ATTRIBUTES_SIZE: usize = 10_000;
-
-/// What a request asks to do, as k8s.io/apiserver's `authorizer.Attributes` without the user.
-/// Built by [`attributes`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attributes {
-    path: String,
-    verb: String,
-    resource: Option<ResourceAttributes>,
-}
-
-/// The resource part of [`Attributes`], for requests under `/api` or `/apis`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResourceAttributes {
-    /// API group; empty for the core group.
-    pub group: String,
-    /// API version.
-    pub version: String,
-    /// Resource (plural); may be empty for malformed paths such as `/apis/{g}/{v}/watch`.
-    pub resource: String,
-    /// Subresource (`changelog`), when the path names one.
-    pub subresource: Option<String>,
-    /// Namespace, for a namespaced request.
-    pub namespace: Option<String>,
-    /// Object name, for a request on one object.
-    pub name: Option<String>,
-}
-
-impl Attributes {
-    /// The verb: `get`, `list`, `watch`, `create`, ... for resource requests, the lower-case
-    /// HTTP method for others.
-    pub fn verb(&self) -> &str {
-        &self.verb
-    }
-
-    /// The request path, percent-decoded.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// The resource attributes; `None` for a non-resource request.
-    pub fn resource(&self) -> Option<&ResourceAttributes> {
-        self.resource.as_ref()
-    }
-
-    /// Total length of the attributes, as k8s.io/apiserver's `shouldCache` counts it.
-    fn size(&self) -> usize {
-        let resource = self.resource.as_ref().map_or(0, |r| {
-            r.group.len()
-                + r.version.len()
-                + r.resource.len()
-                + r.subresource.as_ref().map_or(0, String::len)
-                + r.namespace.as_ref().map_or(0, String::len)
-                + r.name.as_ref().map_or(0, String::len)
-        });
-        self.path.len() + self.verb.len() + resource
-    }
-}
 
 /// The outcome of authorization.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,9 +67,6 @@ pub enum AuthzError {
     /// The SubjectAccessReview said both allowed and denied.
     #[error("webhook subject access review returned both allow and deny response")]
     AllowedAndDenied,
-    /// The review cannot be keyed (serialising it failed).
-    #[error("subject access review cannot be serialised")]
-    Key(#[source] serde_json::Error),
 }
 
 /// One `--authorization-always-allow-paths` entry (k8s.io/apiserver `pkg/authorization/path`).
@@ -246,7 +187,7 @@ impl Default for AuthzArgs {
 /// Authorizes requests; see the [module documentation](self).
 pub struct Authorizer {
     api: Api<SubjectAccessReview>,
-    cache: ReviewCache<String, SubjectAccessReviewStatus>,
+    cache: ReviewCache<ReviewKey, SubjectAccessReviewStatus>,
     always_allow_paths: AlwaysAllowPaths,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
@@ -300,11 +241,11 @@ impl Authorizer {
         if user.groups.iter().any(|group| group == PRIVILEGED_GROUP) {
             return Ok(Decision::Allow);
         }
-        if attributes.resource.is_none() && self.always_allow_paths.matches(&attributes.path) {
+        if attributes.resource().is_none() && self.always_allow_paths.matches(attributes.path()) {
             return Ok(Decision::Allow);
         }
+        let key = ReviewKey::of(user, attributes);
         let spec = review_spec(user, attributes);
-        let key = serde_json::to_string(&spec).map_err(AuthzError::Key)?;
         let cacheable = attributes.size() < MAX_CACHED_ATTRIBUTES_SIZE;
         let (authorized_ttl, unauthorized_ttl) = (self.authorized_ttl, self.unauthorized_ttl);
         let status = self
@@ -328,6 +269,60 @@ impl Authorizer {
     }
 }
 
+/// What a review's answer depends on, hashed: the user (name, uid, groups, extra) and the
+/// attributes, each field length-prefixed so that no two different reviews share a key.
+/// SHA-256 keeps a collision (which would hand one user another's decision) out of reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ReviewKey([u8; 32]);
+
+impl ReviewKey {
+    fn of(user: &UserInfo, attributes: &Attributes) -> Self {
+        let mut hash = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            hash.update((bytes.len() as u64).to_le_bytes());
+            hash.update(bytes);
+        };
+        field(user.name.as_bytes());
+        field(user.uid.as_deref().unwrap_or_default().as_bytes());
+        field(&(user.groups.len() as u64).to_le_bytes());
+        for group in &user.groups {
+            field(group.as_bytes());
+        }
+        field(&(user.extra.len() as u64).to_le_bytes());
+        for (key, values) in &user.extra {
+            field(key.as_bytes());
+            field(&(values.len() as u64).to_le_bytes());
+            for value in values {
+                field(value.as_bytes());
+            }
+        }
+        field(attributes.verb().as_bytes());
+        match attributes.resource() {
+            None => {
+                field(b"N");
+                field(attributes.path().as_bytes());
+            }
+            Some(r) => {
+                field(b"R");
+                for part in [
+                    Some(&r.group),
+                    Some(&r.version),
+                    Some(&r.resource),
+                    r.subresource.as_ref(),
+                    r.namespace.as_ref(),
+                    r.name.as_ref(),
+                ] {
+                    match part {
+                        Some(text) => field(text.as_bytes()),
+                        None => field(b"\xff"),
+                    }
+                }
+            }
+        }
+        Self(hash.finalize().into())
+    }
+}
+
 /// `Some(text)` unless empty: Go omits empty strings from the review (`omitempty`).
 fn non_empty(text: &str) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
@@ -335,11 +330,11 @@ fn non_empty(text: &str) -> Option<String> {
 
 /// The review of `user` doing `attributes`, as webhook.go fills it.
 fn review_spec(user: &UserInfo, attributes: &Attributes) -> SubjectAccessReviewSpec {
-    let (resource_attributes, non_resource_attributes) = match &attributes.resource {
+    let (resource_attributes, non_resource_attributes) = match attributes.resource() {
         Some(resource) => (
             Some(SarResourceAttributes {
                 namespace: resource.namespace.clone(),
-                verb: non_empty(&attributes.verb),
+                verb: non_empty(attributes.verb()),
                 group: non_empty(&resource.group),
                 version: non_empty(&resource.version),
                 resource: non_empty(&resource.resource),
@@ -352,8 +347,8 @@ fn review_spec(user: &UserInfo, attributes: &Attributes) -> SubjectAccessReviewS
         None => (
             None,
             Some(NonResourceAttributes {
-                path: non_empty(&attributes.path),
-                verb: non_empty(&attributes.verb),
+                path: non_empty(attributes.path()),
+                verb: non_empty(attributes.verb()),
             }),
         ),
     };

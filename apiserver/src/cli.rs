@@ -11,11 +11,12 @@ use elemental_changelog::{
 };
 use elemental_changelog_apiservice::{
     render,
-    types::{ChannelRef, ManagedOSVersionChangelogSummary, ObjectMeta},
+    types::{ManagedOSVersionChangelogSummary, ObjectMeta},
 };
 
 use crate::{
     config::{ComputeArgs, InspectArgs, OutputFormat},
+    objects::{self, Source},
     oci::{FetchError, Fetched, Fetcher, config::ConfigError},
     telemetry,
 };
@@ -90,7 +91,7 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
             }
         })?;
     let fetched = fetcher
-        .fetch(&args.image, &args.arch, None)
+        .fetch(&args.image, args.arch.as_str(), None)
         .await
         .map_err(|source| CliError::Fetch {
             image: args.image.clone(),
@@ -111,11 +112,10 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
         image: args.image.clone(),
         source,
     })?;
-    let channel = ChannelRef {
-        name: String::new(),
-        image: Some(args.image.clone()),
-        digest: Some(digest.clone()),
-        retained: false,
+    let source = Source {
+        channel: "",
+        image: &args.image,
+        digest: &digest,
     };
 
     if let Some(name) = &args.version {
@@ -129,8 +129,8 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
             name: name.clone(),
             ..ObjectMeta::default()
         };
-        changelog.channel = channel;
-        changelog.arch = args.arch.clone();
+        changelog.channel = objects::channel_ref(source, &data, name);
+        changelog.arch = args.arch.to_string();
         match args.output {
             OutputFormat::Json => println!(
                 "{}",
@@ -145,25 +145,11 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
         .order()
         .iter()
         .map(|name| {
-            let mut s = ManagedOSVersionChangelogSummary::new();
-            s.metadata = ObjectMeta {
+            let metadata = ObjectMeta {
                 name: name.clone(),
                 ..ObjectMeta::default()
             };
-            s.channel = channel.clone();
-            if let Some(v) = data.version(name) {
-                s.version = v.entry.version.clone();
-                s.created = v.entry.created.map(|t| t.to_string());
-            }
-            match data.summary(name) {
-                Ok((from, summary)) => {
-                    s.available = true;
-                    s.from = from;
-                    s.summary = Some(summary);
-                }
-                Err(e) => s.message = Some(e.to_string()),
-            }
-            s
+            objects::summary(source, &data, name, metadata, "")
         })
         .collect();
     match args.output {

@@ -7,6 +7,7 @@
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
+use elemental_changelog_apiservice::Arch;
 
 use crate::telemetry::LogFormat;
 
@@ -42,7 +43,7 @@ pub struct InspectArgs {
     pub image: String,
     /// Architecture to read from a multi-architecture image.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_ARCH", default_value = "x86_64")]
-    pub arch: String,
+    pub arch: Arch,
     /// ManagedOSVersion name to print the full changelog of (default: a summary of every version).
     #[arg(long)]
     pub version: Option<String>,
@@ -148,14 +149,14 @@ pub struct ServeArgs {
         value_delimiter = ',',
         default_value = "x86_64,aarch64"
     )]
-    pub architectures: Vec<String>,
+    pub architectures: Vec<Arch>,
     /// Architecture served when a request names none.
     #[arg(
         long,
         env = "ELEMENTAL_CHANGELOG_DEFAULT_ARCH",
         default_value = "x86_64"
     )]
-    pub default_arch: String,
+    pub default_arch: Arch,
     /// Time given to in-flight requests on shutdown.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_GRACE_PERIOD", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace_period: Duration,

@@ -12,11 +12,8 @@ use elemental_changelog_apiserver::{
     config::{Cli, Command, ServeArgs},
     health::Health,
     metrics::Metrics,
-    oci::{
-        platform::rpm_arch,
-        reload::{self, ReloadingFetcher},
-    },
-    routes::{App, query::Query},
+    oci::reload::{self, ReloadingFetcher},
+    routes::{App, resources::Resources},
     server, telemetry,
 };
 use elemental_changelog_certs::{serving, tls};
@@ -54,14 +51,15 @@ fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     telemetry::init(args.log_format);
-    let default_arch = rpm_arch(&args.default_arch);
     anyhow::ensure!(
-        args.architectures
-            .iter()
-            .any(|a| rpm_arch(a) == default_arch),
+        args.architectures.contains(&args.default_arch),
         "--default-arch {} is not one of --architecture {}",
         args.default_arch,
-        args.architectures.join(",")
+        args.architectures
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     );
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
@@ -108,7 +106,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         &health,
         RefreshSettings {
             interval: args.refresh_interval,
-            architectures: args.architectures.clone(),
+            architectures: args.architectures.iter().map(ToString::to_string).collect(),
         },
     );
 
@@ -131,7 +129,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         health: health.clone(),
         authn,
         authz,
-        query: Query::new(
+        resources: Resources::new(
             objects,
             cache,
             args.default_arch.clone(),

@@ -379,16 +379,6 @@ pub struct RequestTimer<'a> {
 }
 
 impl RequestTimer<'_> {
-    /// Sets the resource once the route is known.
-    pub fn resource(&mut self, resource: RequestResource) {
-        self.resource = resource;
-    }
-
-    /// Sets the verb once it is known.
-    pub fn verb(&mut self, verb: &str) {
-        self.verb = bounded_verb(verb);
-    }
-
     /// Records the status code answered.
     pub fn finish(mut self, code: u16) {
         self.code = Some(code);

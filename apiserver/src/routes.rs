@@ -1,40 +1,29 @@
-//! Request handling: authentication, authorization, then the answer.
+//! Answers: a parsed [`RequestInfo`] is authenticated, authorized, then answered by what it
+//! targets ([`Target`]): discovery and OpenAPI documents (built once at start, they cannot
+//! fail), health, metrics, or the resources of this API ([`resources`]).
 //!
-//! | path | answer |
-//! |---|---|
-//! | `/apis` | aggregated discovery v2, or `APIGroupList` |
-//! | `/apis/changelog.elemental.cattle.io` | `APIGroup` |
-//! | `/apis/changelog.elemental.cattle.io/v1beta1` | `APIResourceList` |
-//! | `.../managedosversions`, `.../namespaces/{ns}/managedosversions[/{name}]` | summaries ([`query`]) |
-//! | `.../namespaces/{ns}/managedosversions/{name}/changelog` | a changelog ([`query`]) |
-//! | `/openapi/v2`, `/openapi/v3[/apis/<group>/<version>]` | schemas |
-//! | `/livez`, `/readyz`, `/healthz` | health |
-//! | `/metrics` | Prometheus |
-//!
-//! This API is read-only: any verb but GET (and HEAD) is a 405. Discovery and
-//! OpenAPI are built once at start and cannot fail.
+//! This API is read-only: any verb but GET (and HEAD) is a 405.
 
-pub mod query;
-pub mod selector;
+pub mod resources;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use elemental_changelog_apiservice::{
-    GROUP, RESOURCE, SUBRESOURCE, VERSION, discovery, openapi,
+    discovery, openapi,
     status::{Denied, StatusError},
 };
-use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tracing::{debug, warn};
 
 use crate::{
     authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
-    authz::{Attributes, Authorizer, Decision},
+    authz::{Authorizer, Decision},
     health::{self, Health},
     metrics::{Metrics, RequestResource},
-    server::Peer,
+    request::{Discovery, OpenApi, Peer, Probe, RequestInfo, Target},
 };
 
 /// Everything a request may need.
@@ -47,171 +36,51 @@ pub struct App {
     pub authn: Arc<Authenticator>,
     /// May they.
     pub authz: Arc<Authorizer>,
-    /// The data.
-    pub query: query::Query,
+    /// The resources.
+    pub resources: resources::Resources,
 }
 
 /// The response type of every handler.
 pub type HttpResponse = Response<Full<Bytes>>;
 
-/// What a path asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// `/apis`.
-    Apis,
-    /// `/apis/<group>`.
-    Group,
-    /// `/apis/<group>/<version>`.
-    ResourceList,
-    /// Summaries, in a namespace or all.
-    List {
-        /// Namespace, or all.
-        namespace: Option<String>,
-    },
-    /// One summary.
-    Get {
-        /// Namespace.
-        namespace: String,
-        /// ManagedOSVersion name.
-        name: String,
-    },
-    /// A changelog.
-    Changelog {
-        /// Namespace.
-        namespace: String,
-        /// ManagedOSVersion name.
-        name: String,
-    },
-    /// `/openapi/v2`.
-    OpenApiV2,
-    /// `/openapi/v3`.
-    OpenApiV3Root,
-    /// `/openapi/v3/apis/<group>/<version>`.
-    OpenApiV3Group,
-    /// `/livez[/...]`, `/healthz[/...]`.
-    Livez,
-    /// `/readyz[/...]`.
-    Readyz,
-    /// `/metrics`.
-    Metrics,
-    /// Anything else.
-    NotFound,
-}
-
-impl Route {
-    /// Parses a request path.
-    pub fn parse(path: &str) -> Self {
-        let trimmed = path.trim_end_matches('/');
-        let segments: Vec<&str> = trimmed.split('/').skip(1).collect();
-        match segments.as_slice() {
-            ["apis"] => Self::Apis,
-            ["apis", g] if *g == GROUP => Self::Group,
-            ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => Self::resource(rest),
-            ["openapi", "v2"] => Self::OpenApiV2,
-            ["openapi", "v3"] => Self::OpenApiV3Root,
-            ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => Self::OpenApiV3Group,
-            ["livez", ..] | ["healthz", ..] => Self::Livez,
-            ["readyz", ..] => Self::Readyz,
-            ["metrics"] => Self::Metrics,
-            _ => Self::NotFound,
-        }
-    }
-
-    fn resource(rest: &[&str]) -> Self {
-        let valid = |s: &str| !s.is_empty();
-        match rest {
-            [] => Self::ResourceList,
-            [r] if *r == RESOURCE => Self::List { namespace: None },
-            ["namespaces", ns, r] if *r == RESOURCE && valid(ns) => Self::List {
-                namespace: Some((*ns).to_owned()),
-            },
-            ["namespaces", ns, r, name] if *r == RESOURCE && valid(ns) && valid(name) => {
-                Self::Get {
-                    namespace: (*ns).to_owned(),
-                    name: (*name).to_owned(),
-                }
-            }
-            ["namespaces", ns, r, name, s]
-                if *r == RESOURCE && *s == SUBRESOURCE && valid(ns) && valid(name) =>
-            {
-                Self::Changelog {
-                    namespace: (*ns).to_owned(),
-                    name: (*name).to_owned(),
-                }
-            }
-            _ => Self::NotFound,
-        }
-    }
-
-    fn metric(&self) -> RequestResource {
-        match self {
-            Self::Apis | Self::Group | Self::ResourceList => RequestResource::Discovery,
-            Self::List { .. } | Self::Get { .. } => RequestResource::Summaries,
-            Self::Changelog { .. } => RequestResource::Changelog,
-            Self::OpenApiV2 | Self::OpenApiV3Root | Self::OpenApiV3Group => {
-                RequestResource::OpenApi
-            }
-            Self::Livez | Self::Readyz => RequestResource::Health,
-            Self::Metrics => RequestResource::Metrics,
-            Self::NotFound => RequestResource::Other,
-        }
-    }
-
-    /// Discovery and OpenAPI documents: the same for everyone, never secret.
-    fn is_public_document(&self) -> bool {
-        matches!(
-            self,
-            Self::Apis
-                | Self::Group
-                | Self::ResourceList
-                | Self::OpenApiV2
-                | Self::OpenApiV3Root
-                | Self::OpenApiV3Group
-        )
-    }
-
-    fn is_resource(&self) -> bool {
-        matches!(
-            self,
-            Self::List { .. } | Self::Get { .. } | Self::Changelog { .. }
-        )
-    }
-}
-
 impl App {
     /// Answers one request. Never fails: every error is a `Status` response.
     pub async fn handle(&self, req: Request<Incoming>, peer: &Peer) -> HttpResponse {
         let (mut parts, _body) = req.into_parts();
-        let route = Route::parse(parts.uri.path());
-        let attributes =
-            crate::authz::attributes(&parts.method, parts.uri.path(), parts.uri.query());
-        let mut timer = self.metrics.request(attributes.verb(), route.metric());
         let started = std::time::Instant::now();
-        let response = self.respond(&mut parts, peer, &route, &attributes).await;
+        let info = match RequestInfo::parse(&parts.method, &parts.uri) {
+            Ok(info) => info,
+            Err(error) => {
+                debug!(method = %parts.method, code = 400, addr = ?peer.addr, %error, "request refused before parsing");
+                self.metrics.request("", RequestResource::Other).finish(400);
+                return status(&error);
+            }
+        };
+        let timer = self.metrics.request(info.verb(), info.metric());
+        let response = self.respond(&info, &mut parts.headers, peer).await;
         let code = response.status().as_u16();
         debug!(
-            method = %parts.method,
-            uri = %parts.uri,
+            method = %info.method(),
+            path = info.path(),
+            verb = info.verb(),
             code,
             micros = started.elapsed().as_micros(),
             addr = ?peer.addr,
             "request"
         );
-        timer.verb(attributes.verb());
         timer.finish(code);
         response
     }
 
     async fn respond(
         &self,
-        parts: &mut Parts,
+        info: &RequestInfo,
+        headers: &mut HeaderMap,
         peer: &Peer,
-        route: &Route,
-        attributes: &Attributes,
     ) -> HttpResponse {
         let user = match self
             .authn
-            .authenticate(&mut parts.headers, peer.chain.as_deref())
+            .authenticate(headers, peer.chain.as_deref())
             .await
         {
             Ok(user) => user,
@@ -220,11 +89,11 @@ impl App {
                 return status(&StatusError::unauthorized());
             }
         };
-        match self.authz.authorize(&user, attributes).await {
+        match self.authz.authorize(&user, info.attributes()).await {
             Ok(Decision::Allow) => {}
-            Ok(Decision::Deny { reason }) => return status(&forbidden(&user, attributes, &reason)),
+            Ok(Decision::Deny { reason }) => return status(&forbidden(&user, info, &reason)),
             Err(error)
-                if route.is_public_document()
+                if info.is_public_document()
                     && user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) =>
             {
                 // Discovery and OpenAPI must never answer 5xx (the aggregator
@@ -240,55 +109,54 @@ impl App {
             }
         }
         // Watches are not served: there is no stream of changes to offer.
-        if parts.method != Method::GET && parts.method != Method::HEAD
-            || attributes.verb() == "watch"
-        {
-            return status(&StatusError::method_not_allowed(attributes.verb()));
+        if !info.is_read() || info.verb() == "watch" {
+            return status(&StatusError::method_not_allowed(info.verb()));
         }
-        let query = parts.uri.query().unwrap_or_default();
-        match route {
-            Route::Apis => {
-                let accept = header_str(parts, header::ACCEPT);
-                let document = discovery::negotiate_apis(accept).document();
-                document_response(parts, document)
+        let accept = header_str(headers, header::ACCEPT);
+        match info.target() {
+            Target::Discovery(which) => {
+                let document = match which {
+                    Discovery::Apis => discovery::negotiate_apis(accept).document(),
+                    Discovery::Group => discovery::api_group_document(),
+                    Discovery::ResourceList => discovery::api_resource_list(),
+                };
+                document_response(headers, document)
             }
-            Route::Group => document_response(parts, discovery::api_group_document()),
-            Route::ResourceList => document_response(parts, discovery::api_resource_list()),
-            Route::OpenApiV2 => document_response(parts, openapi::v2()),
-            Route::OpenApiV3Root => document_response(parts, openapi::v3_root()),
-            Route::OpenApiV3Group => document_response(parts, openapi::v3_group_version()),
-            Route::Livez => health_response(&self.health.live(), "livez", query),
-            Route::Readyz => health_response(&self.health.ready(), "readyz", query),
-            Route::Metrics => {
-                let mut response = Response::new(Full::new(Bytes::from(self.metrics.encode())));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                );
-                response
-            }
-            Route::NotFound => status(&not_found_path(parts.uri.path())),
-            r if r.is_resource() => {
-                let accept = header_str(parts, header::ACCEPT);
-                match self.query.answer(route, accept, query) {
-                    Ok(answer) => answer,
-                    Err(error) => status(&error),
-                }
-            }
-            _ => status(&not_found_path(parts.uri.path())),
+            Target::OpenApi(which) => document_response(
+                headers,
+                match which {
+                    OpenApi::V2 => openapi::v2(),
+                    OpenApi::V3Root => openapi::v3_root(),
+                    OpenApi::V3GroupVersion => openapi::v3_group_version(),
+                },
+            ),
+            Target::Health { probe, verbose } => match probe {
+                Probe::Live => health_response(&self.health.live(), "livez", *verbose),
+                Probe::Ready => health_response(&self.health.ready(), "readyz", *verbose),
+            },
+            Target::Metrics => ok(
+                self.metrics.encode(),
+                "text/plain; version=0.0.4; charset=utf-8",
+            ),
+            Target::Resource(resource) => self
+                .resources
+                .answer(resource, accept)
+                .unwrap_or_else(|error| status(&error)),
+            Target::Invalid { error, .. } => status(error),
+            Target::NotFound => status(&not_found_path(info.path())),
         }
     }
 }
 
-fn header_str(parts: &Parts, name: header::HeaderName) -> Option<&str> {
-    parts.headers.get(name).and_then(|v| v.to_str().ok())
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// A `Status` error response.
 pub fn status(error: &StatusError) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from(error.to_json())));
     *response.status_mut() =
-        StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        StatusCode::from_u16(error.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -316,9 +184,11 @@ fn not_found_path(path: &str) -> StatusError {
     error
 }
 
-fn document_response(parts: &Parts, document: &'static discovery::Document) -> HttpResponse {
-    let matches =
-        discovery::if_none_match_matches(header_str(parts, header::IF_NONE_MATCH), &document.etag);
+fn document_response(headers: &HeaderMap, document: &'static discovery::Document) -> HttpResponse {
+    let matches = discovery::if_none_match_matches(
+        header_str(headers, header::IF_NONE_MATCH),
+        &document.etag,
+    );
     let mut response = if matches {
         let mut r = Response::new(Full::new(Bytes::new()));
         *r.status_mut() = StatusCode::NOT_MODIFIED;
@@ -344,10 +214,7 @@ fn document_response(parts: &Parts, document: &'static discovery::Document) -> H
     response
 }
 
-fn health_response(checks: &[health::Check], kind: &str, query: &str) -> HttpResponse {
-    let verbose = query
-        .split('&')
-        .any(|kv| kv == "verbose" || kv.starts_with("verbose="));
+fn health_response(checks: &[health::Check], kind: &str, verbose: bool) -> HttpResponse {
     let (healthy, text) = health::render(kind, checks, verbose);
     let mut response = ok(text, "text/plain; charset=utf-8");
     response.headers_mut().insert(
@@ -360,7 +227,8 @@ fn health_response(checks: &[health::Check], kind: &str, query: &str) -> HttpRes
     response
 }
 
-fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusError {
+fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> StatusError {
+    let attributes = info.attributes();
     let denied = match attributes.resource() {
         Some(r) => Denied::Resource {
             verb: attributes.verb(),
@@ -376,73 +244,6 @@ fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusEr
         },
     };
     StatusError::forbidden(&user.name, &denied, reason)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes() {
-        let base = "/apis/changelog.elemental.cattle.io/v1beta1";
-        assert_eq!(Route::parse("/apis"), Route::Apis);
-        assert_eq!(
-            Route::parse("/apis/changelog.elemental.cattle.io"),
-            Route::Group
-        );
-        assert_eq!(Route::parse(base), Route::ResourceList);
-        assert_eq!(Route::parse(&format!("{base}/")), Route::ResourceList);
-        assert_eq!(
-            Route::parse(&format!("{base}/managedosversions")),
-            Route::List { namespace: None }
-        );
-        assert_eq!(
-            Route::parse(&format!(
-                "{base}/namespaces/fleet-default/managedosversions"
-            )),
-            Route::List {
-                namespace: Some("fleet-default".into())
-            }
-        );
-        assert_eq!(
-            Route::parse(&format!(
-                "{base}/namespaces/fleet-default/managedosversions/v1"
-            )),
-            Route::Get {
-                namespace: "fleet-default".into(),
-                name: "v1".into()
-            }
-        );
-        assert_eq!(
-            Route::parse(&format!(
-                "{base}/namespaces/fleet-default/managedosversions/v1/changelog"
-            )),
-            Route::Changelog {
-                namespace: "fleet-default".into(),
-                name: "v1".into()
-            }
-        );
-        assert_eq!(
-            Route::parse(&format!(
-                "{base}/namespaces/fleet-default/managedosversions/v1/status"
-            )),
-            Route::NotFound
-        );
-        assert_eq!(
-            Route::parse(&format!("{base}/namespaces//managedosversions")),
-            Route::NotFound
-        );
-        assert_eq!(
-            Route::parse("/apis/elemental.cattle.io/v1beta1"),
-            Route::NotFound
-        );
-        assert_eq!(
-            Route::parse("/openapi/v3/apis/changelog.elemental.cattle.io/v1beta1"),
-            Route::OpenApiV3Group
-        );
-        assert_eq!(Route::parse("/livez/ping"), Route::Livez);
-        assert_eq!(Route::parse("/"), Route::NotFound);
-    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! port, graceful shutdown. Every request goes to [`crate::routes::App`] with
 //! the client certificate chain the peer presented, if any.
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -12,26 +12,14 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::{conn::auto, graceful::GracefulShutdown},
 };
-use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
-use crate::routes::App;
+use crate::{request::Peer, routes::App};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The client side of a connection, as seen after the TLS handshake.
-#[derive(Clone, Debug, Default)]
-pub struct Peer {
-    /// Remote address.
-    pub addr: Option<SocketAddr>,
-    /// Certificate chain the client presented (leaf first). Only its
-    /// possession was proven by the handshake: the authenticator verifies the
-    /// chain against the CAs that currently apply.
-    pub chain: Option<Arc<[CertificateDer<'static>]>>,
-}
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish for up to `grace`.

@@ -258,13 +258,11 @@ fn representation_of(range: &MediaRange, include_object: IncludeObject) -> Optio
 
 /// Picks the representation for a resource request. No `Accept`, an empty
 /// one, `*/*` and `application/*` mean JSON. A header naming only types we
-/// cannot produce (protobuf, YAML, other `as=` conversions) is a 406; a bad
-/// `includeObject` is a 400.
+/// cannot produce (protobuf, YAML, other `as=` conversions) is a 406.
 pub fn negotiate(
     accept: Option<&str>,
-    include_object_query: Option<&str>,
+    include_object: IncludeObject,
 ) -> Result<Representation, StatusError> {
-    let include_object = IncludeObject::parse(include_object_query.unwrap_or_default())?;
     let Some(header) = accept.filter(|h| !h.trim().is_empty()) else {
         return Ok(Representation::Json);
     };
@@ -292,7 +290,10 @@ mod tests {
 
     #[test]
     fn kubectl_get_gets_a_v1_table() {
-        assert_eq!(negotiate(Some(KUBECTL), None), Ok(table(TableVersion::V1)));
+        assert_eq!(
+            negotiate(Some(KUBECTL), IncludeObject::Metadata),
+            Ok(table(TableVersion::V1))
+        );
         assert_eq!(table(TableVersion::V1).content_type(), TABLE_V1);
     }
 
@@ -300,7 +301,7 @@ mod tests {
     fn old_kubectl_gets_a_v1beta1_table() {
         let accept = "application/json;as=Table;v=v1beta1;g=meta.k8s.io, application/json";
         assert_eq!(
-            negotiate(Some(accept), None),
+            negotiate(Some(accept), IncludeObject::Metadata),
             Ok(table(TableVersion::V1Beta1))
         );
     }
@@ -316,7 +317,7 @@ mod tests {
             Some("application/json"),
         ] {
             assert_eq!(
-                negotiate(accept, None),
+                negotiate(accept, IncludeObject::Metadata),
                 Ok(Representation::Json),
                 "{accept:?}"
             );
@@ -325,16 +326,22 @@ mod tests {
 
     #[test]
     fn protobuf_only_is_406() {
-        let err = negotiate(Some("application/vnd.kubernetes.protobuf"), None).unwrap_err();
-        assert_eq!(err.code, 406);
         let err = negotiate(
-            Some("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io"),
-            None,
+            Some("application/vnd.kubernetes.protobuf"),
+            IncludeObject::Metadata,
         )
         .unwrap_err();
-        assert_eq!(err.code, 406);
+        assert_eq!(err.code(), 406);
+        let err = negotiate(
+            Some("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io"),
+            IncludeObject::Metadata,
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), 406);
         assert_eq!(
-            negotiate(Some("application/yaml"), None).unwrap_err().code,
+            negotiate(Some("application/yaml"), IncludeObject::Metadata)
+                .unwrap_err()
+                .code(),
             406
         );
     }
@@ -342,42 +349,75 @@ mod tests {
     #[test]
     fn protobuf_first_falls_back_to_json() {
         let accept = "application/vnd.kubernetes.protobuf,application/json";
-        assert_eq!(negotiate(Some(accept), None), Ok(Representation::Json));
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata),
+            Ok(Representation::Json)
+        );
     }
 
     #[test]
     fn unsupported_conversions_are_skipped() {
         let accept =
             "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json";
-        assert_eq!(negotiate(Some(accept), None), Ok(Representation::Json));
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata),
+            Ok(Representation::Json)
+        );
         let accept = "application/json;as=Table;v=v2;g=meta.k8s.io";
-        assert_eq!(negotiate(Some(accept), None).unwrap_err().code, 406);
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata)
+                .unwrap_err()
+                .code(),
+            406
+        );
         let accept = "application/json;as=Table;v=v1;g=example.com";
-        assert_eq!(negotiate(Some(accept), None).unwrap_err().code, 406);
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata)
+                .unwrap_err()
+                .code(),
+            406
+        );
     }
 
     #[test]
     fn q_values_order_and_exclude() {
         let accept = "application/json;q=0.5, application/json;as=Table;v=v1;g=meta.k8s.io";
-        assert_eq!(negotiate(Some(accept), None), Ok(table(TableVersion::V1)));
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata),
+            Ok(table(TableVersion::V1))
+        );
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io;q=0.2, application/json;q=0.9";
-        assert_eq!(negotiate(Some(accept), None), Ok(Representation::Json));
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata),
+            Ok(Representation::Json)
+        );
         let accept = "application/json;q=0";
-        assert_eq!(negotiate(Some(accept), None).unwrap_err().code, 406);
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata)
+                .unwrap_err()
+                .code(),
+            406
+        );
         // Invalid q: that range is ignored.
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io;q=abc,application/json";
-        assert_eq!(negotiate(Some(accept), None), Ok(Representation::Json));
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata),
+            Ok(Representation::Json)
+        );
     }
 
     #[test]
     fn parameters_are_case_insensitive_by_name_and_may_be_quoted() {
         let accept = "Application/JSON; AS=Table; V=\"v1\"; G=meta.k8s.io";
-        assert_eq!(negotiate(Some(accept), None), Ok(table(TableVersion::V1)));
+        assert_eq!(
+            negotiate(Some(accept), IncludeObject::Metadata),
+            Ok(table(TableVersion::V1))
+        );
     }
 
     #[test]
     fn include_object() {
-        let r = negotiate(Some(KUBECTL), Some("Object")).unwrap();
+        let r = negotiate(Some(KUBECTL), IncludeObject::Object).unwrap();
         assert_eq!(
             r,
             Representation::Table {
@@ -385,22 +425,13 @@ mod tests {
                 include_object: IncludeObject::Object
             }
         );
-        let r = negotiate(Some(KUBECTL), Some("None")).unwrap();
-        assert!(matches!(
-            r,
-            Representation::Table {
-                include_object: IncludeObject::None,
-                ..
-            }
-        ));
+        assert_eq!(IncludeObject::parse("None"), Ok(IncludeObject::None));
+        assert_eq!(IncludeObject::parse(""), Ok(IncludeObject::Metadata));
+        assert_eq!(IncludeObject::parse("All").unwrap_err().code(), 400);
         assert_eq!(
-            negotiate(Some(KUBECTL), Some("")),
-            Ok(table(TableVersion::V1))
+            negotiate(None, IncludeObject::Object),
+            Ok(Representation::Json)
         );
-        let err = negotiate(Some(KUBECTL), Some("All")).unwrap_err();
-        assert_eq!(err.code, 400);
-        // includeObject is irrelevant for JSON but still validated.
-        assert_eq!(negotiate(None, Some("Object")), Ok(Representation::Json));
     }
 
     #[test]
@@ -424,7 +455,8 @@ mod tests {
     proptest! {
         #[test]
         fn negotiate_never_panics(accept in ".{0,200}", include in proptest::option::of(".{0,20}")) {
-            let _ = negotiate(Some(&accept), include.as_deref());
+            let include = IncludeObject::parse(include.as_deref().unwrap_or_default()).unwrap_or_default();
+            let _ = negotiate(Some(&accept), include);
         }
 
         #[test]
@@ -445,7 +477,7 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
                 .join(",");
-            if let Ok(r) = negotiate(Some(&header), None) {
+            if let Ok(r) = negotiate(Some(&header), IncludeObject::Metadata) {
                 prop_assert!(!r.content_type().is_empty());
             }
         }

@@ -2,6 +2,7 @@
 //! ([`types`]), and everything a client or kube-apiserver's aggregation layer
 //! reads about them. No I/O happens here.
 
+pub mod arch;
 pub mod content;
 pub mod discovery;
 pub mod openapi;
@@ -9,6 +10,8 @@ pub mod render;
 pub mod status;
 pub mod table;
 pub mod types;
+
+pub use arch::Arch;
 
 /// API group served.
 pub const GROUP: &str = "changelog.elemental.cattle.io";

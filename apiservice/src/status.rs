@@ -36,6 +36,23 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The HTTP status code of a `Status` with this reason.
+    pub fn code(self) -> u16 {
+        match self {
+            Self::BadRequest => 400,
+            Self::Unauthorized => 401,
+            Self::Forbidden => 403,
+            Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::NotAcceptable => 406,
+            Self::UnsupportedMediaType => 415,
+            Self::TooManyRequests => 429,
+            Self::InternalError => 500,
+            Self::ServiceUnavailable => 503,
+            Self::Timeout => 504,
+        }
+    }
+
     /// The name written on the wire (`NotFound`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -97,9 +114,7 @@ fn is_zero(n: &u32) -> bool {
 /// A failed request, as a Kubernetes `Status` object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusError {
-    /// HTTP status code.
-    pub code: u16,
-    /// Machine-readable reason.
+    /// Machine-readable reason; the HTTP status code follows from it ([`StatusError::code`]).
     pub reason: Reason,
     /// Human-readable message.
     pub message: String,
@@ -186,9 +201,13 @@ fn quote(s: &str) -> String {
 }
 
 impl StatusError {
-    fn new(code: u16, reason: Reason, message: String, details: Option<StatusDetails>) -> Self {
+    /// The HTTP status code, which follows from the reason.
+    pub fn code(&self) -> u16 {
+        self.reason.code()
+    }
+
+    fn new(reason: Reason, message: String, details: Option<StatusDetails>) -> Self {
         Self {
-            code,
             reason,
             message,
             details: details.map(Box::new),
@@ -206,7 +225,6 @@ impl StatusError {
     /// ManagedOSVersion in `elemental.cattle.io` a changelog is asked for).
     pub fn not_found_in(group: &str, resource: &str, name: &str) -> Self {
         Self::new(
-            404,
             Reason::NotFound,
             format!("{} {} not found", qualified(group, resource), quote(name)),
             Some(StatusDetails {
@@ -222,7 +240,6 @@ impl StatusError {
     /// `create is not supported on resources of kind "managedosversions.changelog.elemental.cattle.io"`.
     pub fn method_not_allowed(verb: &str) -> Self {
         Self::new(
-            405,
             Reason::MethodNotAllowed,
             format!(
                 "{verb} is not supported on resources of kind {}",
@@ -238,12 +255,12 @@ impl StatusError {
 
     /// 400 with `message`.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, Reason::BadRequest, message.into(), None)
+        Self::new(Reason::BadRequest, message.into(), None)
     }
 
     /// 401, as kube-apiserver answers a request it could not authenticate.
     pub fn unauthorized() -> Self {
-        Self::new(401, Reason::Unauthorized, "Unauthorized".to_owned(), None)
+        Self::new(Reason::Unauthorized, "Unauthorized".to_owned(), None)
     }
 
     /// 403 for `user`, worded exactly like kube-apiserver's authorization
@@ -308,7 +325,6 @@ impl StatusError {
             )
         };
         Self::new(
-            403,
             Reason::Forbidden,
             message,
             Some(StatusDetails {
@@ -329,14 +345,13 @@ impl StatusError {
         });
         Self {
             retry_after,
-            ..Self::new(503, Reason::ServiceUnavailable, message.into(), details)
+            ..Self::new(Reason::ServiceUnavailable, message.into(), details)
         }
     }
 
     /// 406 listing the media types that can be served.
     pub fn not_acceptable(accepted: &[&str]) -> Self {
         Self::new(
-            406,
             Reason::NotAcceptable,
             format!(
                 "only the following media types are accepted: {}",
@@ -350,7 +365,6 @@ impl StatusError {
     pub fn internal(error: &dyn std::error::Error) -> Self {
         let cause = error.to_string();
         Self::new(
-            500,
             Reason::InternalError,
             format!("Internal error occurred: {cause}"),
             Some(StatusDetails {
@@ -368,7 +382,6 @@ impl StatusError {
         Self {
             retry_after,
             ..Self::new(
-                504,
                 Reason::Timeout,
                 format!("Timeout: {message}"),
                 Some(StatusDetails {
@@ -389,7 +402,7 @@ impl StatusError {
             message: &self.message,
             reason: self.reason.as_str(),
             details: self.details.as_deref(),
-            code: self.code,
+            code: self.code(),
         };
         // Serializing plain strings and integers into a Vec cannot fail.
         serde_json::to_vec(&wire).unwrap_or_default()
@@ -455,7 +468,7 @@ mod tests {
             },
             "",
         );
-        assert_eq!(e.code, 403);
+        assert_eq!(e.code(), 403);
         assert_eq!(
             e.message,
             "managedosversions.changelog.elemental.cattle.io \"v1\" is forbidden: User \"bob\" cannot get resource \"managedosversions/changelog\" in API group \"changelog.elemental.cattle.io\" in the namespace \"fleet-default\""
@@ -579,7 +592,7 @@ mod tests {
         assert_eq!(b["details"], json!({"causes": [{"message": "boom"}]}));
 
         let e = StatusError::timeout("fetching image", Some(5));
-        assert_eq!(e.code, 504);
+        assert_eq!(e.code(), 504);
         assert_eq!(body(&e)["details"]["retryAfterSeconds"], 5);
         assert_eq!(e.message, "Timeout: fetching image");
     }

@@ -29,6 +29,20 @@ fn alice() -> UserInfo {
     }
 }
 
+/// The attributes of a request, as the request model builds them.
+fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
+    let uri: http::Uri = match query {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    }
+    .parse()
+    .unwrap();
+    crate::request::RequestInfo::parse(method, &uri)
+        .unwrap()
+        .attributes()
+        .clone()
+}
+
 fn changelog() -> Attributes {
     attributes(
         &Method::GET,

@@ -6,19 +6,24 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::*;
+use elemental_changelog_apiservice::RESOURCE;
 
 const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 
-fn parts(headers: &[(&str, &str)]) -> Parts {
-    let mut request = Request::builder().uri("/apis");
+fn parts(headers: &[(&str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
     for (name, value) in headers {
-        request = request.header(*name, *value);
+        map.insert(
+            header::HeaderName::from_bytes(name.as_bytes()).unwrap_or_else(|e| panic!("{e}")),
+            HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")),
+        );
     }
-    request
-        .body(())
+    map
+}
+
+fn request(method: &http::Method, uri: &str) -> RequestInfo {
+    RequestInfo::parse(method, &uri.parse().unwrap_or_else(|e| panic!("{e}")))
         .unwrap_or_else(|e| panic!("{e}"))
-        .into_parts()
-        .0
 }
 
 fn body(response: HttpResponse) -> Vec<u8> {
@@ -29,88 +34,6 @@ fn body(response: HttpResponse) -> Vec<u8> {
 
 fn header(response: &HttpResponse, name: header::HeaderName) -> Option<&str> {
     response.headers().get(name).and_then(|v| v.to_str().ok())
-}
-
-#[test]
-fn paths_that_are_not_ours_or_not_resources() {
-    for path in [
-        "",
-        "//apis",
-        "/api",
-        "/api/v1/namespaces",
-        "/apis/changelog.elemental.cattle.io/v1",
-        "/apis/changelog.elemental.cattle.io/v1beta2/managedosversions",
-        "/apis/elemental.cattle.io/v1beta1/namespaces/fleet-default/managedosversions",
-        &format!("{BASE}/namespaces"),
-        &format!("{BASE}/namespaces/fleet-default"),
-        &format!("{BASE}/managedosversionchannels"),
-        &format!("{BASE}/managedosversions/v1"),
-        &format!("{BASE}/managedosversions/v1/changelog"),
-        &format!("{BASE}/namespaces/fleet-default/managedosversions/v1/changelog/extra"),
-        &format!("{BASE}/namespaces/fleet-default/managedosversions//changelog"),
-        &format!("{BASE}/namespaces/fleet-default/pods/v1"),
-        "/openapi",
-        "/openapi/v3/apis/elemental.cattle.io/v1beta1",
-        "/metrics/extra",
-        "/livezz",
-    ] {
-        let route = Route::parse(path);
-        assert_eq!(route, Route::NotFound, "{path}");
-        assert!(!route.is_resource());
-        assert_eq!(route.metric(), RequestResource::Other);
-    }
-}
-
-#[test]
-fn paths_we_serve() {
-    let cases = [
-        ("/apis/", Route::Apis),
-        ("/apis/changelog.elemental.cattle.io/", Route::Group),
-        (
-            &format!("{BASE}/namespaces/fleet-default/managedosversions/"),
-            Route::List {
-                namespace: Some("fleet-default".into()),
-            },
-        ),
-        (
-            &format!(
-                "{BASE}/namespaces/fleet-default/managedosversions/base-v2.2.0-3.12-os/changelog/"
-            ),
-            Route::Changelog {
-                namespace: "fleet-default".into(),
-                name: "base-v2.2.0-3.12-os".into(),
-            },
-        ),
-        ("/openapi/v2", Route::OpenApiV2),
-        ("/openapi/v3", Route::OpenApiV3Root),
-        ("/healthz", Route::Livez),
-        ("/livez", Route::Livez),
-        ("/readyz", Route::Readyz),
-        ("/readyz/informer-sync", Route::Readyz),
-        ("/metrics", Route::Metrics),
-    ];
-    for (path, route) in cases {
-        assert_eq!(Route::parse(path), route, "{path}");
-    }
-    assert!(Route::parse(&format!("{BASE}/managedosversions")).is_resource());
-    assert_eq!(
-        Route::parse(&format!("{BASE}/managedosversions")).metric(),
-        RequestResource::Summaries
-    );
-    assert_eq!(
-        Route::parse(&format!(
-            "{BASE}/namespaces/a/managedosversions/b/changelog"
-        ))
-        .metric(),
-        RequestResource::Changelog
-    );
-    assert_eq!(Route::parse(BASE).metric(), RequestResource::Discovery);
-    assert!(!Route::parse(BASE).is_resource());
-    assert_eq!(
-        Route::parse("/openapi/v2").metric(),
-        RequestResource::OpenApi
-    );
-    assert_eq!(Route::parse("/readyz").metric(), RequestResource::Health);
 }
 
 #[test]
@@ -138,20 +61,12 @@ fn status_responses_carry_code_reason_and_retry_after() {
     let response = status(&StatusError::not_found(RESOURCE, "v1"));
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(header(&response, header::RETRY_AFTER), None);
-
-    let mut odd = StatusError::bad_request("x");
-    odd.code = 1000;
-    assert_eq!(
-        status(&odd).status(),
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "a code HTTP cannot carry"
-    );
 }
 
 #[test]
 fn unknown_paths_are_a_404_naming_the_path() {
     let e = not_found_path("/apis/nope");
-    assert_eq!(e.code, 404);
+    assert_eq!(e.code(), 404);
     assert!(e.message.contains("/apis/nope"));
     assert!(e.details.is_none());
     assert_eq!(status(&e).status(), StatusCode::NOT_FOUND);
@@ -211,7 +126,7 @@ fn discovery_documents_have_an_etag_and_answer_304_to_it() {
 fn health_answers_500_while_failing() {
     let health = Health::default();
     let synced = health.ready_flag("informer-sync");
-    let response = health_response(&health.ready(), "readyz", "");
+    let response = health_response(&health.ready(), "readyz", false);
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(
         header(&response, header::CONTENT_TYPE),
@@ -231,23 +146,16 @@ fn health_answers_500_while_failing() {
     );
 
     synced.set();
-    let response = health_response(&health.ready(), "readyz", "");
+    let response = health_response(&health.ready(), "readyz", false);
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(body(response), b"ok");
-    let verbose = String::from_utf8(body(health_response(&health.ready(), "readyz", "verbose")))
+    let verbose = String::from_utf8(body(health_response(&health.ready(), "readyz", true)))
         .unwrap_or_default();
     assert_eq!(verbose, "[+]informer-sync ok\nreadyz check passed\n");
-    let verbose = String::from_utf8(body(health_response(
-        &health.ready(),
-        "readyz",
-        "exclude=x&verbose=1",
-    )))
-    .unwrap_or_default();
-    assert!(verbose.contains("[+]informer-sync ok"));
 
     let _beat = health.heartbeat("channel-controller");
     assert_eq!(
-        health_response(&health.live(), "livez", "").status(),
+        health_response(&health.live(), "livez", false).status(),
         StatusCode::OK
     );
 }
@@ -258,20 +166,19 @@ fn forbidden_names_the_resource_or_the_path() {
         name: "jane".to_owned(),
         ..UserInfo::default()
     };
-    let attributes = crate::authz::attributes(
-        &Method::GET,
+    let info = request(
+        &http::Method::GET,
         &format!("{BASE}/namespaces/fleet-default/managedosversions/v1/changelog"),
-        None,
     );
-    let e = forbidden(&user, &attributes, "");
-    assert_eq!(e.code, 403);
+    let e = forbidden(&user, &info, "");
+    assert_eq!(e.code(), 403);
     assert!(
         e.message.contains(r#"User "jane" cannot get resource "managedosversions/changelog" in API group "changelog.elemental.cattle.io" in the namespace "fleet-default""#),
         "{}",
         e.message
     );
-    let attributes = crate::authz::attributes(&Method::GET, "/metrics", None);
-    let e = forbidden(&user, &attributes, "");
+    let info = request(&http::Method::GET, "/metrics");
+    let e = forbidden(&user, &info, "");
     assert!(
         e.message.contains(r#"cannot get path "/metrics""#),
         "{}",

@@ -6,57 +6,115 @@ use std::borrow::Cow;
 
 use http::Method;
 
-use super::{Attributes, ResourceAttributes};
+use super::{QueryValues, selector::FieldSelector, selector::LabelSelector};
 
 /// URL forms `/{prefix}/{group}/{version}/{verb}/...` that put the verb in the path.
 const SPECIAL_VERBS: [&str; 2] = ["proxy", "watch"];
 /// Subresources of a namespace, which make `/namespaces/{ns}/{sub}` a request on the namespace.
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
-/// The attributes of a request from its method, its path (as sent, percent-encoded) and its
-/// query string.
-///
-/// `/api/{version}/...` and `/apis/{group}/{version}/...` with at least one segment after the
-/// version are resource requests: the verb comes from the method (`get` becomes `list`, or
-/// `watch` with `watch=true`, without a name; `delete` without a name becomes
-/// `deletecollection`; a method with no verb gives an empty one), or from a `watch`/`proxy`
-/// segment after the version; `namespaces/{ns}/` scopes the request; then come resource, name
-/// and subresource. A list with `fieldSelector=metadata.name=<name>` names that object.
-/// Everything else (discovery, `/metrics`, `/openapi/v2`, ...) is a non-resource request whose
-/// verb is the lower-case method.
-///
-/// As Go's `url.URL.Path`, the path is percent-decoded before it is split.
-pub fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
-    let path = percent_encoding::percent_decode_str(path)
-        .decode_utf8_lossy()
-        .into_owned();
-    let method_verb = method.as_str().to_ascii_lowercase();
-    match resource(method, &path, query.unwrap_or_default()) {
-        Some((verb, resource)) => Attributes {
-            path,
-            verb: verb.into_owned(),
-            resource: Some(resource),
-        },
-        None => Attributes {
-            path,
-            verb: method_verb,
-            resource: None,
-        },
+/// What a request asks to do, as k8s.io/apiserver's `authorizer.Attributes` without the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attributes {
+    path: String,
+    verb: Cow<'static, str>,
+    resource: Option<ResourceAttributes>,
+}
+
+/// The resource part of [`Attributes`], for requests under `/api` or `/apis`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceAttributes {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource (plural); may be empty for malformed paths such as `/apis/{g}/{v}/watch`.
+    pub resource: String,
+    /// Subresource (`changelog`), when the path names one.
+    pub subresource: Option<String>,
+    /// Namespace, for a namespaced request.
+    pub namespace: Option<String>,
+    /// Object name, for a request on one object.
+    pub name: Option<String>,
+}
+
+impl Attributes {
+    /// The attributes of a request from its method, its percent-decoded path and its query.
+    ///
+    /// `/api/{version}/...` and `/apis/{group}/{version}/...` with at least one segment after
+    /// the version are resource requests: the verb comes from the method (`get` becomes
+    /// `list`, or `watch` with `watch=true`, without a name; `delete` without a name becomes
+    /// `deletecollection`; a method with no verb gives an empty one), or from a
+    /// `watch`/`proxy` segment after the version; `namespaces/{ns}/` scopes the request; then
+    /// come resource, name and subresource. A list with `fieldSelector=metadata.name=<name>`
+    /// names that object. Everything else (discovery, `/metrics`, `/openapi/v2`, ...) is a
+    /// non-resource request whose verb is the lower-case method.
+    pub(super) fn of(method: &Method, path: String, query: &QueryValues) -> Self {
+        match resource(method, &path, query) {
+            Some((verb, resource)) => Self {
+                path,
+                verb,
+                resource: Some(resource),
+            },
+            None => Self {
+                verb: Cow::Owned(method.as_str().to_ascii_lowercase()),
+                path,
+                resource: None,
+            },
+        }
+    }
+
+    /// The verb: `get`, `list`, `watch`, `create`, ... for resource requests, the lower-case
+    /// HTTP method for others.
+    pub fn verb(&self) -> &str {
+        &self.verb
+    }
+
+    /// The request path, percent-decoded.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The resource attributes; `None` for a non-resource request.
+    pub fn resource(&self) -> Option<&ResourceAttributes> {
+        self.resource.as_ref()
+    }
+
+    /// The path's segments, without leading and trailing slashes (requestinfo.go's split).
+    pub(super) fn segments(&self) -> Vec<&str> {
+        segments(&self.path)
+    }
+
+    /// Total length of the attributes, as k8s.io/apiserver's `shouldCache` counts it.
+    pub fn size(&self) -> usize {
+        let resource = self.resource.as_ref().map_or(0, |r| {
+            r.group.len()
+                + r.version.len()
+                + r.resource.len()
+                + r.subresource.as_ref().map_or(0, String::len)
+                + r.namespace.as_ref().map_or(0, String::len)
+                + r.name.as_ref().map_or(0, String::len)
+        });
+        self.path.len() + self.verb.len() + resource
+    }
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    let trimmed = path.trim_matches('/');
+    if trimmed.is_empty() {
+        Vec::new()
+    } else {
+        trimmed.split('/').collect()
     }
 }
 
 /// The verb and resource attributes of a resource request; `None` for a non-resource request.
-fn resource<'a>(
+fn resource(
     method: &Method,
-    path: &'a str,
-    query: &str,
+    path: &str,
+    query: &QueryValues,
 ) -> Option<(Cow<'static, str>, ResourceAttributes)> {
-    let trimmed = path.trim_matches('/');
-    let parts: Vec<&'a str> = if trimmed.is_empty() {
-        Vec::new()
-    } else {
-        trimmed.split('/').collect()
-    };
+    let parts = segments(path);
     if parts.len() < 3 {
         return None;
     }
@@ -105,7 +163,7 @@ fn resource<'a>(
 
     let mut verb = verb;
     if name.as_deref().unwrap_or_default().is_empty() && verb == "get" {
-        let list = ListQuery::parse(query);
+        let list = ListOptions::decode(query);
         verb = Cow::Borrowed(if list.watch { "watch" } else { "list" });
         name = list.name;
     }
@@ -126,35 +184,40 @@ fn resource<'a>(
     ))
 }
 
-/// The list options that matter for authorization.
+/// The list options that matter for authorization, decoded as requestinfo.go decodes
+/// `metainternalversion.ListOptions`.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct ListQuery {
+struct ListOptions {
     watch: bool,
     /// From `fieldSelector=metadata.name=<name>`, when a valid path segment.
     name: Option<String>,
 }
 
-impl ListQuery {
-    fn parse(query: &str) -> Self {
-        let pairs = query_pairs(query);
-        let first = |key: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        };
-        match first("fieldSelector").map_or(Ok(None), exact_name) {
-            Ok(name) => Self {
+impl ListOptions {
+    fn decode(query: &QueryValues) -> Self {
+        let first = |key: &str| query.first(key);
+        let fields = FieldSelector::parse(first("fieldSelector").unwrap_or_default());
+        // The conversions that can fail: selectors that do not parse, integers that are not.
+        let decodes = fields.is_ok()
+            && LabelSelector::parse(first("labelSelector").unwrap_or_default()).is_ok()
+            && ["limit", "timeoutSeconds"]
+                .into_iter()
+                .all(|key| first(key).is_none_or(|v| v.parse::<i64>().is_ok()));
+        match fields {
+            Ok(fields) if decodes => Self {
                 // metav1's bool conversion: "0", "f", "false" (any case) are false.
                 watch: first("watch").is_some_and(|watch| {
                     !(watch == "0"
                         || watch.eq_ignore_ascii_case("f")
                         || watch.eq_ignore_ascii_case("false"))
                 }),
-                name: name.filter(|name| valid_path_segment(name)),
+                name: fields
+                    .exact_name()
+                    .filter(|name| valid_path_segment(name))
+                    .map(str::to_owned),
             },
-            // An undecodable query: requestinfo.go keeps only `watch`, read leniently.
-            Err(InvalidSelector) => Self {
+            // Undecodable options: requestinfo.go keeps only `watch`, read leniently.
+            _ => Self {
                 watch: first("watch").is_some_and(|watch| {
                     let watch = watch.to_ascii_lowercase();
                     watch != "false" && watch != "0"
@@ -162,137 +225,6 @@ impl ListQuery {
                 name: None,
             },
         }
-    }
-}
-
-/// Go's `url.ParseQuery`: `&`-separated `key=value` pairs, form-unescaped; pairs holding `;` or
-/// a malformed escape are skipped.
-fn query_pairs(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|pair| !pair.is_empty() && !pair.contains(';'))
-        .filter_map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let key = unescape(key, true)?;
-            let value = unescape(value, true)?;
-            Some((
-                String::from_utf8_lossy(&key).into_owned(),
-                String::from_utf8_lossy(&value).into_owned(),
-            ))
-        })
-        .collect()
-}
-
-/// Go's `url.PathUnescape` (`plus_is_space` false) or `url.QueryUnescape` (true): `%XX`
-/// decoded; `None` when a `%` is not followed by two hex digits.
-pub(crate) fn unescape(text: &str, plus_is_space: bool) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        match byte {
-            b'%' => {
-                let high = hex(*bytes.get(i + 1)?)?;
-                let low = hex(*bytes.get(i + 2)?)?;
-                out.push(high << 4 | low);
-                i += 3;
-            }
-            b'+' if plus_is_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    Some(out)
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    char::from(digit)
-        .to_digit(16)
-        .and_then(|value| u8::try_from(value).ok())
-}
-
-/// A field selector that does not parse.
-#[derive(Debug, PartialEq, Eq)]
-struct InvalidSelector;
-
-/// The value a field selector requires `metadata.name` to equal (`fields.ParseSelector`, then
-/// `RequiresExactMatch`): terms split on unescaped commas and sorted, the first `=`/`==` term
-/// on `metadata.name` wins; any malformed term invalidates the selector.
-fn exact_name(selector: &str) -> Result<Option<String>, InvalidSelector> {
-    let mut terms = split_terms(selector);
-    terms.sort_unstable();
-    let mut name = None;
-    for term in terms.into_iter().filter(|term| !term.is_empty()) {
-        let (field, operator, value) = split_term(term).ok_or(InvalidSelector)?;
-        let value = unescape_value(value)?;
-        if field == "metadata.name" && operator != "!=" && name.is_none() {
-            name = Some(value);
-        }
-    }
-    Ok(name)
-}
-
-/// Go's `fields.splitTerms`: splits on commas not escaped by a backslash.
-fn split_terms(selector: &str) -> Vec<&str> {
-    if selector.is_empty() {
-        return Vec::new();
-    }
-    let mut terms = Vec::new();
-    let mut start = 0;
-    let mut escaped = false;
-    for (i, c) in selector.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' => escaped = true,
-            ',' => {
-                terms.push(&selector[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    terms.push(&selector[start..]);
-    terms
-}
-
-/// Go's `fields.splitTerm`: the first operator (`!=`, `==`, `=`, tried in that order at each
-/// position) splits the term.
-fn split_term(term: &str) -> Option<(&str, &'static str, &str)> {
-    (0..term.len()).find_map(|i| {
-        let rest = term.get(i..)?;
-        ["!=", "==", "="]
-            .into_iter()
-            .find(|operator| rest.starts_with(operator))
-            .map(|operator| (&term[..i], operator, &rest[operator.len()..]))
-    })
-}
-
-/// Go's `fields.UnescapeValue`: `\\`, `\,` and `\=` are escapes; a lone `,` or `=` or any
-/// other escape is an error.
-fn unescape_value(value: &str) -> Result<String, InvalidSelector> {
-    let mut out = String::with_capacity(value.len());
-    let mut escaped = false;
-    for c in value.chars() {
-        match c {
-            '\\' | ',' | '=' if escaped => {
-                out.push(c);
-                escaped = false;
-            }
-            _ if escaped => return Err(InvalidSelector),
-            '\\' => escaped = true,
-            ',' | '=' => return Err(InvalidSelector),
-            _ => out.push(c),
-        }
-    }
-    if escaped {
-        Err(InvalidSelector)
-    } else {
-        Ok(out)
     }
 }
 
@@ -308,6 +240,12 @@ mod tests {
     use super::*;
 
     const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
+
+    /// The attributes of a raw path and query, as [`crate::request::RequestInfo`] builds them.
+    fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
+        let path = super::super::decode_path(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        Attributes::of(method, path, &QueryValues::parse(query.unwrap_or_default()))
+    }
 
     fn resource_of(
         method: Method,
@@ -508,6 +446,20 @@ mod tests {
         // Invalid selector: Go falls back to a lenient read of `watch` ("f" is true there).
         let (verb, attrs) = resource_of(Method::GET, &path, Some("fieldSelector=nonsense&watch=f"));
         assert_eq!((verb.as_str(), attrs.name), ("watch", None));
+        // Any list option that does not decode voids the name, as in Go.
+        for void in ["labelSelector=a+in+b", "limit=x", "timeoutSeconds=1.5"] {
+            let query = format!("fieldSelector=metadata.name%3Dv1&{void}");
+            assert_eq!(named(&query), None, "{void}");
+        }
+        // Repeated: the first value counts.
+        assert_eq!(
+            named("fieldSelector=metadata.name%3Da&fieldSelector=").as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            named("fieldSelector=&fieldSelector=metadata.name%3Da"),
+            None
+        );
     }
 
     #[test]
@@ -546,43 +498,16 @@ mod tests {
         );
     }
 
-    #[test]
-    fn query_unescaping_follows_go() {
-        assert_eq!(unescape("a+b%20c", true).as_deref(), Some(&b"a b c"[..]));
-        assert_eq!(unescape("a+b", false).as_deref(), Some(&b"a+b"[..]));
-        assert_eq!(unescape("%zz", true), None);
-        assert_eq!(unescape("%4", true), None);
-        assert_eq!(
-            query_pairs("a=1&&b&c=%zz&d;e=2&f=x=y"),
-            [
-                ("a".to_owned(), "1".to_owned()),
-                ("b".to_owned(), String::new()),
-                ("f".to_owned(), "x=y".to_owned())
-            ]
-        );
-    }
-
     proptest! {
         #[test]
         fn never_panics(method in "[A-Z]{1,8}", path in "(/[a-z%2F.]{0,8}){0,8}/?", query in "[a-z=&%+;,.!\\\\]{0,30}") {
             let method = Method::from_bytes(method.as_bytes()).unwrap_or(Method::GET);
-            let attributes = attributes(&method, &path, Some(&query));
+            let Ok(path) = super::super::decode_path(&path) else { return Ok(()) };
+            let attributes = Attributes::of(&method, path, &QueryValues::parse(&query));
             if let Some(resource) = attributes.resource() {
                 prop_assert!(resource.name.as_deref() != Some(""));
                 prop_assert!(resource.namespace.as_deref() != Some(""));
             }
-        }
-
-        #[test]
-        fn field_selector_values_round_trip(name in "[a-z0-9.,=\\\\-]{1,20}", other in "[a-z]{1,5}") {
-            let escaped = name.replace('\\', "\\\\").replace(',', "\\,").replace('=', "\\=");
-            let selector = format!("{other}=x,metadata.name={escaped}");
-            prop_assert_eq!(exact_name(&selector), Ok(Some(name)));
-        }
-
-        #[test]
-        fn field_selectors_never_panic(selector in "[a-z.=!,\\\\]{0,30}") {
-            let _ = exact_name(&selector);
         }
 
         #[test]

@@ -1,4 +1,4 @@
-//! [`Query`] answering from reflector stores and a cache filled as the
+//! [`Resources`] answering from reflector stores and a cache filled as the
 //! channel workers fill it, with no network: the objects are what the
 //! elemental-operator creates, the data is parsed from real channel files.
 
@@ -156,8 +156,10 @@ struct World {
     channels: Writer<ManagedOSVersionChannel>,
     versions: Writer<ManagedOSVersion>,
     cache: Arc<Cache>,
-    query: Query,
+    resources: Resources,
 }
+
+const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 
 impl World {
     fn empty(default_arch: &str, archs: &[&str]) -> Self {
@@ -168,17 +170,18 @@ impl World {
             versions: Stores::from_stores(Some(version_store), BTreeMap::new()),
         };
         let cache = Arc::new(Cache::default());
-        let query = Query::new(
+        let arch = |a: &str| a.parse::<Arch>().unwrap_or_else(|e| panic!("{e}"));
+        let resources = Resources::new(
             objects,
             cache.clone(),
-            default_arch.to_owned(),
-            archs.iter().map(|a| (*a).to_owned()).collect(),
+            arch(default_arch),
+            archs.iter().map(|a| arch(a)).collect(),
         );
         Self {
             channels,
             versions,
             cache,
-            query,
+            resources,
         }
     }
 
@@ -281,19 +284,46 @@ impl World {
         self.versions.apply_watcher_event(&watcher::Event::Apply(v));
     }
 
+    /// Answers a GET of `path?query` as the server does: parsed by the request model,
+    /// then answered (a parameter the model refuses is its 400).
+    fn request(
+        &self,
+        path: &str,
+        query: &str,
+        accept: Option<&str>,
+    ) -> Result<HttpResponse, StatusError> {
+        let uri = format!("{path}?{query}");
+        let info = crate::request::RequestInfo::parse(
+            &http::Method::GET,
+            &uri.parse().unwrap_or_else(|e| panic!("{uri}: {e}")),
+        )?;
+        match info.target() {
+            crate::request::Target::Resource(resource) => self.resources.answer(resource, accept),
+            crate::request::Target::Invalid { error, .. } => Err(error.clone()),
+            other => panic!("{uri} is not a resource request: {other:?}"),
+        }
+    }
+
     fn changelog(
         &self,
         namespace: &str,
         name: &str,
         query: &str,
     ) -> Result<HttpResponse, StatusError> {
-        self.query.answer(
-            &Route::Changelog {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            },
-            None,
+        self.changelog_as(namespace, name, query, None)
+    }
+
+    fn changelog_as(
+        &self,
+        namespace: &str,
+        name: &str,
+        query: &str,
+        accept: Option<&str>,
+    ) -> Result<HttpResponse, StatusError> {
+        self.request(
+            &format!("{BASE}/namespaces/{namespace}/managedosversions/{name}/changelog"),
             query,
+            accept,
         )
     }
 
@@ -312,13 +342,11 @@ impl World {
         accept: Option<&str>,
         query: &str,
     ) -> Result<HttpResponse, StatusError> {
-        self.query.answer(
-            &Route::List {
-                namespace: namespace.map(str::to_owned),
-            },
-            accept,
-            query,
-        )
+        let path = match namespace {
+            Some(ns) => format!("{BASE}/namespaces/{ns}/managedosversions"),
+            None => format!("{BASE}/managedosversions"),
+        };
+        self.request(&path, query, accept)
     }
 
     fn list_names(&self, namespace: Option<&str>, query: &str) -> Vec<String> {
@@ -339,14 +367,23 @@ impl World {
             .collect()
     }
 
+    fn get_as(
+        &self,
+        namespace: &str,
+        name: &str,
+        query: &str,
+        accept: Option<&str>,
+    ) -> Result<HttpResponse, StatusError> {
+        self.request(
+            &format!("{BASE}/namespaces/{namespace}/managedosversions/{name}"),
+            query,
+            accept,
+        )
+    }
+
     fn get(&self, namespace: &str, name: &str, query: &str) -> Value {
-        let route = Route::Get {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        };
         json_body(
-            self.query
-                .answer(&route, None, query)
+            self.get_as(namespace, name, query, None)
                 .unwrap_or_else(|e| panic!("{name}: {e:?}")),
         )
     }
@@ -464,20 +501,16 @@ fn text_and_markdown_formats() {
     );
     assert!(w.changelog(NS, NEWEST, "format=md").is_ok());
     assert!(w.changelog(NS, NEWEST, "format=json").is_ok());
-    assert_eq!(error(w.changelog(NS, NEWEST, "format=yaml")).code, 400);
+    assert_eq!(error(w.changelog(NS, NEWEST, "format=yaml")).code(), 400);
     // Text needs no JSON Accept (kubectl get --raw sends none anyway).
-    let route = Route::Changelog {
-        namespace: NS.to_owned(),
-        name: NEWEST.to_owned(),
-    };
     assert!(
-        w.query
-            .answer(
-                &route,
-                Some("application/vnd.kubernetes.protobuf"),
-                "format=text"
-            )
-            .is_ok()
+        w.changelog_as(
+            NS,
+            NEWEST,
+            "format=text",
+            Some("application/vnd.kubernetes.protobuf")
+        )
+        .is_ok()
     );
 }
 
@@ -486,15 +519,15 @@ fn missing_versions_and_channels_are_404_with_a_cause() {
     let w = World::new();
     let e = error(w.changelog(NS, "nope", ""));
     assert_eq!(
-        (e.code, e.details.as_ref().map(|d| d.name.as_str())),
+        (e.code(), e.details.as_ref().map(|d| d.name.as_str())),
         (404, Some("nope"))
     );
     assert_eq!(
-        error(w.changelog(OTHER_NS, OLDEST, "")).code,
+        error(w.changelog(OTHER_NS, OLDEST, "")).code(),
         404,
         "a version of another namespace is not found"
     );
-    assert_eq!(error(w.changelog("kube-system", NEWEST, "")).code, 404);
+    assert_eq!(error(w.changelog("kube-system", NEWEST, "")).code(), 404);
 
     for (name, reason) in [
         ("orphan", "NoChannel"),
@@ -506,7 +539,7 @@ fn missing_versions_and_channels_are_404_with_a_cause() {
         ("base-v2.2.0-3.13-os", "NoChangelogData"),
     ] {
         let e = error(w.changelog(NS, name, ""));
-        assert_eq!((e.code, cause(&e)), (404, reason), "{name}: {e:?}");
+        assert_eq!((e.code(), cause(&e)), (404, reason), "{name}: {e:?}");
         assert_eq!(e.details.as_ref().map(|d| d.name.as_str()), Some(name));
         assert!(e.retry_after.is_none());
         let status: Value = serde_json::from_slice(&e.to_json()).unwrap_or_default();
@@ -527,7 +560,7 @@ fn data_not_there_yet_is_503_with_retry_after() {
     let w = World::new();
     let e = error(w.changelog(NS, "pending-v1", ""));
     assert_eq!(
-        (e.code, cause(&e), e.retry_after),
+        (e.code(), cause(&e), e.retry_after),
         (503, "NotFetched", Some(RETRY_AFTER_NOT_FETCHED))
     );
     assert_eq!(
@@ -536,7 +569,7 @@ fn data_not_there_yet_is_503_with_retry_after() {
     );
     let e = error(w.changelog(NS, "broken-v1", ""));
     assert_eq!(
-        (e.code, cause(&e), e.retry_after),
+        (e.code(), cause(&e), e.retry_after),
         (503, "FetchFailed", None),
         "a failing registry needs an operator: no Retry-After for clients to spin on"
     );
@@ -599,7 +632,7 @@ fn from_must_be_an_older_version_of_the_same_channel() {
         ("base-v2.2.0-3.13-os", "not a version of this channel"),
     ] {
         let e = error(w.changelog(NS, MIDDLE, &format!("from={from}")));
-        assert_eq!(e.code, 400, "{from}: {e:?}");
+        assert_eq!(e.code(), 400, "{from}: {e:?}");
         assert!(e.message.contains(why), "{from}: {}", e.message);
     }
     let e = error(w.changelog(NS, OLDEST, &format!("from={MIDDLE}")));
@@ -612,7 +645,7 @@ fn from_must_be_an_older_version_of_the_same_channel() {
     );
     // A version of the same name in another namespace is not "the same channel".
     assert_eq!(
-        error(w.changelog(OTHER_NS, NEWEST, &format!("from={OLDEST}"))).code,
+        error(w.changelog(OTHER_NS, NEWEST, &format!("from={OLDEST}"))).code(),
         400
     );
 }
@@ -630,15 +663,15 @@ fn architectures_are_normalized_and_checked() {
         "aarch64"
     );
     let e = error(w.changelog(NS, NEWEST, "arch=s390x"));
-    assert_eq!(e.code, 400);
+    assert_eq!(e.code(), 400);
     assert!(e.message.contains("x86_64, aarch64"), "{}", e.message);
-    assert_eq!(error(w.list(Some(NS), None, "arch=riscv64")).code, 400);
+    assert_eq!(error(w.list(Some(NS), None, "arch=riscv64")).code(), 400);
 }
 
 #[test]
 fn architectures_configured_with_oci_names_still_find_their_data() {
-    // `--architecture amd64,arm64`: the workers key the cache by the
-    // configured names.
+    // `--architecture amd64,arm64`: parsed once into `Arch`, so the workers
+    // key the cache by the RPM names whatever the spelling configured.
     let mut w = World::empty("amd64", &["amd64", "arm64"]);
     w.channel(custom(NS, "sl-micro", IMAGE));
     w.version(mov(NS, NEWEST, "sl-micro", "v2.2.0-3.12"));
@@ -654,8 +687,8 @@ fn architectures_configured_with_oci_names_still_find_their_data() {
             image: Some(IMAGE.to_owned()),
             attempted: true,
             archs: BTreeMap::from([
-                ("amd64".to_owned(), arch.clone()),
-                ("arm64".to_owned(), arch),
+                ("x86_64".to_owned(), arch.clone()),
+                ("aarch64".to_owned(), arch),
             ]),
         });
     assert_eq!(w.changelog_json(NS, NEWEST, "")["arch"], "x86_64");
@@ -700,18 +733,7 @@ fn summaries_and_selectors() {
     assert_eq!(s["from"]["name"], MIDDLE);
     assert_eq!(s["summary"]["advisories"], 2);
     assert_eq!(s["created"], "2024-11-27T16:07:32Z");
-    assert_eq!(
-        error(w.query.answer(
-            &Route::Get {
-                namespace: NS.to_owned(),
-                name: "nope".to_owned()
-            },
-            None,
-            ""
-        ))
-        .code,
-        404
-    );
+    assert_eq!(error(w.get_as(NS, "nope", "", None)).code(), 404);
 
     let sl_micro = w.list_names(
         Some(NS),
@@ -749,9 +771,12 @@ fn summaries_and_selectors() {
         w.list_names(Some("empty-namespace"), ""),
         Vec::<String>::new()
     );
-    assert_eq!(error(w.list(None, None, "labelSelector=a+in+b")).code, 400);
     assert_eq!(
-        error(w.list(None, None, "fieldSelector=spec.version%3D1")).code,
+        error(w.list(None, None, "labelSelector=a+in+b")).code(),
+        400
+    );
+    assert_eq!(
+        error(w.list(None, None, "fieldSelector=spec.version%3D1")).code(),
         400
     );
 }
@@ -771,7 +796,7 @@ fn cve_search_lists_the_fixing_versions_oldest_first() {
         w.list_names(None, "cve=CVE-2000-0001"),
         Vec::<String>::new()
     );
-    assert_eq!(error(w.list(None, None, "cve=GHSA-1234")).code, 400);
+    assert_eq!(error(w.list(None, None, "cve=GHSA-1234")).code(), 400);
 }
 
 #[test]
@@ -825,32 +850,22 @@ fn tables_for_kubectl_and_406_for_what_we_cannot_produce() {
     );
     assert!(none["rows"][0]["object"].is_null(), "{}", none["rows"][0]);
     let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-    let route = Route::Get {
-        namespace: NS.to_owned(),
-        name: NEWEST.to_owned(),
-    };
     let one = w
-        .query
-        .answer(&route, Some(kubectl), "")
+        .get_as(NS, NEWEST, "", Some(kubectl))
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(content_type(&one), content::TABLE_V1);
     assert_eq!(json_body(one)["rows"].as_array().map(Vec::len), Some(1));
 
     let protobuf = "application/vnd.kubernetes.protobuf";
-    assert_eq!(error(w.list(Some(NS), Some(protobuf), "")).code, 406);
-    assert_eq!(error(w.query.answer(&route, Some(protobuf), "")).code, 406);
-    let changelog = Route::Changelog {
-        namespace: NS.to_owned(),
-        name: NEWEST.to_owned(),
-    };
+    assert_eq!(error(w.list(Some(NS), Some(protobuf), "")).code(), 406);
+    assert_eq!(error(w.get_as(NS, NEWEST, "", Some(protobuf))).code(), 406);
     assert_eq!(
-        error(w.query.answer(&changelog, Some(protobuf), "")).code,
+        error(w.changelog_as(NS, NEWEST, "", Some(protobuf))).code(),
         406
     );
     // A changelog asked as a Table is served as the object itself.
     let c = w
-        .query
-        .answer(&changelog, Some(kubectl), "")
+        .changelog_as(NS, NEWEST, "", Some(kubectl))
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(content_type(&c), content::JSON);
     assert_eq!(
@@ -859,13 +874,8 @@ fn tables_for_kubectl_and_406_for_what_we_cannot_produce() {
             Some(content::TABLE_V1),
             "includeObject=Everything"
         ))
-        .code,
+        .code(),
         400
-    );
-    assert_eq!(
-        error(w.query.answer(&Route::Apis, None, "")).code,
-        400,
-        "not a resource route"
     );
 }
 
@@ -912,7 +922,7 @@ fn an_image_without_the_architecture_is_404_not_503() {
     );
     let e = error(w.changelog(NS, "x86-v1", "arch=arm64"));
     assert_eq!(
-        (e.code, cause(&e), e.retry_after),
+        (e.code(), cause(&e), e.retry_after),
         (404, "NoChangelogData", None),
         "{e:?}"
     );

@@ -4,32 +4,29 @@
 
 use std::sync::Arc;
 
-use elemental_changelog::{compute::QueryError, updates};
+use elemental_changelog::compute::QueryError;
 use elemental_changelog_apiservice::{
-    RESOURCE, content,
-    content::Representation,
+    Arch, RESOURCE, content,
+    content::{IncludeObject, Representation},
     render,
     status::{StatusCause, StatusDetails, StatusError},
     table,
     types::{
-        ChannelRef, ManagedOSVersionChangelogSummary, ManagedOSVersionChangelogSummaryList,
-        ObjectMeta, UnavailableReason,
+        ManagedOSVersionChangelogSummary, ManagedOSVersionChangelogSummaryList, ObjectMeta,
+        UnavailableReason,
     },
 };
 use kube::ResourceExt;
 
-use crate::oci::platform::rpm_arch;
-
-use super::{
-    HttpResponse, Route, ok,
-    selector::{FieldSelector, LabelSelector},
-};
+use super::{HttpResponse, ok};
 use crate::{
     cache::{Cache, ChannelKey, ChannelState, Snapshot},
     channels::{
         Objects,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
     },
+    objects::{self, Source},
+    request::{ChangelogParams, Format, ListParams, Resource},
 };
 
 /// Seconds a client should wait before asking again for data being fetched
@@ -39,53 +36,11 @@ const RETRY_AFTER_NOT_FETCHED: u32 = 2;
 const NO_MATCHING_PLATFORM: &str = "no_matching_platform";
 
 /// Answers resource requests.
-pub struct Query {
+pub struct Resources {
     objects: Objects,
     cache: Arc<Cache>,
-    default_arch: String,
-    architectures: Vec<String>,
-}
-
-/// Query parameters of resource requests.
-#[derive(Debug, Default)]
-struct Params {
-    from: Option<String>,
-    arch: Option<String>,
-    format: Option<String>,
-    label_selector: Option<String>,
-    field_selector: Option<String>,
-    cve: Option<String>,
-    include_object: Option<String>,
-}
-
-impl Params {
-    fn parse(query: &str) -> Self {
-        let mut p = Self::default();
-        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-            let v = Some(v.into_owned()).filter(|v| !v.is_empty());
-            match k.as_ref() {
-                "from" => p.from = v,
-                "arch" => p.arch = v,
-                "format" => p.format = v,
-                "labelSelector" => p.label_selector = v,
-                "fieldSelector" => p.field_selector = v,
-                "cve" => p.cve = v,
-                "includeObject" => p.include_object = v,
-                // limit, continue, timeoutSeconds, resourceVersion...: lists
-                // here are small and always complete.
-                _ => {}
-            }
-        }
-        p
-    }
-}
-
-/// Output formats of the changelog subresource (`?format=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    Json,
-    Text,
-    Markdown,
+    default_arch: Arch,
+    architectures: Vec<Arch>,
 }
 
 /// Where a version's data stands: the snapshot holding it, or why none does.
@@ -102,13 +57,14 @@ enum Lookup {
     },
 }
 
-impl Query {
-    /// A query over the reflector stores and the cache.
+impl Resources {
+    /// Answers over the reflector stores and the cache; `architectures` are those the
+    /// channel workers read (the cache is keyed by their RPM names).
     pub fn new(
         objects: Objects,
         cache: Arc<Cache>,
-        default_arch: String,
-        architectures: Vec<String>,
+        default_arch: Arch,
+        architectures: Vec<Arch>,
     ) -> Self {
         Self {
             objects,
@@ -118,69 +74,81 @@ impl Query {
         }
     }
 
-    /// Answers a resource route.
+    /// Answers a resource request.
     pub fn answer(
         &self,
-        route: &Route,
+        resource: &Resource,
         accept: Option<&str>,
-        query: &str,
     ) -> Result<HttpResponse, StatusError> {
-        let params = Params::parse(query);
-        match route {
-            Route::Changelog { namespace, name } => {
-                self.changelog(namespace, name, &params, accept)
-            }
-            Route::Get { namespace, name } => {
-                let representation = content::negotiate(accept, params.include_object.as_deref())?;
-                let arch = self.arch(&params)?;
+        match resource {
+            Resource::Changelog {
+                namespace,
+                name,
+                params,
+            } => self.changelog(namespace, name, params, accept),
+            Resource::Get {
+                namespace,
+                name,
+                params,
+            } => {
+                let representation = content::negotiate(accept, params.include_object)?;
+                let arch = self.arch(params.arch.as_ref())?;
                 let version = self.version(namespace, name)?;
-                let summary = self.summary(&version, &arch);
-                Ok(respond_summaries(representation, vec![summary], false)?)
+                let summary = self.summary(&version, arch);
+                respond_summaries(representation, vec![summary], false)
             }
-            Route::List { namespace } => {
-                let representation = content::negotiate(accept, params.include_object.as_deref())?;
-                let arch = self.arch(&params)?;
-                let labels =
-                    LabelSelector::parse(params.label_selector.as_deref().unwrap_or_default())?;
-                let fields =
-                    FieldSelector::parse(params.field_selector.as_deref().unwrap_or_default())?;
-                let cve = params.cve.as_deref().map(normalize_cve).transpose()?;
-                let mut versions: Vec<Arc<ManagedOSVersion>> = self
-                    .objects
-                    .versions
-                    .list(namespace.as_deref())
-                    .into_iter()
-                    .filter(|v| labels.matches(v.labels()))
-                    .filter(|v| {
-                        fields.matches(&v.name_any(), v.namespace().as_deref().unwrap_or_default())
-                    })
-                    .collect();
-                if let Some(cve) = &cve {
-                    versions = self.fixing(versions, cve, &arch);
-                }
-                let items = versions.iter().map(|v| self.summary(v, &arch)).collect();
-                respond_summaries(representation, items, true)
+            Resource::List { namespace, params } => {
+                let representation = content::negotiate(accept, params.include_object)?;
+                self.summaries(namespace.as_deref(), params, representation)
             }
-            _ => Err(StatusError::bad_request("not a resource request")),
         }
     }
 
-    /// The architecture asked for, spelled as configured: the workers key the
-    /// cache by the configured names (`amd64` and `x86_64` are the same).
-    fn arch(&self, params: &Params) -> Result<String, StatusError> {
-        let arch = params
-            .arch
-            .clone()
-            .unwrap_or_else(|| self.default_arch.clone());
-        let arch = rpm_arch(&arch).to_owned();
-        if let Some(configured) = self.architectures.iter().find(|a| rpm_arch(a) == arch) {
-            Ok(configured.clone())
-        } else {
-            Err(StatusError::bad_request(format!(
-                "arch {arch:?} is not served; this server reads: {}",
-                self.architectures.join(", ")
-            )))
+    /// Summaries of the versions a list selects; with `cve`, only those fixing it.
+    fn summaries(
+        &self,
+        namespace: Option<&str>,
+        params: &ListParams,
+        representation: Representation,
+    ) -> Result<HttpResponse, StatusError> {
+        params.fields.check_supported()?;
+        let arch = self.arch(params.arch.as_ref())?;
+        let mut versions: Vec<Arc<ManagedOSVersion>> = self
+            .objects
+            .versions
+            .list(namespace)
+            .into_iter()
+            .filter(|v| params.labels.matches(v.labels()))
+            .filter(|v| {
+                params
+                    .fields
+                    .matches(&v.name_any(), v.namespace().as_deref().unwrap_or_default())
+            })
+            .collect();
+        if let Some(cve) = &params.cve {
+            versions = self.fixing(versions, cve, arch);
         }
+        let items = versions.iter().map(|v| self.summary(v, arch)).collect();
+        respond_summaries(representation, items, true)
+    }
+
+    /// The architecture asked for (the default when none), if this server reads it.
+    fn arch(&self, asked: Option<&Arch>) -> Result<&Arch, StatusError> {
+        let arch = asked.unwrap_or(&self.default_arch);
+        self.architectures
+            .iter()
+            .find(|served| *served == arch)
+            .ok_or_else(|| {
+                StatusError::bad_request(format!(
+                    "arch {:?} is not served; this server reads: {}",
+                    arch.as_str(),
+                    self.architectures
+                        .iter()
+                        .map(Arch::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
     }
 
     fn version(&self, namespace: &str, name: &str) -> Result<Arc<ManagedOSVersion>, StatusError> {
@@ -192,7 +160,8 @@ impl Query {
 
     /// Finds the snapshot that holds `version`'s data for `arch`, or says why
     /// there is none.
-    fn lookup(&self, version: &ManagedOSVersion, arch: &str) -> Lookup {
+    fn lookup(&self, version: &ManagedOSVersion, arch: &Arch) -> Lookup {
+        let arch = arch.as_str();
         let name = version.name_any();
         let namespace = version.namespace().unwrap_or_default();
         let unavailable = |channel_name: Option<String>, image: Option<String>, reason, error| {
@@ -350,52 +319,33 @@ impl Query {
         &self,
         namespace: &str,
         name: &str,
-        params: &Params,
+        params: &ChangelogParams,
         accept: Option<&str>,
     ) -> Result<HttpResponse, StatusError> {
-        let format = match params.format.as_deref() {
-            None | Some("json") => Format::Json,
-            Some("text") => Format::Text,
-            Some("markdown" | "md") => Format::Markdown,
-            Some(other) => {
-                return Err(StatusError::bad_request(format!(
-                    "format {other:?} is not supported: use json, text or markdown"
-                )));
-            }
-        };
-        if format == Format::Json {
+        if params.format == Format::Json {
             // A Table of a changelog is not offered; kubectl then prints the
             // object itself. Only types we cannot produce at all are refused.
-            content::negotiate(accept, None)?;
+            content::negotiate(accept, IncludeObject::default())?;
         }
-        let arch = self.arch(params)?;
+        let arch = self.arch(params.arch.as_ref())?;
         let version = self.version(namespace, name)?;
-        let (channel, snapshot) = match self.lookup(&version, &arch) {
+        let (channel, snapshot) = match self.lookup(&version, arch) {
             Lookup::Found { channel, snapshot } => (channel, snapshot),
             Lookup::Unavailable { error, .. } => return Err(error),
         };
+        let channel_name = channel.name_any();
         if let Some(from) = &params.from {
-            self.check_from(&version, from, &channel.name_any())?;
+            self.check_from(&version, from, &channel_name)?;
         }
+        let source = source(&channel_name, &snapshot);
         let mut changelog = snapshot
             .data
             .changelog(name, params.from.as_deref())
-            .map_err(|e| query_error(name, &snapshot, &e))?;
-        let data = snapshot.data.version(name);
-        let retained_from = data.and_then(|v| v.retained_from.clone());
+            .map_err(|e| query_error(name, source, &e))?;
         changelog.metadata = object_meta(&version);
-        changelog.channel = ChannelRef {
-            name: channel.name_any(),
-            image: Some(snapshot.image.clone()),
-            digest: Some(
-                retained_from
-                    .clone()
-                    .unwrap_or_else(|| snapshot.digest.clone()),
-            ),
-            retained: retained_from.is_some(),
-        };
-        changelog.arch = rpm_arch(&arch).to_owned();
-        Ok(match format {
+        changelog.channel = objects::channel_ref(source, &snapshot.data, name);
+        changelog.arch = arch.to_string();
+        Ok(match params.format {
             Format::Json => ok(
                 serde_json::to_vec(&changelog).unwrap_or_default(),
                 content::JSON,
@@ -430,62 +380,32 @@ impl Query {
         }
     }
 
-    fn summary(&self, version: &ManagedOSVersion, arch: &str) -> ManagedOSVersionChangelogSummary {
+    fn summary(&self, version: &ManagedOSVersion, arch: &Arch) -> ManagedOSVersionChangelogSummary {
         let name = version.name_any();
-        let mut summary = ManagedOSVersionChangelogSummary::new();
-        summary.metadata = object_meta(version);
-        summary.version = version.spec.version.clone();
         match self.lookup(version, arch) {
-            Lookup::Found { channel, snapshot } => {
-                let retained_from = snapshot
-                    .data
-                    .version(&name)
-                    .and_then(|v| v.retained_from.clone());
-                summary.channel = ChannelRef {
-                    name: channel.name_any(),
-                    image: Some(snapshot.image.clone()),
-                    digest: Some(
-                        retained_from
-                            .clone()
-                            .unwrap_or_else(|| snapshot.digest.clone()),
-                    ),
-                    retained: retained_from.is_some(),
-                };
-                if let Some(v) = snapshot.data.version(&name) {
-                    summary.created = v.entry.created.map(|t| t.to_string());
-                    if summary.version.is_empty() {
-                        summary.version = v.entry.version.clone();
-                    }
-                }
-                match snapshot.data.summary(&name) {
-                    Ok((from, counts)) => {
-                        summary.available = true;
-                        summary.from = from;
-                        summary.summary = Some(counts);
-                    }
-                    Err(e) => {
-                        let error = query_error(&name, &snapshot, &e);
-                        summary.reason = Some(UnavailableReason::NoChangelogData);
-                        summary.message = Some(error.message);
-                    }
-                }
-            }
+            Lookup::Found { channel, snapshot } => objects::summary(
+                source(&channel.name_any(), &snapshot),
+                &snapshot.data,
+                &name,
+                object_meta(version),
+                &version.spec.version,
+            ),
             Lookup::Unavailable {
                 channel_name,
                 image,
                 reason,
                 error,
             } => {
-                summary.channel = ChannelRef {
-                    name: channel_name.unwrap_or_default(),
-                    image,
-                    ..ChannelRef::default()
-                };
+                let mut summary = ManagedOSVersionChangelogSummary::new();
+                summary.metadata = object_meta(version);
+                summary.version = version.spec.version.clone();
+                summary.channel.name = channel_name.unwrap_or_default();
+                summary.channel.image = image;
                 summary.reason = Some(reason);
                 summary.message = Some(error.message);
+                summary
             }
         }
-        summary
     }
 
     /// The versions whose changelog fixes `cve`, oldest first (by channel
@@ -494,7 +414,7 @@ impl Query {
         &self,
         versions: Vec<Arc<ManagedOSVersion>>,
         cve: &str,
-        arch: &str,
+        arch: &Arch,
     ) -> Vec<Arc<ManagedOSVersion>> {
         // By namespace and channel, then the channel data's own order
         // (`created`, then version).
@@ -583,15 +503,21 @@ fn add_cause(error: &mut StatusError, name: &str, reason: &str) {
     });
 }
 
-fn query_error(name: &str, snapshot: &Snapshot, error: &QueryError) -> StatusError {
+/// Where `snapshot` was read, for the object builders.
+fn source<'a>(channel: &'a str, snapshot: &'a Snapshot) -> Source<'a> {
+    Source {
+        channel,
+        image: &snapshot.image,
+        digest: &snapshot.digest,
+    }
+}
+
+fn query_error(name: &str, source: Source<'_>, error: &QueryError) -> StatusError {
     match error {
         QueryError::UnknownVersion { .. } | QueryError::NoData { .. } => not_found_because(
             name,
             "NoChangelogData",
-            format!(
-                "channel image {} ({}) has no changelog data for ManagedOSVersion {name}: {error}",
-                snapshot.image, snapshot.digest
-            ),
+            objects::no_data_message(source, name, error),
         ),
         _ => {
             let mut e = StatusError::bad_request(error.to_string());
@@ -605,39 +531,6 @@ fn query_error(name: &str, snapshot: &Snapshot, error: &QueryError) -> StatusErr
             }));
             e
         }
-    }
-}
-
-/// Accepts `CVE-2024-1234` in any case; refuses what cannot be a CVE id.
-fn normalize_cve(cve: &str) -> Result<String, StatusError> {
-    let cve = cve.trim();
-    if updates::is_cve_id(cve) {
-        Ok(cve.to_ascii_uppercase())
-    } else {
-        Err(StatusError::bad_request(format!(
-            "cve: {cve:?} is not a CVE id (CVE-YYYY-NNNN)"
-        )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn params_and_normalization() {
-        let p = Params::parse(
-            "from=v1&arch=arm64&format=text&labelSelector=a%3Db&cve=cve-2024-0001&limit=500",
-        );
-        assert_eq!(p.from.as_deref(), Some("v1"));
-        assert_eq!(p.label_selector.as_deref(), Some("a=b"));
-        assert_eq!(rpm_arch(p.arch.as_deref().unwrap_or_default()), "aarch64");
-        assert_eq!(
-            normalize_cve("cve-2024-0001").ok().as_deref(),
-            Some("CVE-2024-0001")
-        );
-        assert!(normalize_cve("CVE-24-1").is_err());
-        assert!(normalize_cve("GHSA-xxxx").is_err());
     }
 }
 

@@ -157,54 +157,145 @@ fn is_label_chars(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// The field selectors this API supports: `metadata.name` and
-/// `metadata.namespace`, with `=`, `==` and `!=`.
+/// A field selector, with the grammar of k8s.io/apimachinery `fields.ParseSelector`: terms
+/// split on unescaped commas (and sorted, as Go sorts them), each `field=value`,
+/// `field==value` or `field!=value` with `\\`, `\,` and `\=` escapes in the value. The same
+/// parse serves authorization (which object a list names) and the answer (which objects it
+/// holds), so the two cannot disagree.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldSelector(Vec<(Field, bool, String)>);
+pub struct FieldSelector(Vec<FieldTerm>);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Field {
-    Name,
-    Namespace,
+/// One term of a [`FieldSelector`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FieldTerm {
+    field: String,
+    equal: bool,
+    value: String,
 }
 
+/// The fields this API can select on.
+const SUPPORTED_FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
+
 impl FieldSelector {
-    /// Parses `fieldSelector`.
+    /// Parses `fieldSelector` (syntax only; see [`FieldSelector::check_supported`]). Errors
+    /// are 400s worded like kube-apiserver's.
     pub fn parse(input: &str) -> Result<Self, StatusError> {
-        let mut out = Vec::new();
-        for part in input.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
-                (f, false, v)
-            } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
-                (f, true, v)
-            } else {
-                return Err(StatusError::bad_request(format!(
-                    "invalid selector: '{part}'; can't understand '{part}'"
-                )));
-            };
-            let field = match field.trim() {
-                "metadata.name" => Field::Name,
-                "metadata.namespace" => Field::Namespace,
-                other => {
-                    return Err(StatusError::bad_request(format!(
-                        "field label not supported: {other} (supported: metadata.name, metadata.namespace)"
-                    )));
-                }
-            };
-            out.push((field, equal, value.trim().to_owned()));
+        let mut parts = split_terms(input);
+        parts.sort_unstable();
+        let mut terms = Vec::with_capacity(parts.len());
+        for part in parts.into_iter().filter(|part| !part.is_empty()) {
+            let (field, operator, value) = split_term(part).ok_or_else(|| {
+                StatusError::bad_request(format!(
+                    "invalid selector: '{input}'; can't understand '{part}'"
+                ))
+            })?;
+            let value = unescape_value(value).map_err(|why| {
+                StatusError::bad_request(format!("invalid field selector value {value:?}: {why}"))
+            })?;
+            terms.push(FieldTerm {
+                field: field.to_owned(),
+                equal: operator != "!=",
+                value,
+            });
         }
-        Ok(Self(out))
+        Ok(Self(terms))
     }
 
-    /// Whether an object with this name and namespace is selected.
+    /// Refuses fields this API cannot select on (kube-apiserver checks this after
+    /// authorization, with the same wording).
+    pub fn check_supported(&self) -> Result<(), StatusError> {
+        match self
+            .0
+            .iter()
+            .find(|term| !SUPPORTED_FIELDS.contains(&term.field.as_str()))
+        {
+            Some(term) => Err(StatusError::bad_request(format!(
+                "field label not supported: {} (supported: {})",
+                term.field,
+                SUPPORTED_FIELDS.join(", ")
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The value `metadata.name` must equal, as Go's `RequiresExactMatch`: the first `=` or
+    /// `==` term on it in sorted order.
+    pub fn exact_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|term| term.equal && term.field == "metadata.name")
+            .map(|term| term.value.as_str())
+    }
+
+    /// Whether an object with this name and namespace is selected (every term holds).
     pub fn matches(&self, name: &str, namespace: &str) -> bool {
-        self.0.iter().all(|(field, equal, value)| {
-            let actual = match field {
-                Field::Name => name,
-                Field::Namespace => namespace,
+        self.0.iter().all(|term| {
+            let actual = match term.field.as_str() {
+                "metadata.name" => name,
+                "metadata.namespace" => namespace,
+                _ => return false,
             };
-            (actual == value) == *equal
+            (actual == term.value) == term.equal
         })
+    }
+}
+
+/// Go's `fields.splitTerms`: splits on commas not escaped by a backslash.
+fn split_terms(selector: &str) -> Vec<&str> {
+    if selector.is_empty() {
+        return Vec::new();
+    }
+    let mut terms = Vec::new();
+    let mut start = 0;
+    let mut escaped = false;
+    for (i, c) in selector.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&selector[start..]);
+    terms
+}
+
+/// Go's `fields.splitTerm`: the first operator (`!=`, `==`, `=`, tried in that order at each
+/// position) splits the term.
+fn split_term(term: &str) -> Option<(&str, &'static str, &str)> {
+    (0..term.len()).find_map(|i| {
+        let rest = term.get(i..)?;
+        ["!=", "==", "="]
+            .into_iter()
+            .find(|operator| rest.starts_with(operator))
+            .map(|operator| (&term[..i], operator, &rest[operator.len()..]))
+    })
+}
+
+/// Go's `fields.UnescapeValue`: `\\`, `\,` and `\=` are escapes; a lone `,` or `=` or any
+/// other escape is an error.
+fn unescape_value(value: &str) -> Result<String, &'static str> {
+    let mut out = String::with_capacity(value.len());
+    let mut escaped = false;
+    for c in value.chars() {
+        match c {
+            '\\' | ',' | '=' if escaped => {
+                out.push(c);
+                escaped = false;
+            }
+            _ if escaped => return Err("invalid escape sequence"),
+            '\\' => escaped = true,
+            ',' | '=' => return Err("unescaped reserved character"),
+            _ => out.push(c),
+        }
+    }
+    if escaped {
+        Err("trailing backslash")
+    } else {
+        Ok(out)
     }
 }
 
@@ -259,7 +350,7 @@ mod tests {
             let e = LabelSelector::parse(bad)
                 .err()
                 .unwrap_or_else(|| panic!("{bad} parsed"));
-            assert_eq!(e.code, 400, "{bad}");
+            assert_eq!(e.code(), 400, "{bad}");
         }
     }
 
@@ -270,10 +361,38 @@ mod tests {
         assert!(f.matches("v1", "fleet-default"));
         assert!(!f.matches("v2", "fleet-default"));
         assert!(!f.matches("v1", "kube-system"));
+        assert_eq!(f.exact_name(), Some("v1"));
+        let unsupported = FieldSelector::parse("spec.version=1").unwrap_or_default();
         assert_eq!(
-            FieldSelector::parse("spec.version=1").err().map(|e| e.code),
+            unsupported.check_supported().err().map(|e| e.code()),
             Some(400)
         );
+        for bad in ["nonsense", "metadata.name=a=b", "metadata.name=x\\"] {
+            assert_eq!(
+                FieldSelector::parse(bad).err().map(|e| e.code()),
+                Some(400),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn field_selector_names_follow_go() {
+        let name = |s: &str| {
+            FieldSelector::parse(s)
+                .ok()
+                .and_then(|f| f.exact_name().map(str::to_owned))
+        };
+        assert_eq!(name("metadata.name==v1").as_deref(), Some("v1"));
+        assert_eq!(name("metadata.name!=v1"), None);
+        assert_eq!(name("a=b,metadata.name=v2").as_deref(), Some("v2"));
+        assert_eq!(name("metadata.name=x\\,y").as_deref(), Some("x,y"));
+        // Sorted first: "metadata.name=a" < "metadata.name=b".
+        assert_eq!(
+            name("metadata.name=b,metadata.name=a").as_deref(),
+            Some("a")
+        );
+        assert_eq!(name("metadata.name=x,bad"), None);
     }
 
     proptest! {
@@ -281,6 +400,13 @@ mod tests {
         fn parsing_never_panics(s in ".{0,64}") {
             let _ = LabelSelector::parse(&s);
             let _ = FieldSelector::parse(&s);
+        }
+
+        #[test]
+        fn field_selector_values_round_trip(name in "[a-z0-9.,=\\\\-]{1,20}", other in "[a-z]{1,5}") {
+            let escaped = name.replace('\\', "\\\\").replace(',', "\\,").replace('=', "\\=");
+            let selector = FieldSelector::parse(&format!("{other}=x,metadata.name={escaped}")).ok();
+            prop_assert_eq!(selector.as_ref().and_then(FieldSelector::exact_name), Some(name.as_str()));
         }
     }
 }
