@@ -203,28 +203,20 @@ impl ListOptions {
             && ["limit", "timeoutSeconds"]
                 .into_iter()
                 .all(|key| first(key).is_none_or(|v| v.parse::<i64>().is_ok()));
-        match fields {
-            Ok(fields) if decodes => Self {
-                // metav1's bool conversion: "0", "f", "false" (any case) are false.
-                watch: first("watch").is_some_and(|watch| {
-                    !(watch == "0"
-                        || watch.eq_ignore_ascii_case("f")
-                        || watch.eq_ignore_ascii_case("false"))
-                }),
-                name: fields
-                    .exact_name()
-                    .filter(|name| valid_path_segment(name))
-                    .map(str::to_owned),
-            },
-            // Undecodable options: requestinfo.go keeps only `watch`, read leniently.
-            _ => Self {
-                watch: first("watch").is_some_and(|watch| {
-                    let watch = watch.to_ascii_lowercase();
-                    watch != "false" && watch != "0"
-                }),
-                name: None,
-            },
-        }
+        // apimachinery's bool conversion (and requestinfo.go's fallback when the options do
+        // not decode): only "0" and "false" (any case) are false; "f" is true. Checked
+        // against kube-apiserver's audit log in `integration/tests/request_model.rs`.
+        let watch = first("watch")
+            .is_some_and(|watch| !(watch == "0" || watch.eq_ignore_ascii_case("false")));
+        let name = match fields {
+            Ok(fields) if decodes => fields
+                .exact_name()
+                .filter(|name| valid_path_segment(name))
+                .map(str::to_owned),
+            // Undecodable options: requestinfo.go keeps only `watch`.
+            _ => None,
+        };
+        Self { watch, name }
     }
 }
 
@@ -307,8 +299,10 @@ mod tests {
             ("watch=1", "watch"),
             ("watch=", "watch"),
             ("watch=0", "list"),
-            ("watch=F", "list"),
+            ("watch=F", "watch"),
+            ("watch=f", "watch"),
             ("watch=False", "list"),
+            ("watch=FALSE", "list"),
             ("watch=false&watch=true", "list"),
             ("labelSelector=a%3Db&watch=true", "watch"),
         ] {
