@@ -878,7 +878,7 @@ mod tests {
                 type_: "security".into(),
                 severity: Severity::Important,
                 title: "t".into(),
-                issued: Some("2024-01-01T00:00:00Z".into()),
+                issued: "2024-01-01T00:00:00Z".parse().ok(),
                 cves: vec!["CVE-2024-1".into()],
                 bugs: vec!["123".into()],
                 references: vec![Reference {

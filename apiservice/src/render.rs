@@ -214,7 +214,7 @@ pub fn markdown(c: &ManagedOSVersionChangelog) -> String {
                 md(&a.id),
                 md(&a.type_),
                 a.severity.as_str(),
-                md(a.issued.as_deref().unwrap_or("")),
+                md(&a.issued.map(|t| t.to_string()).unwrap_or_default()),
                 md(&a.title),
                 md(&a.cves.join(", ")),
                 md(&a.bugs.join(", ")),
@@ -282,7 +282,7 @@ mod tests {
             type_: "security".into(),
             severity: Severity::Critical,
             title: "Security update for openssl | urgent".into(),
-            issued: Some("2024-05-01T00:00:00Z".into()),
+            issued: "2024-05-01T00:00:00Z".parse().ok(),
             cves: vec!["CVE-2024-0001".into(), "CVE-2024-0002".into()],
             bugs: vec!["1220001".into()],
             packages: vec![AdvisoryPackage {

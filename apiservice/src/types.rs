@@ -150,7 +150,7 @@ pub struct Advisory {
     pub title: String,
     /// Issue time, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub issued: Option<String>,
+    pub issued: Option<jiff::Timestamp>,
     /// CVE ids fixed, split out of the references.
     #[serde(default)]
     pub cves: Vec<String>,

@@ -55,8 +55,7 @@ fn generate() -> ChannelData {
                 title: format!("Update for pkg-{p:04}"),
                 issued: Some(
                     jiff::Timestamp::from_second(1_700_000_000 + (a as i64) * 600)
-                        .unwrap_or_default()
-                        .to_string(),
+                        .unwrap_or_default(),
                 ),
                 cves: vec![cve.clone()],
                 bugs: vec![format!("{}", 1_000_000 + a)],

@@ -129,7 +129,7 @@ fn version_cmp(a: &ChannelEntry, b: &ChannelEntry, all_created: bool) -> Orderin
 }
 
 fn issued(a: &Advisory) -> Option<Timestamp> {
-    a.issued.as_deref().and_then(|s| s.parse().ok())
+    a.issued
 }
 
 impl Index {

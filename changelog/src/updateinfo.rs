@@ -385,7 +385,7 @@ impl<R: BufRead> Parser<R> {
             type_: b.type_,
             severity: Severity::parse(&b.severity),
             title: b.title.trim().to_owned(),
-            issued: issued.map(|t| t.to_string()),
+            issued,
             cves: Vec::new(),
             bugs: Vec::new(),
             references: b.references,
@@ -429,7 +429,10 @@ mod tests {
         assert_eq!(sec.id, "Security-Update-ID");
         assert_eq!(sec.type_, "security");
         assert_eq!(sec.severity, Severity::Important);
-        assert_eq!(sec.issued.as_deref(), Some("2024-08-20T11:47:06Z"));
+        assert_eq!(
+            sec.issued.map(|t| t.to_string()).as_deref(),
+            Some("2024-08-20T11:47:06Z")
+        );
         assert_eq!(sec.cves, ["CVE-2024-00002"]);
         assert_eq!(sec.bugs, ["0000002"]);
         assert_eq!(
@@ -464,7 +467,10 @@ mod tests {
         let a = &advisories[0];
         assert_eq!(a.title, "a & b A");
         assert_eq!(a.description, "<raw>");
-        assert_eq!(a.issued.as_deref(), Some("2024-01-02T03:04:05Z"));
+        assert_eq!(
+            a.issued.map(|t| t.to_string()).as_deref(),
+            Some("2024-01-02T03:04:05Z")
+        );
         assert_eq!(a.packages.len(), 2);
         assert_eq!(a.packages[0].epoch.as_deref(), Some("2"));
         assert_eq!(a.packages[1].epoch, None);

@@ -310,20 +310,15 @@ fn check_advisories(channel: &Channel, served: &ManagedOSVersionChangelog) -> Re
         cves.sort();
         ensure!(cves == model.cves, "{}: cves {cves:?}", a.id);
         ensure!(a.bugs == model.bugs, "{}: bugs {:?}", a.id, a.bugs);
-        let issued = Timestamp::from_second(model.issued)?.to_string();
-        ensure!(
-            a.issued.as_deref() == Some(issued.as_str()),
-            "{}: issued {:?}",
-            a.id,
-            a.issued
-        );
+        let issued = Timestamp::from_second(model.issued)?;
+        ensure!(a.issued == Some(issued), "{}: issued {:?}", a.id, a.issued);
         ensure!(
             a.packages.len() == model.packages.len(),
             "{}: packages",
             a.id
         );
     }
-    let issued: Vec<&Option<String>> = served.advisories.iter().map(|a| &a.issued).collect();
+    let issued: Vec<&Option<Timestamp>> = served.advisories.iter().map(|a| &a.issued).collect();
     ensure!(
         issued.windows(2).all(|w| w[0] >= w[1]),
         "{name}: advisories not newest first"

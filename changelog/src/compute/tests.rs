@@ -41,7 +41,7 @@ fn adv(
             Severity::Low
         },
         title: format!("title {id}"),
-        issued: Some(Timestamp::from_second(issued).unwrap().to_string()),
+        issued: Some(Timestamp::from_second(issued).unwrap()),
         references: cve
             .map(|c| Reference {
                 id: c.into(),
