@@ -202,7 +202,7 @@ async fn checks(
     if updating() {
         let image = workspace_root().join("docs/img/ui-panel.png");
         std::fs::create_dir_all(image.parent().context("docs/img")?)?;
-        std::fs::copy(artifacts.join("panel.png"), &image)?;
+        std::fs::copy(artifacts.join("panel-compare.png"), &image)?;
         eprintln!(
             "{UPDATE_ENV}=1: copied the panel screenshot to {}",
             image.display()

@@ -24,7 +24,7 @@ describe('storeRequester (Rancher store request action)', () => {
   });
 
   it('turns a rejected answer into the Status problem', async () => {
-    const dispatch = vi.fn(async () => {
+    const dispatch = vi.fn(async (_action: string, _payload?: unknown) => {
       throw asRancherResponse(statuses.forbidden, 403);
     });
     const result = await new ChangelogApi(storeRequester({ dispatch }, 'cluster'), LOCAL_CLUSTER_BASE).summaries(undefined);
