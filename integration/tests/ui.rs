@@ -19,8 +19,9 @@
 //! 3. runs `ui/e2e/browser.mjs` (playwright-core driving Debian's
 //!    `chromium`): the panel shows the advisories the server answers,
 //!    "compare with" changes the answer (`from=`), the CVE search finds the
-//!    first fixing version of the generated channel's model, and alice sees
-//!    the forbidden state. Screenshots land in `target/ui-artifacts/`.
+//!    first fixing version of the generated channel's model, alice sees the
+//!    forbidden state, and the admin sees the states of an image that cannot
+//!    be fetched and of an ISO. Screenshots land in `target/ui-artifacts/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -665,6 +666,10 @@ fn expectations(
     };
     let sample = &published.sample;
     let (oldest, newest) = (&sample[0], &sample[sample.len() - 1]);
+    let iso = published
+        .sample_isos
+        .first()
+        .context("the sample channel has no ISO entry")?;
     let default_ids = ids(&fixtures["changelog"]);
     let from_ids = ids(&fixtures["changelog-from"]);
     ensure!(
@@ -718,6 +723,17 @@ fn expectations(
             "versions": fixing,
         },
         "forbidden": { "url": panel(&alice.url) },
+        // Error states of the admin's panel: an image that cannot be fetched, and an ISO.
+        "states": [
+            {
+                "kind": "fetchFailed",
+                "url": format!("{}{STATIC_PREFIX}index.html?namespace={BROKEN_NAMESPACE}&name={newest}", admin.url),
+            },
+            {
+                "kind": "noData",
+                "url": format!("{}{STATIC_PREFIX}index.html?namespace={FLEET_NAMESPACE}&name={iso}", admin.url),
+            },
+        ],
     }))
 }
 

@@ -125,13 +125,32 @@ async function forbidden(browser) {
   return 'forbidden: shown';
 }
 
+/** The error states the server's answers lead to, each with the server's message. */
+async function states(browser) {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 400 } });
+  for (const state of expect.states) {
+    await page.goto(state.url);
+    const notice = page.locator(`[data-testid=ecl-problem][data-kind=${state.kind}]`);
+    try {
+      await notice.waitFor({ timeout: TIMEOUT });
+    } catch (error) {
+      throw new Error(`no ${state.kind} state; the page says: ${await page.locator('body').innerText()} (${error.message})`);
+    }
+    const message = await notice.getByTestId('ecl-problem-message').textContent();
+    check(message.length > 0, `the ${state.kind} state has no message`);
+    await page.screenshot({ path: join(artifacts, `state-${state.kind}.png`), fullPage: true });
+  }
+  await page.close();
+  return `states: ${expect.states.map((s) => s.kind).join(', ')}`;
+}
+
 const browser = await chromium.launch({
   executablePath,
   // Root in CI: chromium's sandbox needs user namespaces it may not have.
   args: ['--no-sandbox', '--disable-dev-shm-usage'],
 });
 try {
-  for (const run of [panel, cve, forbidden]) {
+  for (const run of [panel, cve, forbidden, states]) {
     const started = Date.now();
     console.log(`${await run(browser)} (${Date.now() - started} ms)`);
   }
