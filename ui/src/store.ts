@@ -38,3 +38,10 @@ function statusOf(value: unknown): number | undefined {
   const status = (value as { _status?: unknown } | null | undefined)?._status;
   return typeof status === 'number' ? status : undefined;
 }
+
+/** The Vuex store Rancher installs on every component (`this.$store`). */
+export function storeOf(component: unknown): DispatchingStore {
+  const store = (component as { $store?: DispatchingStore } | null)?.$store;
+  if (!store) throw new Error('no Vuex store on this component: it runs inside Rancher');
+  return store;
+}
