@@ -259,29 +259,29 @@ async fn publish(bed: &TestBed, registry: &Registry, hole: &BlackHole) -> Result
             FLEET_NAMESPACE,
             SAMPLE_CHANNEL,
             registry.image("elemental/sample:1"),
-            sample_entries.clone(),
+            &sample_entries,
         ),
         (
             FLEET_NAMESPACE,
             generated.name.as_str(),
             registry.image("elemental/gen:1"),
-            generated.entries(),
+            &generated.entries(),
         ),
         (
             BROKEN_NAMESPACE,
             SAMPLE_CHANNEL,
             registry.image("elemental/missing:1"),
-            sample_entries.clone(),
+            &sample_entries,
         ),
         (
             PENDING_NAMESPACE,
             SAMPLE_CHANNEL,
             format!("{}/elemental/sample:1", hole.host),
-            sample_entries.clone(),
+            &sample_entries,
         ),
     ] {
         let channel = elemental::apply_custom_channel(&client, namespace, name, &image).await?;
-        elemental::sync_channel(&client, &channel, &entries).await?;
+        elemental::sync_channel(&client, &channel, entries).await?;
     }
 
     let sample = sample::os_versions()?;

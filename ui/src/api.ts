@@ -12,6 +12,8 @@ import type {
 import { SEVERITIES } from './types';
 
 export const GROUP = 'changelog.elemental.cattle.io';
+/** The label the operator puts on a ManagedOSVersion: the name of its channel. */
+export const CHANNEL_LABEL = 'elemental.cattle.io/channel';
 export const VERSION = 'v1beta1';
 
 /** What a request answered: the HTTP status and the parsed body. */

@@ -146,6 +146,6 @@ export interface Status {
  * the panel reads: Rancher passes its model of that object to the panel.
  */
 export interface ManagedOSVersionRef {
-  metadata: { name: string; namespace: string };
+  metadata: { name: string; namespace: string; labels?: Record<string, string> };
   spec?: { version?: string; type?: string };
 }

@@ -99,6 +99,18 @@ describe('ChangelogPanel on the server\'s answers', () => {
     expect(ids(wrapper)).toEqual(changelog.advisories.map((a) => a.id));
   });
 
+  it('lists only the version\'s channel when the operator\'s label names it', async () => {
+    const channel = changelog.channel.name;
+    const server = fakeServer(fixtureRoutes);
+    const resource = resourceOf(changelog);
+    resource.metadata.labels = { 'elemental.cattle.io/channel': channel };
+    mount(ChangelogPanel, { props: { resource, api: server.api } });
+    await settle();
+    expect(server.request.mock.calls.map((c) => c[0])).toContain(
+      `/k8s/clusters/local/apis/changelog.elemental.cattle.io/v1beta1/namespaces/${changelog.metadata.namespace}/managedosversions?labelSelector=${encodeURIComponent(`elemental.cattle.io/channel=${channel}`)}`,
+    );
+  });
+
   it('keeps only the latest answer when the choice changes quickly', async () => {
     let release: (() => void) | undefined;
     const server = fakeServer(fixtureRoutes);
