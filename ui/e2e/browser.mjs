@@ -71,6 +71,11 @@ async function panel(browser) {
   check(hrefs.length > 0, 'the panel renders no link');
   for (const href of hrefs) check(/^https?:\/\//.test(href), `a link that is not http(s): ${href}`);
   await page.screenshot({ path: join(artifacts, 'panel.png'), fullPage: true });
+  // The choices come from the summaries of the version's channel only.
+  check(
+    requests.some((u) => u.includes('/managedosversions?labelSelector=elemental.cattle.io%2Fchannel%3D')),
+    `no summaries request for the version's channel: ${requests.join(' ')}`,
+  );
 
   // "Compare with" an older version asks the server with from= and shows its answer.
   await page.getByTestId('ecl-compare').selectOption(want.compareWith);
