@@ -21,7 +21,8 @@
 //!    "compare with" changes the answer (`from=`), the CVE search finds the
 //!    first fixing version of the generated channel's model, alice sees the
 //!    forbidden state, and the admin sees the states of an image that cannot
-//!    be fetched and of an ISO. Screenshots land in `target/ui-artifacts/`.
+//!    be fetched, of one not fetched yet (and its retry), and of an ISO.
+//!    Screenshots land in `target/ui-artifacts/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -126,7 +127,14 @@ async fn ui_end_to_end() -> Result<()> {
     })
     .await?;
     let mut flags = registry.server_flags()?;
-    flags.extend(["--insecure-registry".to_owned(), hole.host.clone()]);
+    // The black hole's channel stays NotFetched for the whole test: the
+    // fetch ends only at the fetch timeout (5 minutes).
+    flags.extend([
+        "--insecure-registry".to_owned(),
+        hole.host.clone(),
+        "--registry-read-timeout".to_owned(),
+        "10m".to_owned(),
+    ]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_server(&flags).await?;
     eprintln!("test bed and server ready after {:?}", started.elapsed());
@@ -723,11 +731,17 @@ fn expectations(
             "versions": fixing,
         },
         "forbidden": { "url": panel(&alice.url) },
-        // Error states of the admin's panel: an image that cannot be fetched, and an ISO.
+        // Error states of the admin's panel: an image that cannot be fetched,
+        // one not fetched yet (with a retry), and an ISO.
         "states": [
             {
                 "kind": "fetchFailed",
                 "url": format!("{}{STATIC_PREFIX}index.html?namespace={BROKEN_NAMESPACE}&name={newest}", admin.url),
+            },
+            {
+                "kind": "notFetched",
+                "url": format!("{}{STATIC_PREFIX}index.html?namespace={PENDING_NAMESPACE}&name={newest}", admin.url),
+                "retry": true,
             },
             {
                 "kind": "noData",

@@ -144,6 +144,15 @@ async function states(browser) {
     const message = await notice.getByTestId('ecl-problem-message').textContent();
     check(message.length > 0, `the ${state.kind} state has no message`);
     await page.screenshot({ path: join(artifacts, `state-${state.kind}.png`), fullPage: true });
+    const retry = notice.getByTestId('ecl-retry');
+    same(await retry.count(), state.retry ? 1 : 0, `retry buttons in the ${state.kind} state`);
+    if (state.retry) {
+      // Retry asks the server again, which still answers the same.
+      const asked = page.waitForResponse((r) => r.url().includes('/changelog'), { timeout: TIMEOUT });
+      await retry.click();
+      same((await asked).status(), 503, `the answer after retrying the ${state.kind} state`);
+      await notice.waitFor({ timeout: TIMEOUT });
+    }
   }
   await page.close();
   return `states: ${expect.states.map((s) => s.kind).join(', ')}`;
