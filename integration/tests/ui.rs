@@ -546,8 +546,8 @@ fn normalize(value: &mut Value, replacements: &[(&str, &str)]) {
 }
 
 /// Compares the normalized answers with `dir/<name>.json`; rewrites the
-/// files when updating. Returns the names of the files that differ (none
-/// when updating).
+/// files (and removes the others) when updating. Returns the names of the
+/// files that differ or are no longer written (none when updating).
 fn check_fixtures(
     dir: &Path,
     answers: &BTreeMap<String, Value>,
@@ -571,6 +571,23 @@ fn check_fixtures(
             eprintln!("{UPDATE_ENV}=1: wrote {}", file.display());
         } else {
             stale.push(format!("{name}.json"));
+        }
+    }
+    // A fixture the test no longer writes would test the UI on an answer
+    // nobody checks any more.
+    for entry in std::fs::read_dir(dir)? {
+        let file = entry?.path();
+        let name = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
+        if file.extension().is_some_and(|e| e == "json") && !answers.contains_key(name) {
+            if updating() {
+                std::fs::remove_file(&file)?;
+                eprintln!("{UPDATE_ENV}=1: removed {}", file.display());
+            } else {
+                stale.push(format!("{name}.json (no longer written)"));
+            }
         }
     }
     Ok(stale)
