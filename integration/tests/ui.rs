@@ -303,53 +303,48 @@ async fn publish(bed: &TestBed, registry: &Registry, hole: &BlackHole) -> Result
         .chain(generated.versions.iter().map(|v| &v.name))
         .cloned()
         .collect();
-    let (_, took) = poll(
-        "fleet-default served",
-        DATA_DEADLINE,
-        POLL_INTERVAL,
-        || async {
-            let list = admin_get(
-                bed,
-                &format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions"),
-            )
-            .await?
-            .ok()?;
-            Ok(served
-                .iter()
-                .all(|name| summary(&list, name).is_some_and(|s| s["available"] == true))
-                .then_some(()))
-        },
-    )
+    let took = wait_for_summaries(bed, FLEET_NAMESPACE, &served, "available", |s| {
+        s["available"] == true
+    })
     .await?;
     eprintln!("fleet-default served after {took:?}");
     for (namespace, reason) in [
         (PENDING_NAMESPACE, "NotFetched"),
         (BROKEN_NAMESPACE, "FetchFailed"),
     ] {
-        poll(
-            &format!("{namespace} reports {reason}"),
-            DATA_DEADLINE,
-            POLL_INTERVAL,
-            || async {
-                let list = admin_get(
-                    bed,
-                    &format!("{API}/namespaces/{namespace}/managedosversions"),
-                )
-                .await?
-                .ok()?;
-                Ok(sample
-                    .iter()
-                    .all(|name| summary(&list, name).is_some_and(|s| s["reason"] == reason))
-                    .then_some(()))
-            },
-        )
-        .await?;
+        wait_for_summaries(bed, namespace, &sample, reason, |s| s["reason"] == reason).await?;
     }
     Ok(Published {
         sample,
         sample_isos,
         generated,
     })
+}
+
+/// Waits until the summaries of `names` in `namespace` all pass `accept`
+/// (described by `what`); returns the time it took.
+async fn wait_for_summaries(
+    bed: &TestBed,
+    namespace: &str,
+    names: &[String],
+    what: &str,
+    accept: impl Fn(&Value) -> bool,
+) -> Result<Duration> {
+    let path = format!("{API}/namespaces/{namespace}/managedosversions");
+    let (_, took) = poll(
+        &format!("{namespace}: {names:?} {what}"),
+        DATA_DEADLINE,
+        POLL_INTERVAL,
+        || async {
+            let list = admin_get(bed, &path).await?.ok()?;
+            Ok(names
+                .iter()
+                .all(|name| summary(&list, name).is_some_and(&accept))
+                .then_some(()))
+        },
+    )
+    .await?;
+    Ok(took)
 }
 
 /// A summary of `list` by name.
