@@ -9,7 +9,7 @@ TOOLS := target/testbed/bin
 HELM := $(TOOLS)/helm
 CHART := charts/elemental-changelog
 
-.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt
+.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt ui-test
 
 ## build: compile the whole workspace
 build:
@@ -31,9 +31,15 @@ server:
 demo: deps tools server
 	$(CARGO) run --locked -p elemental-changelog-integration --bin demo
 
-## test: every check: format, clippy, docs, chart, unit, property and end-to-end tests
-test: lint tools server
+## test: every check: format, clippy, docs, chart, UI unit tests, unit, property and end-to-end tests
+## (integration/tests/ui.rs is the UI's browser test)
+test: lint tools server ui-test
 	$(CARGO) test --workspace --locked
+
+## ui-test: type-check the UI (ui/) and run its unit tests on ui/fixtures/
+ui-test:
+	@test -d ui/node_modules || { echo "ui/node_modules is missing: run 'make deps' (npm ci in ui/)" >&2; exit 1; }
+	cd ui && npm run --silent typecheck && npm test --silent
 
 ## lint: format check, clippy, rustdoc warnings, helm lint
 lint: fmt-check clippy doc helm-lint

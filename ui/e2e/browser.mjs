@@ -1,0 +1,173 @@
+// The browser half of integration/tests/ui.rs: Debian's chromium, driven
+// by playwright-core, against the harness and the API served by kubectl
+// proxy under /k8s/clusters/local/. The Rust test starts everything and
+// writes what to expect (from the server's answers and the generated
+// channel's model) to the file named by UI_EXPECT. Screenshots go to
+// UI_ARTIFACTS. Exits non-zero on the first failed check.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const expect = JSON.parse(readFileSync(required('UI_EXPECT'), 'utf8'));
+const artifacts = required('UI_ARTIFACTS');
+const executablePath = process.env.UI_CHROMIUM || '/usr/bin/chromium';
+/** Bound on any one thing appearing on the page. */
+const TIMEOUT = 30_000;
+
+function required(name) {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set`);
+  return value;
+}
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+function same(actual, expected, what) {
+  check(
+    JSON.stringify(actual) === JSON.stringify(expected),
+    `${what}: got ${JSON.stringify(actual)}, want ${JSON.stringify(expected)}`,
+  );
+}
+
+async function advisoryIds(page) {
+  return page.locator('[data-testid=ecl-advisory]').evaluateAll((nodes) => nodes.map((n) => n.dataset.id));
+}
+
+/** Waits until the advisories shown are exactly `ids` (in the server's order). */
+async function waitForAdvisories(page, ids, what) {
+  try {
+    await page.waitForFunction(
+      (want) =>
+        JSON.stringify([...document.querySelectorAll('[data-testid=ecl-advisory]')].map((n) => n.dataset.id)) ===
+        JSON.stringify(want),
+      ids,
+      { timeout: TIMEOUT },
+    );
+  } catch (error) {
+    throw new Error(`${what}: the page shows ${JSON.stringify(await advisoryIds(page))}, want ${JSON.stringify(ids)} (${error.message})`);
+  }
+}
+
+async function panel(browser) {
+  const want = expect.panel;
+  const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+  const requests = [];
+  page.on('request', (r) => requests.push(r.url()));
+  await page.goto(want.url);
+  await waitForAdvisories(page, want.advisories, 'the panel');
+  same(await page.getByTestId('ecl-version').textContent(), want.version, 'the version shown');
+  same(await page.getByTestId('ecl-from').textContent(), want.fromVersion, 'the default comparison');
+  same(
+    await page.getByTestId('ecl-count-advisories').getAttribute('data-value'),
+    String(want.advisories.length),
+    'the advisories badge',
+  );
+  const severities = await page.getByTestId('ecl-summary').getByTestId('ecl-severity').allTextContents();
+  same(severities, [want.highestSeverity], 'the highest-severity badge');
+  // Every link the panel renders is http(s).
+  const hrefs = await page.locator('[data-testid=ecl-panel] a').evaluateAll((links) => links.map((a) => a.href));
+  check(hrefs.length > 0, 'the panel renders no link');
+  for (const href of hrefs) check(/^https?:\/\//.test(href), `a link that is not http(s): ${href}`);
+  await page.screenshot({ path: join(artifacts, 'panel.png'), fullPage: true });
+  // The choices come from the summaries of the version's channel only.
+  check(
+    requests.some((u) => u.includes('/managedosversions?labelSelector=elemental.cattle.io%2Fchannel%3D')),
+    `no summaries request for the version's channel: ${requests.join(' ')}`,
+  );
+
+  // "Compare with" an older version asks the server with from= and shows its answer.
+  await page.getByTestId('ecl-compare').selectOption(want.compareWith);
+  await waitForAdvisories(page, want.compareAdvisories, `compared with ${want.compareWith}`);
+  same(await page.getByTestId('ecl-from').textContent(), want.compareVersion, 'the chosen comparison');
+  check(
+    requests.some((u) => u.includes('/k8s/clusters/local/apis/changelog.elemental.cattle.io/v1beta1/') && u.includes(`from=${encodeURIComponent(want.compareWith)}`)),
+    `no from=${want.compareWith} request under /k8s/clusters/local/: ${requests.join(' ')}`,
+  );
+  await page.getByTestId('ecl-packages').locator('summary').click();
+  await page.screenshot({ path: join(artifacts, 'panel-compare.png'), fullPage: true });
+  await page.close();
+  return `panel: ${want.advisories.length} advisories, ${want.compareAdvisories.length} since ${want.compareVersion}`;
+}
+
+async function cve(browser) {
+  const want = expect.cve;
+  const page = await browser.newPage({ viewport: { width: 1100, height: 700 } });
+  await page.goto(want.url);
+  // A malformed id is refused on the page, without a request.
+  await page.getByTestId('ecl-cve-input').fill('not-a-cve');
+  await page.getByTestId('ecl-cve-submit').click();
+  await page.getByTestId('ecl-cve-invalid').waitFor({ timeout: TIMEOUT });
+
+  await page.getByTestId('ecl-cve-input').fill(want.id.toLowerCase());
+  await page.getByTestId('ecl-cve-submit').click();
+  const group = page.locator(`[data-testid=ecl-cve-group][data-namespace="${want.namespace}"][data-channel="${want.channel}"]`);
+  await group.waitFor({ timeout: TIMEOUT });
+  const names = await group.locator('[data-testid=ecl-cve-version]').evaluateAll((nodes) => nodes.map((n) => n.dataset.name));
+  same(names, want.versions, `versions fixing ${want.id}`);
+  const first = await group.locator('[data-testid=ecl-cve-version]').first().textContent();
+  check(first.startsWith('First fixed in'), `the first version is not marked as the first fix: ${first}`);
+  await page.screenshot({ path: join(artifacts, 'cve.png'), fullPage: true });
+  await page.close();
+  return `cve: ${want.id} first fixed in ${want.versions[0]}`;
+}
+
+async function forbidden(browser) {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 500 } });
+  await page.goto(expect.forbidden.url);
+  const notice = page.locator('[data-testid=ecl-problem][data-kind=forbidden]');
+  try {
+    await notice.waitFor({ timeout: TIMEOUT });
+  } catch (error) {
+    throw new Error(`no forbidden state; the page says: ${await page.locator('body').innerText()} (${error.message})`);
+  }
+  const message = await notice.getByTestId('ecl-problem-message').textContent();
+  check(message.includes('forbidden'), `the forbidden state does not show the server's message: ${message}`);
+  same(await page.locator('[data-testid=ecl-advisory]').count(), 0, 'advisories shown to a user without rights');
+  await page.screenshot({ path: join(artifacts, 'forbidden.png'), fullPage: true });
+  await page.close();
+  return 'forbidden: shown';
+}
+
+/** The error states the server's answers lead to, each with the server's message. */
+async function states(browser) {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 400 } });
+  for (const state of expect.states) {
+    await page.goto(state.url);
+    const notice = page.locator(`[data-testid=ecl-problem][data-kind=${state.kind}]`);
+    try {
+      await notice.waitFor({ timeout: TIMEOUT });
+    } catch (error) {
+      throw new Error(`no ${state.kind} state; the page says: ${await page.locator('body').innerText()} (${error.message})`);
+    }
+    const message = await notice.getByTestId('ecl-problem-message').textContent();
+    check(message.length > 0, `the ${state.kind} state has no message`);
+    await page.screenshot({ path: join(artifacts, `state-${state.kind}.png`), fullPage: true });
+    const retry = notice.getByTestId('ecl-retry');
+    same(await retry.count(), state.retry ? 1 : 0, `retry buttons in the ${state.kind} state`);
+    if (state.retry) {
+      // Retry asks the server again, which still answers the same.
+      const asked = page.waitForResponse((r) => r.url().includes('/changelog'), { timeout: TIMEOUT });
+      await retry.click();
+      same((await asked).status(), 503, `the answer after retrying the ${state.kind} state`);
+      await notice.waitFor({ timeout: TIMEOUT });
+    }
+  }
+  await page.close();
+  return `states: ${expect.states.map((s) => s.kind).join(', ')}`;
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  // Root in CI: chromium's sandbox needs user namespaces it may not have.
+  args: ['--no-sandbox', '--disable-dev-shm-usage'],
+});
+try {
+  for (const run of [panel, cve, forbidden, states]) {
+    const started = Date.now();
+    console.log(`${await run(browser)} (${Date.now() - started} ms)`);
+  }
+} finally {
+  await browser.close();
+}

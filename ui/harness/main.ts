@@ -1,0 +1,46 @@
+// The test harness: mounts the components the way the Rancher extension
+// does, but with `fetch` on the page's own origin. It is served under
+// `<cluster base>/static/` next to the API (kubectl proxy in the end-to-end
+// test, like Rancher's `/k8s/clusters/<cluster>/`):
+//   index.html?namespace=NS&name=NAME   the panel of ManagedOSVersion NS/NAME
+//   index.html?page=cve                 the CVE search
+import { createApp, h } from 'vue';
+import { ChangelogApi, fetchRequester } from '../src/api';
+import ChangelogPanel from '../src/components/ChangelogPanel.vue';
+import CveSearch from '../src/components/CveSearch.vue';
+import ProblemNotice from '../src/components/ProblemNotice.vue';
+import type { ManagedOSVersionRef } from '../src/types';
+
+const clusterBase = window.location.pathname.replace(/\/static\/.*$/, '');
+const request = fetchRequester();
+const api = new ChangelogApi(request, clusterBase);
+const params = new URLSearchParams(window.location.search);
+
+async function main() {
+  if (params.get('page') === 'cve') {
+    createApp({ render: () => h(CveSearch, { api }) }).mount('#app');
+    return;
+  }
+  const namespace = params.get('namespace') ?? '';
+  const name = params.get('name') ?? '';
+  // The operator's object, as Rancher's detail page has it.
+  const url = `${clusterBase}/apis/elemental.cattle.io/v1beta1/namespaces/${encodeURIComponent(namespace)}/managedosversions/${encodeURIComponent(name)}`;
+  const response = await request(url);
+  if (response.status !== 200) {
+    const message = `cannot read ManagedOSVersion ${namespace}/${name}: ${response.status}`;
+    createApp({
+      render: () => h(ProblemNotice, { problem: { kind: 'other', code: response.status, reason: '', message } }),
+    }).mount('#app');
+    return;
+  }
+  const resource = response.body as ManagedOSVersionRef;
+  createApp({
+    render: () =>
+      h('div', [
+        h('p', { class: 'harness-resource' }, `ManagedOSVersion ${namespace}/${name} (spec.version ${resource.spec?.version ?? '?'})`),
+        h(ChangelogPanel, { resource, api }),
+      ]),
+  }).mount('#app');
+}
+
+void main();

@@ -1,0 +1,25 @@
+// Adds the CVE page to the side menu of the Elemental product (registered
+// by rancher/elemental-ui under the name `elemental`).
+import { IPlugin } from '@shell/core/types';
+
+/** elemental-ui's product name. */
+export const ELEMENTAL_PRODUCT = 'elemental';
+/** Rancher's type id of the operator's ManagedOSVersion. */
+export const MANAGED_OS_VERSION = 'elemental.cattle.io.managedosversion';
+/** Name of the CVE page's menu entry and the last part of its route name. */
+export const CVE_PAGE = 'elemental-changelog-cve';
+/** Route name of the CVE page, in elemental-ui's `<product>-c-cluster-<page>` scheme. */
+export const CVE_ROUTE = `${ELEMENTAL_PRODUCT}-c-cluster-${CVE_PAGE}`;
+
+export function init($plugin: IPlugin, store: any): void {
+  const { virtualType, basicType } = $plugin.DSL(store, ELEMENTAL_PRODUCT);
+
+  virtualType({
+    label: 'CVE fixes',
+    name: CVE_PAGE,
+    namespaced: false,
+    weight: 5,
+    route: { name: CVE_ROUTE, params: { cluster: '_' } },
+  });
+  basicType([CVE_PAGE]);
+}

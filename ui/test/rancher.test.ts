@@ -1,0 +1,79 @@
+// The Vue components of the Rancher extension (ui/rancher/), mounted the way
+// Rancher mounts them: a `resource` prop and `this.$store`. Registration
+// (index.ts, product.ts, routing.ts) needs Rancher's shell and is not tested here.
+import { mount } from '@vue/test-utils';
+import { describe, expect, it, vi } from 'vitest';
+import ChangelogMasthead from '../rancher/components/ChangelogMasthead.vue';
+import CveSearchPage from '../rancher/pages/CveSearchPage.vue';
+import { changelog, cve, fixtureRoutes, settle } from './fixtures';
+
+const PREFIX = '/k8s/clusters/local/apis/changelog.elemental.cattle.io/v1beta1';
+
+/** Rancher's management store answering with the fixtures (bodies carry `_status`). */
+function rancherStore() {
+  const dispatch = vi.fn(async (action: string, payload: { url: string }) => {
+    expect(action).toBe('management/request');
+    expect(payload.url.startsWith(PREFIX)).toBe(true);
+    const url = new URL(payload.url.slice(PREFIX.length), 'http://x');
+    const answer = fixtureRoutes(decodeURIComponent(url.pathname), url.searchParams);
+    if (!answer) throw new Error(`unexpected ${payload.url}`);
+    const body = structuredClone(answer.body) as object;
+    Object.defineProperty(body, '_status', { value: answer.status });
+    if (answer.status >= 400) throw body;
+    return body;
+  });
+  return { dispatch };
+}
+
+/** The operator's ManagedOSVersion as Rancher's model has it. */
+function managedOSVersion(type: string) {
+  return {
+    id: `${changelog.metadata.namespace}/${changelog.metadata.name}`,
+    type: 'elemental.cattle.io.managedosversion',
+    metadata: { name: changelog.metadata.name, namespace: changelog.metadata.namespace },
+    spec: { type, version: changelog.version },
+  };
+}
+
+describe('the Rancher extension components', () => {
+  it('the masthead panel reads the changelog through the management store', async () => {
+    const store = rancherStore();
+    const wrapper = mount(ChangelogMasthead, {
+      props: { resource: managedOSVersion('container') },
+      global: { mocks: { $store: store } },
+    });
+    await settle();
+    expect(wrapper.findAll('[data-testid=ecl-advisory]').map((a) => a.attributes('data-id'))).toEqual(
+      changelog.advisories.map((a) => a.id),
+    );
+    expect(store.dispatch.mock.calls.map((c) => c[1].url)).toContain(
+      `${PREFIX}/namespaces/${changelog.metadata.namespace}/managedosversions/${changelog.metadata.name}/changelog`,
+    );
+  });
+
+  it('shows no panel on an ISO and asks nothing', async () => {
+    const store = rancherStore();
+    const wrapper = mount(ChangelogMasthead, {
+      props: { resource: managedOSVersion('iso') },
+      global: { mocks: { $store: store } },
+    });
+    await settle();
+    expect(wrapper.find('[data-testid=ecl-panel]').exists()).toBe(false);
+    expect(store.dispatch).not.toHaveBeenCalled();
+  });
+
+  it('the CVE page searches through the management store', async () => {
+    const store = rancherStore();
+    const wrapper = mount(CveSearchPage, { global: { mocks: { $store: store } } });
+    await wrapper.get('[data-testid=ecl-cve-input]').setValue('CVE-2024-59001');
+    await wrapper.get('form').trigger('submit');
+    await settle();
+    expect(wrapper.findAll('[data-testid=ecl-cve-version]')).toHaveLength(cve.items.length);
+  });
+
+  it('fails clearly outside Rancher', () => {
+    expect(() => mount(CveSearchPage, { global: { config: { warnHandler: () => undefined } } })).toThrow(
+      'it runs inside Rancher',
+    );
+  });
+});
