@@ -53,6 +53,7 @@ doc:
 helm-lint: tools
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true
+	$(HELM) lint --strict $(CHART) --values $(CHART)/ci/rancher-values.yaml
 	$(HELM) template elemental-changelog $(CHART) --namespace cattle-elemental-system >/dev/null
 
 ## fuzz: run every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each (nightly + cargo-fuzz; not part of `test`)
