@@ -23,9 +23,9 @@ deps:
 tools:
 	bash integration/testbed/build.sh
 
-## server: build the elemental-changelog-apiserver binary the tests and demo run
+## server: build the binaries the end-to-end tests run: the server and the kubectl plugin
 server:
-	$(CARGO) build --locked -p elemental-changelog-apiserver
+	$(CARGO) build --locked -p elemental-changelog-apiserver -p kubectl-elemental
 
 ## demo: a real control plane with our server registered; Ctrl-C tears it down
 demo: deps tools server
