@@ -7,6 +7,7 @@
 pub mod fixtures;
 pub mod generated;
 pub mod image;
+pub mod publish;
 pub mod registry;
 pub mod sample;
 pub mod testbed;
