@@ -264,10 +264,8 @@ async fn install_and_upgrade(bed: &TestBed) -> Result<()> {
     let listed = bed
         .kubectl_ok(&[
             "get",
-            "managedosversions.changelog.elemental.cattle.io",
-            "-A",
-            "-o",
-            "json",
+            "--raw",
+            "/apis/changelog.elemental.cattle.io/v1beta1/managedosversions",
         ])
         .await?;
     let listed: serde_json::Value = serde_json::from_str(&listed)?;
@@ -510,14 +508,6 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         ];
         args.extend_from_slice(extra);
         let rendered = helm_offline(home, &args).await?;
-        ensure!(
-            !rendered.contains("bearerTokenFile"),
-            "bearerTokenFile is deprecated"
-        );
-        ensure!(
-            !rendered.contains("insecureSkipVerify"),
-            "the scrape must verify the server"
-        );
         documents(&rendered)
     };
     let docs = render(&[]).await?;
@@ -533,7 +523,8 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
     let pod = &deployment["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
     ensure!(
-        container["image"].as_str() == Some(format!("{registry}/{repository}:{app_version}").as_str()),
+        container["image"].as_str()
+            == Some(format!("{registry}/{repository}:{app_version}").as_str()),
         "image {:?} is not from the system default registry",
         container["image"]
     );
@@ -639,7 +630,17 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         string(&binding["roleRef"]["name"], "roleRef")?,
     )?;
     ensure!(metrics_reader["rules"][0]["nonResourceURLs"][0].as_str() == Some("/metrics"));
+    let endpoint_keys = endpoint.as_mapping().context("endpoint")?;
+    ensure!(
+        !endpoint_keys.contains_key("bearerTokenFile"),
+        "bearerTokenFile is deprecated"
+    );
     let tls = &endpoint["tlsConfig"];
+    ensure!(
+        tls.as_mapping()
+            .is_some_and(|t| !t.contains_key("insecureSkipVerify")),
+        "the scrape must verify the server: {tls:?}"
+    );
     ensure!(
         tls["ca"]["secret"]["name"].as_str() == Some(format!("{SERVICE_NAME}-tls").as_str())
             && tls["ca"]["secret"]["key"].as_str() == Some("ca.crt"),
