@@ -939,7 +939,6 @@ mod tests {
                 namespace: "fleet-default".into(),
                 creation_timestamp: Some("2024-01-01T00:00:00Z".into()),
                 labels: [("a".to_owned(), "b".to_owned())].into(),
-                ..ObjectMeta::default()
             },
             channel: ChannelRef {
                 name: "ch".into(),
@@ -1144,7 +1143,7 @@ mod tests {
                     &resolve(&doc, &format!("{at}{PREFIX}{kind}"))["properties"]["metadata"],
                     &mut found,
                 );
-                assert_eq!(found, [object_meta.clone()], "{kind}");
+                assert_eq!(found, std::slice::from_ref(&object_meta), "{kind}");
             }
             // Every property is described, as kubectl explain prints it.
             let properties = resolve(&doc, &object_meta)["properties"]
