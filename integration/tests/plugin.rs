@@ -6,7 +6,8 @@
 //! `kubectl explain` shows of the OpenAPI schema, and that every query
 //! parameter the OpenAPI document declares is one the server honours.
 //!
-//! Channels: `plug` in fleet-default and a copy in `elemental-edge`.
+//! Channels: `plug` (13 versions, so its recurring CVE is fixed twice) in
+//! fleet-default and a copy in `elemental-edge`.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -49,17 +50,13 @@ impl Kubectl {
             "{} is missing: run `cargo build -p kubectl-elemental` (make test does)",
             binary.display()
         );
-        // A directory holding only the plugin, first on PATH.
+        // A directory holding only the plugin, the whole PATH: kubectl finds
+        // nothing else (and warns of nothing else in `kubectl plugin list`).
         let dir = bed.root().join("plugins");
         std::fs::create_dir_all(&dir)?;
         std::os::unix::fs::symlink(&binary, dir.join("kubectl-elemental"))?;
-        let mut path = OsString::from(&dir);
-        if let Some(system) = std::env::var_os("PATH") {
-            path.push(":");
-            path.push(system);
-        }
         Ok(Self {
-            path,
+            path: dir.into_os_string(),
             cache: bed.root().join("cache/kube"),
         })
     }
@@ -125,16 +122,18 @@ async fn kubectl_elemental_plugin() -> Result<()> {
 }
 
 async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let channel = Channel::generate(&Spec::new("plug", 6, 80, 21));
+    let channel = Channel::generate(&Spec::new("plug", 13, 60, 21));
     for namespace in [FLEET_NAMESPACE, EDGE_NAMESPACE] {
         publish::generated_channel(bed, registry, namespace, &channel).await?;
     }
     let kubectl = Kubectl::new(bed)?;
     let admin = bed.kubeconfig();
 
-    let plugins = kubectl.ok(admin, &["plugin", "list"]).await?;
+    let plugins = kubectl
+        .ok(admin, &["plugin", "list", "--name-only"])
+        .await?;
     ensure!(
-        plugins.contains("kubectl-elemental"),
+        plugins.lines().any(|l| l.trim() == "kubectl-elemental"),
         "kubectl does not find the plugin: {plugins}"
     );
     versions(bed, &kubectl, &channel).await?;
