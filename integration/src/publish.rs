@@ -1,4 +1,4 @@
-//! A generated channel ([`generated::Channel`]) published as the operator
+//! A generated channel ([`crate::generated::Channel`]) published as the operator
 //! would see it: its raw data (package lists and `updateinfo.xml.zst`) pushed
 //! to a real registry as a channel image, the `ManagedOSVersionChannel` and its
 //! `ManagedOSVersion`s created, and the server serving every version.
