@@ -9,15 +9,14 @@
 //! Rancher's role API) and checks its Rancher catalog metadata.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::API_VERSION;
+use elemental_changelog_integration::availability::AvailabilityWatch;
 use elemental_changelog_integration::testbed::{
     APISERVICE_NAME, SERVER_NAMESPACE, SERVICE_NAME, TestBed, TestBedOptions, tools_dir,
     workspace_root,
 };
-use futures::StreamExt as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -26,7 +25,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
 use kube::api::PostParams;
-use kube::runtime::watcher;
 use serde::Deserialize as _;
 use serde_yaml::Value;
 
@@ -302,72 +300,6 @@ fn write_executable(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
     Ok(())
-}
-
-/// Records every state of our APIService from its start.
-struct AvailabilityWatch {
-    seen: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl AvailabilityWatch {
-    fn start(bed: &TestBed) -> Self {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let api: Api<APIService> = Api::all(bed.client());
-        let config = watcher::Config::default().fields(&format!("metadata.name={APISERVICE_NAME}"));
-        let record = Arc::clone(&seen);
-        let task = tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, config));
-            while let Some(event) = events.next().await {
-                let line = match event {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => available(&o),
-                    Ok(watcher::Event::Delete(_)) => "deleted".to_owned(),
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
-                    Err(error) => format!("watch error: {error}"),
-                };
-                if let Ok(mut seen) = record.lock() {
-                    seen.push(line);
-                }
-            }
-        });
-        Self { seen, task }
-    }
-
-    /// Fails unless every recorded state, and the current one, is Available.
-    async fn finish(self, bed: &TestBed) -> Result<()> {
-        let now: APIService = Api::all(bed.client()).get(APISERVICE_NAME).await?;
-        self.task.abort();
-        let mut seen = self
-            .seen
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the availability watch panicked"))?
-            .clone();
-        seen.push(available(&now));
-        ensure!(
-            seen.iter().all(|state| state == "Available=True"),
-            "the APIService was not always Available: {seen:?}"
-        );
-        eprintln!("APIService states seen: {}", seen.len());
-        Ok(())
-    }
-}
-
-fn available(apiservice: &APIService) -> String {
-    let condition = apiservice
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
-    match condition {
-        Some(c) if c.status == "True" => "Available=True".to_owned(),
-        Some(c) => format!(
-            "Available={} {}: {}",
-            c.status,
-            c.reason.as_deref().unwrap_or_default(),
-            c.message.as_deref().unwrap_or_default()
-        ),
-        None => "no Available condition".to_owned(),
-    }
 }
 
 // ---------------------------------------------------------------------------

@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::generated::{Channel, Spec};
-use elemental_changelog_integration::publish;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::{
     FLEET_NAMESPACE, TestBed, TestBedOptions, tools_dir, workspace_root,
 };
+use elemental_changelog_integration::{publish, table};
 use serde_json::Value;
 
 const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
@@ -89,6 +89,22 @@ impl Kubectl {
         Ok(String::from_utf8(out.stdout)?)
     }
 
+    /// The stderr of `kubectl <ours>`, which must fail exactly as `kubectl <theirs>`.
+    async fn same_failure(
+        &self,
+        kubeconfig: &Path,
+        ours: &[&str],
+        theirs: &[&str],
+    ) -> Result<String> {
+        let printed = self.fails(kubeconfig, ours).await?;
+        let expected = self.fails(kubeconfig, theirs).await?;
+        ensure!(
+            printed == expected,
+            "{ours:?}:\n  ours:    {printed}\n  kubectl: {expected}"
+        );
+        Ok(printed)
+    }
+
     /// Its stderr; fails unless it fails (exit 1) with nothing on stdout.
     async fn fails(&self, kubeconfig: &Path, args: &[&str]) -> Result<String> {
         let out = self.run(kubeconfig, args).await?;
@@ -144,41 +160,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     declared_query_parameters_are_honoured(bed, &channel).await
 }
 
-/// kubectl's table cut at the header's column starts: (header, rows).
-fn table(out: &str) -> Result<(Vec<String>, Vec<Vec<String>>)> {
-    let mut lines = out.lines();
-    let header = lines.next().context("no table printed")?;
-    let mut starts = Vec::new();
-    let mut previous = ' ';
-    for (i, c) in header.char_indices() {
-        if c != ' ' && previous == ' ' {
-            starts.push(i);
-        }
-        previous = c;
-    }
-    let cut = |line: &str| -> Vec<String> {
-        starts
-            .iter()
-            .enumerate()
-            .map(|(k, &start)| {
-                let end = starts
-                    .get(k + 1)
-                    .copied()
-                    .unwrap_or(line.len())
-                    .min(line.len());
-                line.get(start.min(end)..end)
-                    .unwrap_or_default()
-                    .trim()
-                    .to_owned()
-            })
-            .collect()
-    };
-    Ok((cut(header), lines.map(cut).collect()))
-}
-
 /// The table without its `AGE` column (seconds tick between two commands).
 fn without_age(out: &str) -> Result<(Vec<String>, Vec<Vec<String>>)> {
-    let (mut header, mut rows) = table(out)?;
+    let (mut header, mut rows) = table::parse(out)?;
     let age = header
         .iter()
         .position(|h| h == "AGE")
@@ -342,7 +326,7 @@ async fn cve(kubectl: &Kubectl, admin: &Path, channel: &Channel) -> Result<()> {
     let out = kubectl
         .ok(admin, &["elemental", "cve", &cve, "-n", FLEET_NAMESPACE])
         .await?;
-    let (header, rows) = table(&out)?;
+    let (header, rows) = table::parse(&out)?;
     ensure!(header[0] == "NAME", "{header:?}");
     let names: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
     ensure!(
@@ -353,7 +337,7 @@ async fn cve(kubectl: &Kubectl, admin: &Path, channel: &Channel) -> Result<()> {
     let out = kubectl
         .ok(admin, &["elemental", "cve", &cve.to_lowercase(), "-A"])
         .await?;
-    let (header, rows) = table(&out)?;
+    let (header, rows) = table::parse(&out)?;
     ensure!(header[..2] == ["NAMESPACE", "NAME"], "{header:?}");
     for namespace in [EDGE_NAMESPACE, FLEET_NAMESPACE] {
         let here: Vec<&str> = rows
@@ -432,38 +416,31 @@ async fn errors_as_kubectl_prints_them(
             format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions?cve=GHSA-1234"),
         ),
     ] {
-        let ours = kubectl.fails(admin, &plugin).await?;
-        let theirs = kubectl.fails(admin, &["get", "--raw", &raw]).await?;
-        ensure!(
-            ours == theirs,
-            "{plugin:?}:\n  ours:    {ours}\n  kubectl: {theirs}"
-        );
+        let raw = ["get", "--raw", raw.as_str()];
+        let ours = kubectl.same_failure(admin, &plugin, &raw).await?;
         ensure!(ours.starts_with("Error from server ("), "{ours}");
     }
 
     // 403 from kube-apiserver for a user without a role: as `kubectl get` prints it.
     let alice = bed.user_kubeconfig("alice")?;
     let ours = kubectl
-        .fails(&alice, &["elemental", "versions", "-n", FLEET_NAMESPACE])
+        .same_failure(
+            &alice,
+            &["elemental", "versions", "-n", FLEET_NAMESPACE],
+            &["get", RESOURCE, "-n", FLEET_NAMESPACE],
+        )
         .await?;
-    let theirs = kubectl
-        .fails(&alice, &["get", RESOURCE, "-n", FLEET_NAMESPACE])
-        .await?;
-    ensure!(ours == theirs, "\n  ours:    {ours}\n  kubectl: {theirs}");
     ensure!(
         ours.starts_with("Error from server (Forbidden):") && ours.contains(r#"User "alice""#),
         "{ours}"
     );
-    let ours = kubectl
-        .fails(
+    kubectl
+        .same_failure(
             &alice,
             &["elemental", "changelog", name, "-n", FLEET_NAMESPACE],
+            &["get", "--raw", &path(name)],
         )
         .await?;
-    let theirs = kubectl
-        .fails(&alice, &["get", "--raw", &path(name)])
-        .await?;
-    ensure!(ours == theirs, "\n  ours:    {ours}\n  kubectl: {theirs}");
     Ok(())
 }
 

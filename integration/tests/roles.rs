@@ -15,10 +15,9 @@ use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::fixtures::poll;
 use elemental_changelog_integration::generated::{Channel, Spec};
 use elemental_changelog_integration::publish;
+use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
 use elemental_changelog_integration::registry::Registry;
-use elemental_changelog_integration::testbed::{
-    FLEET_NAMESPACE, Process, TestBed, TestBedOptions, tools_dir,
-};
+use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, Process, TestBed, TestBedOptions};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use reqwest::StatusCode;
@@ -253,25 +252,4 @@ async fn refused(bed: &TestBed, user: &str, path: &str, verb: &str, resource: &s
         out.status
     );
     Ok(())
-}
-
-/// kube-controller-manager's clusterrole-aggregation controller, alone
-/// (`integration/testbed/k8s/cmd/clusterrole-aggregation`), as admin.
-fn start_clusterrole_aggregation(bed: &TestBed) -> Result<Process> {
-    let binary = tools_dir().join("clusterrole-aggregation");
-    ensure!(
-        binary.is_file(),
-        "{} is missing: run integration/testbed/build.sh",
-        binary.display()
-    );
-    Process::spawn(
-        "clusterrole-aggregation",
-        &binary,
-        [
-            std::ffi::OsStr::new("--kubeconfig"),
-            bed.kubeconfig().as_os_str(),
-        ],
-        &[],
-        bed.root().join("logs/clusterrole-aggregation.log"),
-    )
 }

@@ -117,22 +117,17 @@ async fn cve(
     warnings: &mut Warnings,
 ) -> Result<String, Error> {
     let scope = scope(namespace, args.all_namespaces);
-    let answer = api
-        .summaries_table(
-            &scope,
-            &[("cve", Some(&args.cve)), ("arch", args.arch.as_deref())],
-        )
-        .await?;
-    warnings.print(&answer);
-    let table = answer.json::<printer::Table>("Table")?;
-    if table.rows.is_empty() {
-        eprintln!(
-            "No ManagedOSVersion {} fixes {}.",
-            scope_phrase(&scope),
-            args.cve
-        );
-    }
-    Ok(printer::render(&table, print_options(&scope, args.output)))
+    let params = [
+        ("cve", Some(args.cve.as_str())),
+        ("arch", args.arch.as_deref()),
+    ];
+    let none = match &scope {
+        Scope::Namespace(ns) => {
+            format!("No ManagedOSVersion in namespace {ns} fixes {}.", args.cve)
+        }
+        Scope::All => format!("No ManagedOSVersion in any namespace fixes {}.", args.cve),
+    };
+    summaries(api, &scope, &params, args.output, &none, warnings).await
 }
 
 async fn versions(
@@ -142,25 +137,41 @@ async fn versions(
     warnings: &mut Warnings,
 ) -> Result<String, Error> {
     let scope = scope(namespace, args.all_namespaces);
-    let answer = api
-        .summaries_table(
-            &scope,
-            &[
-                ("labelSelector", args.selector.as_deref()),
-                ("arch", args.arch.as_deref()),
-            ],
-        )
-        .await?;
+    let params = [
+        ("labelSelector", args.selector.as_deref()),
+        ("arch", args.arch.as_deref()),
+    ];
+    // kubectl's wording.
+    let none = match &scope {
+        Scope::Namespace(ns) => format!("No resources found in {ns} namespace."),
+        Scope::All => "No resources found".to_owned(),
+    };
+    summaries(api, &scope, &params, args.output, &none, warnings).await
+}
+
+/// The summaries Table of `scope` with `params`, printed as kubectl prints
+/// it; `none` goes to stderr when it has no rows.
+async fn summaries(
+    api: &Api,
+    scope: &Scope,
+    params: &[(&str, Option<&str>)],
+    output: TableOutput,
+    none: &str,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
+    let answer = api.summaries_table(scope, params).await?;
     warnings.print(&answer);
     let table = answer.json::<printer::Table>("Table")?;
     if table.rows.is_empty() {
-        // kubectl's wording.
-        match &scope {
-            Scope::Namespace(ns) => eprintln!("No resources found in {ns} namespace."),
-            Scope::All => eprintln!("No resources found"),
-        }
+        eprintln!("{none}");
     }
-    Ok(printer::render(&table, print_options(&scope, args.output)))
+    Ok(printer::render(
+        &table,
+        printer::Options {
+            wide: output == TableOutput::Wide,
+            with_namespace: *scope == Scope::All,
+        },
+    ))
 }
 
 fn scope(namespace: &str, all: bool) -> Scope {
@@ -168,20 +179,6 @@ fn scope(namespace: &str, all: bool) -> Scope {
         Scope::All
     } else {
         Scope::Namespace(namespace.to_owned())
-    }
-}
-
-fn scope_phrase(scope: &Scope) -> String {
-    match scope {
-        Scope::Namespace(ns) => format!("in namespace {ns}"),
-        Scope::All => "in any namespace".to_owned(),
-    }
-}
-
-fn print_options(scope: &Scope, output: TableOutput) -> printer::Options {
-    printer::Options {
-        wide: output == TableOutput::Wide,
-        with_namespace: *scope == Scope::All,
     }
 }
 
