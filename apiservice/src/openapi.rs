@@ -529,7 +529,7 @@ const FIELD_SELECTOR: Param = Param {
 const INCLUDE_OBJECT: Param = Param {
     name: "includeObject",
     location: "query",
-    description: "With a Table (Accept: application/json;as=Table;v=v1;g=meta.k8s.io), what each row carries: None, Metadata (a PartialObjectMetadata, the default) or Object. Watch is not served.",
+    description: "With a Table (Accept: application/json;as=Table;v=v1;g=meta.k8s.io), what each row carries: None, Metadata (a PartialObjectMetadata, the default) or Object.",
     values: &["None", "Metadata", "Object"],
 };
 const CVE: Param = Param {
@@ -609,7 +609,7 @@ fn operations() -> Vec<(String, Operation)> {
             format!("{base}/managedosversions"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1ManagedOSVersionForAllNamespaces",
-                description: "list changelog summaries of ManagedOSVersions in all namespaces",
+                description: "list changelog summaries of ManagedOSVersions in all namespaces (lists are complete: limit and continue are ignored; watch is not served)",
                 action: "list",
                 kind: SUMMARY_KIND,
                 response: SUMMARY_LIST_KIND,
@@ -622,7 +622,7 @@ fn operations() -> Vec<(String, Operation)> {
             format!("{base}/namespaces/{{namespace}}/managedosversions"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1NamespacedManagedOSVersion",
-                description: "list changelog summaries of the ManagedOSVersions of a namespace",
+                description: "list changelog summaries of the ManagedOSVersions of a namespace (lists are complete: limit and continue are ignored; watch is not served)",
                 action: "list",
                 kind: SUMMARY_KIND,
                 response: SUMMARY_LIST_KIND,
