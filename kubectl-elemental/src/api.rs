@@ -44,6 +44,9 @@ pub enum Error {
     /// The client could not be built from the kubeconfig.
     #[error("error: creating the client")]
     Client(#[source] kube::Error),
+    /// The request could not be built (a name that makes no URL).
+    #[error("error: building the request")]
+    Request(#[source] http::Error),
     /// kube-apiserver could not be reached.
     #[error("Unable to connect to the server")]
     Connect(#[source] kube::Error),
@@ -53,6 +56,9 @@ pub enum Error {
     /// The server answered with an error.
     #[error("{}", kubectl_message(.0))]
     Server(Box<Status>),
+    /// The object could not be written as YAML.
+    #[error("error: writing YAML")]
+    Yaml(#[source] serde_yaml::Error),
     /// The server answered 200 with something that is not what was asked for.
     #[error("error: the server's answer is not a {what}")]
     Decode {
@@ -222,19 +228,16 @@ impl Api {
         self.get(&path, &query(params), TABLE_ACCEPT).await
     }
 
-    async fn get(&self, path: &str, query: &str, accept: &str) -> Result<Answer, Error> {
+    async fn get(&self, path: &str, query: &str, accept: &'static str) -> Result<Answer, Error> {
         let uri = if query.is_empty() {
             path.to_owned()
         } else {
             format!("{path}?{query}")
         };
-        let mut request = Request::get(uri)
+        let request = Request::get(uri)
+            .header(header::ACCEPT, HeaderValue::from_static(accept))
             .body(kube::client::Body::empty())
-            .map_err(|e| Error::Read(e.into()))?;
-        request.headers_mut().insert(
-            header::ACCEPT,
-            HeaderValue::from_str(accept).map_err(|e| Error::Read(e.into()))?,
-        );
+            .map_err(Error::Request)?;
         let response = self.client.send(request).await.map_err(Error::Connect)?;
         let status = response.status();
         let warnings: Vec<String> = response
@@ -295,10 +298,12 @@ pub fn parse_warnings(value: &str) -> Vec<String> {
     out
 }
 
-/// One warning: `code SP agent SP quoted-text [SP quoted-date]`, the entry
-/// (None when malformed) and what follows it.
-#[allow(clippy::type_complexity)]
-fn warning_entry(s: &str) -> Option<(Option<(u16, String)>, &str)> {
+/// A warning's code and text; `None` when malformed.
+type Warning = Option<(u16, String)>;
+
+/// One warning: `code SP agent SP quoted-text [SP quoted-date]`, and what
+/// follows it.
+fn warning_entry(s: &str) -> Option<(Warning, &str)> {
     let (code, rest) = s.split_once(' ')?;
     let (_agent, rest) = rest.trim_start().split_once(' ')?;
     let rest = rest.trim_start();

@@ -93,8 +93,9 @@ async fn changelog(
         ),
         // The object as served, fields this plugin does not know included.
         ChangelogOutput::Json => json_4_spaces(&answer.json::<Value>("JSON object")?),
-        ChangelogOutput::Yaml => serde_yaml::to_string(&answer.json::<Value>("JSON object")?)
-            .map_err(|e| Error::Read(e.into()))?,
+        ChangelogOutput::Yaml => {
+            serde_yaml::to_string(&answer.json::<Value>("JSON object")?).map_err(Error::Yaml)?
+        }
     })
 }
 
