@@ -7,7 +7,8 @@
 //! parameter the OpenAPI document declares is one the server honours.
 //!
 //! Channels: `plug` (13 versions, so its recurring CVE is fixed twice) in
-//! fleet-default and a copy in `elemental-edge`.
+//! fleet-default and a copy in `elemental-edge`, which also has `edge`, so
+//! the two namespaces' tables differ.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -142,6 +143,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     for namespace in [FLEET_NAMESPACE, EDGE_NAMESPACE] {
         publish::generated_channel(bed, registry, namespace, &channel).await?;
     }
+    // A channel only elemental-edge has, so its tables differ from fleet-default's.
+    let edge_only = Channel::generate(&Spec::new("edge", 3, 30, 22));
+    publish::generated_channel(bed, registry, EDGE_NAMESPACE, &edge_only).await?;
     let kubectl = Kubectl::new(bed)?;
     let admin = bed.kubeconfig();
 
@@ -152,7 +156,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         plugins.lines().any(|l| l.trim() == "kubectl-elemental"),
         "kubectl does not find the plugin: {plugins}"
     );
-    versions(bed, &kubectl, &channel).await?;
+    versions(bed, &kubectl, &channel, &edge_only).await?;
     changelogs(bed, &kubectl, &channel).await?;
     cve(&kubectl, admin, &channel).await?;
     errors_as_kubectl_prints_them(bed, &kubectl, &channel).await?;
@@ -174,20 +178,39 @@ fn without_age(out: &str) -> Result<(Vec<String>, Vec<Vec<String>>)> {
     Ok((header, rows))
 }
 
-async fn versions(bed: &TestBed, kubectl: &Kubectl, channel: &Channel) -> Result<()> {
+async fn versions(
+    bed: &TestBed,
+    kubectl: &Kubectl,
+    channel: &Channel,
+    edge_only: &Channel,
+) -> Result<()> {
     let admin = bed.kubeconfig();
-    for (plugin, get) in [
+    let names_of = |channels: &[&Channel]| -> Vec<String> {
+        let mut names: Vec<String> = channels
+            .iter()
+            .flat_map(|c| c.versions.iter().map(|v| v.name.clone()))
+            .collect();
+        names.sort();
+        names
+    };
+    let fleet_names = names_of(&[channel]);
+    let edge_names = names_of(&[channel, edge_only]);
+    let all_names = names_of(&[channel, channel, edge_only]);
+    for (plugin, get, expected) in [
         (
             vec!["elemental", "versions", "-n", FLEET_NAMESPACE],
             vec!["get", RESOURCE, "-n", FLEET_NAMESPACE],
+            &fleet_names,
         ),
         (
             vec!["elemental", "versions", "-A"],
             vec!["get", RESOURCE, "-A"],
+            &all_names,
         ),
         (
             vec!["elemental", "versions", "-n", EDGE_NAMESPACE, "-o", "wide"],
             vec!["get", RESOURCE, "-n", EDGE_NAMESPACE, "-o", "wide"],
+            &edge_names,
         ),
     ] {
         let ours = kubectl.ok(admin, &plugin).await?;
@@ -202,12 +225,11 @@ async fn versions(bed: &TestBed, kubectl: &Kubectl, channel: &Channel) -> Result
             ensure!(ours.lines().next() == theirs.lines().next());
         }
         let name = header.iter().position(|h| h == "NAME").context("no NAME")?;
-        let names: BTreeSet<&str> = rows.iter().map(|r| r[name].as_str()).collect();
-        let model: BTreeSet<&str> = channel.versions.iter().map(|v| v.name.as_str()).collect();
-        let copies = if plugin.contains(&"-A") { 2 } else { 1 };
+        let mut names: Vec<String> = rows.iter().map(|r| r[name].clone()).collect();
+        names.sort();
         ensure!(
-            names == model && rows.len() == copies * model.len(),
-            "{plugin:?}: {names:?}"
+            names == *expected,
+            "{plugin:?}: {names:?}, want {expected:?}"
         );
     }
 
@@ -236,6 +258,55 @@ async fn versions(bed: &TestBed, kubectl: &Kubectl, channel: &Channel) -> Result
     ensure!(
         without_age(&ours)? == without_age(&theirs)?,
         "the context's namespace is not the default:\n{ours}"
+    );
+    let fleet_table = kubectl
+        .ok(admin, &["elemental", "versions", "-n", FLEET_NAMESPACE])
+        .await?;
+    ensure!(without_age(&fleet_table)? != without_age(&theirs)?);
+    // --kubeconfig wins over KUBECONFIG.
+    let flagged = kubectl
+        .ok(
+            admin,
+            &["elemental", "versions", "--kubeconfig", &edge_path],
+        )
+        .await?;
+    ensure!(
+        without_age(&flagged)? == without_age(&theirs)?,
+        "--kubeconfig was not used:\n{flagged}"
+    );
+    // --context picks another context of the file, with its namespace.
+    let field = |path: &str| {
+        let jsonpath = format!("-o=jsonpath={{.contexts[0].context.{path}}}");
+        let edge = edge.clone();
+        async move {
+            kubectl
+                .ok(&edge, &["config", "view", "--minify", &jsonpath])
+                .await
+        }
+    };
+    let (cluster, user) = (field("cluster").await?, field("user").await?);
+    kubectl
+        .ok(
+            &edge,
+            &[
+                "config",
+                "set-context",
+                "fleet",
+                "--cluster",
+                &cluster,
+                "--user",
+                &user,
+                "--namespace",
+                FLEET_NAMESPACE,
+            ],
+        )
+        .await?;
+    let fleet = kubectl
+        .ok(&edge, &["elemental", "versions", "--context", "fleet"])
+        .await?;
+    ensure!(
+        without_age(&fleet)? == without_age(&fleet_table)?,
+        "--context was not used:\n{fleet}"
     );
     let missing = kubectl
         .fails(
