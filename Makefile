@@ -23,9 +23,9 @@ deps:
 tools:
 	bash integration/testbed/build.sh
 
-## server: build the elemental-changelog-apiserver binary the tests and demo run
+## server: build the binaries the end-to-end tests run: the server and the kubectl plugin
 server:
-	$(CARGO) build --locked -p elemental-changelog-apiserver
+	$(CARGO) build --locked -p elemental-changelog-apiserver -p kubectl-elemental
 
 ## demo: a real control plane with our server registered; Ctrl-C tears it down
 demo: deps tools server
@@ -59,6 +59,7 @@ doc:
 helm-lint: tools
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true
+	$(HELM) lint --strict $(CHART) --values $(CHART)/ci/rancher-values.yaml
 	$(HELM) template elemental-changelog $(CHART) --namespace cattle-elemental-system >/dev/null
 
 ## fuzz: run every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each (nightly + cargo-fuzz; not part of `test`)

@@ -122,20 +122,6 @@ fn schemas(spec: Spec) -> Map<String, Value> {
     let p = |n: &str| format!("{PREFIX}{n}");
     let mut m = Map::new();
     m.insert(
-        p("ObjectMeta"),
-        object(
-            "The ManagedOSVersion an object describes.",
-            &["name", "namespace"],
-            json!({
-                "name": string("Name of the ManagedOSVersion."),
-                "namespace": string("Namespace of the ManagedOSVersion."),
-                "creationTimestamp": date_time("Creation time of the ManagedOSVersion."),
-                "labels": {"type": "object", "additionalProperties": {"type": "string", "default": ""},
-                           "description": "Labels mirrored from the ManagedOSVersion."}
-            }),
-        ),
-    );
-    m.insert(
         p("ChannelRef"),
         object(
             "The channel a version belongs to and the image its data came from.",
@@ -267,7 +253,7 @@ fn schemas(spec: Spec) -> Map<String, Value> {
         json!({
             "apiVersion": api_version,
             "kind": kind,
-            "metadata": described_ref(spec, &p("ObjectMeta"), "The ManagedOSVersion this changelog is for."),
+            "metadata": described_ref(spec, &format!("{META}ObjectMeta"), "Standard object metadata: that of the ManagedOSVersion this changelog is for."),
             "channel": described_ref(spec, &p("ChannelRef"), "Its channel and the image the data came from."),
             "version": string("spec.version of the ManagedOSVersion."),
             "from": described_ref(spec, &p("VersionRef"), "The older version compared against; absent for the oldest version."),
@@ -296,7 +282,7 @@ fn schemas(spec: Spec) -> Map<String, Value> {
         json!({
             "apiVersion": api_version,
             "kind": kind,
-            "metadata": described_ref(spec, &p("ObjectMeta"), "The ManagedOSVersion summarized."),
+            "metadata": described_ref(spec, &format!("{META}ObjectMeta"), "Standard object metadata: that of the ManagedOSVersion summarized."),
             "channel": described_ref(spec, &p("ChannelRef"), "Its channel."),
             "version": string("spec.version."),
             "created": date_time("Channel entry creation time, when known."),
@@ -337,6 +323,7 @@ fn schemas(spec: Spec) -> Map<String, Value> {
 /// The apimachinery schemas referenced, as k8s.io/apimachinery defines them.
 fn meta_schemas(spec: Spec, m: &mut Map<String, Value>) {
     let q = |n: &str| format!("{META}{n}");
+    object_meta_schemas(spec, m);
     m.insert(
         q("ListMeta"),
         object(
@@ -428,47 +415,146 @@ fn meta_schemas(spec: Spec, m: &mut Map<String, Value>) {
     m.insert(q("APIResourceList"), list);
 }
 
+/// `ObjectMeta` and the schemas it references, complete as kube-apiserver
+/// publishes them, so `kubectl explain` shows the standard metadata. This API
+/// fills `name`, `namespace`, `uid`, `resourceVersion`, `creationTimestamp`
+/// and `labels` from the ManagedOSVersion described.
+fn object_meta_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let q = |n: &str| format!("{META}{n}");
+    let string_map = |description: &str| json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": description});
+    m.insert(
+        q("Time"),
+        json!({"type": "string", "format": "date-time",
+               "description": "Time is a wrapper around time.Time which supports correct marshaling to YAML and JSON. Wrappers are provided for many of the factory methods that the time package offers."}),
+    );
+    m.insert(
+        q("FieldsV1"),
+        json!({"type": "object",
+               "description": "FieldsV1 stores a set of fields in a data structure like a Trie, in JSON format."}),
+    );
+    m.insert(
+        q("ManagedFieldsEntry"),
+        object(
+            "ManagedFieldsEntry is a workflow-id, a FieldSet and the group version of the resource that the fieldset applies to.",
+            &[],
+            json!({
+                "apiVersion": string("APIVersion defines the version of this resource that this field set applies to."),
+                "fieldsType": string("FieldsType is the discriminator for the different fields format and version. There is currently only one possible value: \"FieldsV1\""),
+                "fieldsV1": described_ref(spec, &q("FieldsV1"), "FieldsV1 holds the first JSON version format as described in the \"FieldsV1\" type."),
+                "manager": string("Manager is an identifier of the workflow managing these fields."),
+                "operation": string("Operation is the type of operation which lead to this ManagedFieldsEntry being created. The only valid values for this field are 'Apply' and 'Update'."),
+                "subresource": string("Subresource is the name of the subresource used to update that object, or empty string if the object was updated through the main resource."),
+                "time": described_ref(spec, &q("Time"), "Time is the timestamp of when the ManagedFields entry was added.")
+            }),
+        ),
+    );
+    let mut owner = object(
+        "OwnerReference contains enough information to let you identify an owning object. An owning object must be in the same namespace as the dependent, or be cluster-scoped, so there is no namespace field.",
+        &["apiVersion", "kind", "name", "uid"],
+        json!({
+            "apiVersion": string("API version of the referent."),
+            "blockOwnerDeletion": {"type": "boolean", "description": "If true, AND if the owner has the \"foregroundDeletion\" finalizer, then the owner cannot be deleted from the key-value store until this reference is removed."},
+            "controller": {"type": "boolean", "description": "If true, this reference points to the managing controller."},
+            "kind": string("Kind of the referent."),
+            "name": string("Name of the referent."),
+            "uid": string("UID of the referent.")
+        }),
+    );
+    owner["x-kubernetes-map-type"] = json!("atomic");
+    m.insert(q("OwnerReference"), owner);
+    m.insert(
+        q("ObjectMeta"),
+        object(
+            "ObjectMeta is metadata that all persisted resources must have, which includes all objects users must create.",
+            &[],
+            json!({
+                "annotations": string_map("Annotations is an unstructured key value map stored with a resource that may be set by external tools to store and retrieve arbitrary metadata."),
+                "creationTimestamp": described_ref(spec, &q("Time"), "CreationTimestamp is a timestamp representing the server time when this object was created. Populated by the system. Read-only. Null for lists."),
+                "deletionGracePeriodSeconds": integer("Number of seconds allowed for this object to gracefully terminate before it will be removed from the system. Only set when deletionTimestamp is also set. Read-only."),
+                "deletionTimestamp": described_ref(spec, &q("Time"), "DeletionTimestamp is RFC 3339 date and time at which this resource will be deleted. Populated by the system when a graceful deletion is requested. Read-only."),
+                "finalizers": {"type": "array", "items": {"type": "string", "default": ""}, "x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge",
+                               "description": "Must be empty before the object is deleted from the registry. Each entry is an identifier for the responsible component that will remove the entry from the list."},
+                "generateName": string("GenerateName is an optional prefix, used by the server, to generate a unique name ONLY IF the Name field has not been provided."),
+                "generation": integer("A sequence number representing a specific generation of the desired state. Populated by the system. Read-only."),
+                "labels": string_map("Map of string keys and values that can be used to organize and categorize (scope and select) objects."),
+                "managedFields": {"type": "array", "items": spec.reference(&q("ManagedFieldsEntry")), "x-kubernetes-list-type": "atomic",
+                                  "description": "ManagedFields maps workflow-id and version to the set of fields that are managed by that workflow."},
+                "name": string("Name must be unique within a namespace. Cannot be updated."),
+                "namespace": string("Namespace defines the space within which each name must be unique. Must be a DNS_LABEL. Cannot be updated."),
+                "ownerReferences": {"type": "array", "items": spec.reference(&q("OwnerReference")),
+                                    "x-kubernetes-list-map-keys": ["uid"], "x-kubernetes-list-type": "map",
+                                    "x-kubernetes-patch-merge-key": "uid", "x-kubernetes-patch-strategy": "merge",
+                                    "description": "List of objects depended by this object. If ALL objects in the list have been deleted, this object will be garbage collected."},
+                "resourceVersion": string("An opaque value that represents the internal version of this object that can be used by clients to determine when objects have changed. Populated by the system. Read-only."),
+                "selfLink": string("Deprecated: selfLink is a legacy read-only field that is no longer populated by the system."),
+                "uid": string("UID is the unique in time and space value for this object. Populated by the system. Read-only.")
+            }),
+        ),
+    );
+}
+
 /// A query or path parameter.
 struct Param {
     name: &'static str,
     location: &'static str,
     description: &'static str,
+    /// The values allowed, when only some are.
+    values: &'static [&'static str],
 }
 
 const NAMESPACE: Param = Param {
     name: "namespace",
     location: "path",
     description: "object name and auth scope, such as for teams and projects",
+    values: &[],
 };
 const NAME: Param = Param {
     name: "name",
     location: "path",
     description: "name of the ManagedOSVersion",
+    values: &[],
 };
 const LABEL_SELECTOR: Param = Param {
     name: "labelSelector",
     location: "query",
     description: "A selector to restrict the list of returned objects by the labels of their ManagedOSVersion. Defaults to everything.",
+    values: &[],
+};
+const FIELD_SELECTOR: Param = Param {
+    name: "fieldSelector",
+    location: "query",
+    description: "A selector to restrict the list of returned objects by their fields: metadata.name and metadata.namespace (=, ==, !=). Defaults to everything.",
+    values: &[],
+};
+const INCLUDE_OBJECT: Param = Param {
+    name: "includeObject",
+    location: "query",
+    description: "With a Table (Accept: application/json;as=Table;v=v1;g=meta.k8s.io), what each row carries: None, Metadata (a PartialObjectMetadata, the default) or Object.",
+    values: &["None", "Metadata", "Object"],
 };
 const CVE: Param = Param {
     name: "cve",
     location: "query",
     description: "Only versions whose changelog fixes this CVE (e.g. CVE-2024-1234).",
+    values: &[],
 };
 const FROM: Param = Param {
     name: "from",
     location: "query",
     description: "Name of another ManagedOSVersion of the same channel to compare against. Defaults to the previous version of the channel.",
+    values: &[],
 };
 const ARCH: Param = Param {
     name: "arch",
     location: "query",
     description: "Architecture of the OS image (x86_64, aarch64). Defaults to the server's default architecture.",
+    values: &[],
 };
 const FORMAT: Param = Param {
     name: "format",
     location: "query",
-    description: "Representation of the changelog: json (default), text or markdown.",
+    description: "Representation of the changelog: json (default), text or markdown (also md).",
+    values: &["json", "text", "markdown", "md"],
 };
 
 fn parameter(spec: Spec, p: &Param) -> Value {
@@ -477,10 +563,10 @@ fn parameter(spec: Spec, p: &Param) -> Value {
     if required {
         v["required"] = Value::Bool(true);
     }
-    let schema = if p.name == "format" {
-        json!({"type": "string", "enum": ["json", "text", "markdown"]})
-    } else {
+    let schema = if p.values.is_empty() {
         json!({"type": "string"})
+    } else {
+        json!({"type": "string", "enum": p.values})
     };
     match spec {
         Spec::V2 => {
@@ -512,6 +598,10 @@ const JSON_TYPES: &[&str] = &[
 ];
 const CHANGELOG_TYPES: &[&str] = &["application/json", "text/plain", "text/markdown"];
 
+/// What a list honours (`limit`, `continue`, `resourceVersion` and
+/// `timeoutSeconds` are ignored: lists are small and always complete).
+const LIST_PARAMS: &[Param] = &[LABEL_SELECTOR, FIELD_SELECTOR, CVE, ARCH, INCLUDE_OBJECT];
+
 fn operations() -> Vec<(String, Operation)> {
     let base = format!("/apis/{API_VERSION}");
     vec![
@@ -519,26 +609,26 @@ fn operations() -> Vec<(String, Operation)> {
             format!("{base}/managedosversions"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1ManagedOSVersionForAllNamespaces",
-                description: "list changelog summaries of ManagedOSVersions in all namespaces",
+                description: "list changelog summaries of ManagedOSVersions in all namespaces (lists are complete: limit and continue are ignored; watch is not served)",
                 action: "list",
                 kind: SUMMARY_KIND,
                 response: SUMMARY_LIST_KIND,
                 produces: JSON_TYPES,
                 path_params: &[],
-                query_params: &[LABEL_SELECTOR, CVE],
+                query_params: LIST_PARAMS,
             },
         ),
         (
             format!("{base}/namespaces/{{namespace}}/managedosversions"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1NamespacedManagedOSVersion",
-                description: "list changelog summaries of the ManagedOSVersions of a namespace",
+                description: "list changelog summaries of the ManagedOSVersions of a namespace (lists are complete: limit and continue are ignored; watch is not served)",
                 action: "list",
                 kind: SUMMARY_KIND,
                 response: SUMMARY_LIST_KIND,
                 produces: JSON_TYPES,
                 path_params: &[NAMESPACE],
-                query_params: &[LABEL_SELECTOR, CVE],
+                query_params: LIST_PARAMS,
             },
         ),
         (
@@ -551,7 +641,7 @@ fn operations() -> Vec<(String, Operation)> {
                 response: SUMMARY_KIND,
                 produces: JSON_TYPES,
                 path_params: &[NAME, NAMESPACE],
-                query_params: &[],
+                query_params: &[ARCH, INCLUDE_OBJECT],
             },
         ),
         (
@@ -992,13 +1082,82 @@ mod tests {
     #[should_panic(expected = "not described by the schema")]
     fn validator_rejects_unknown_fields() {
         let doc = parse(v2());
-        let schema = json!({"$ref": format!("#/definitions/{PREFIX}ObjectMeta")});
+        let schema = json!({"$ref": format!("#/definitions/{META}ObjectMeta")});
         validate(
             &doc,
             &schema,
             &json!({"name": "a", "namespace": "b", "bogus": 1}),
             "meta",
         );
+    }
+
+    /// `metadata` is the standard `ObjectMeta`, complete: every field of
+    /// k8s-openapi's `ObjectMeta` (kube-apiserver's), all set, is described.
+    #[test]
+    fn object_meta_is_the_standard_one() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+        let time = meta::Time("2024-01-01T00:00:00Z".parse().unwrap());
+        let full = meta::ObjectMeta {
+            annotations: Some([("a".to_owned(), "b".to_owned())].into()),
+            creation_timestamp: Some(time.clone()),
+            deletion_grace_period_seconds: Some(30),
+            deletion_timestamp: Some(time.clone()),
+            finalizers: Some(vec!["f".to_owned()]),
+            generate_name: Some("g-".to_owned()),
+            generation: Some(1),
+            labels: Some([("l".to_owned(), "v".to_owned())].into()),
+            managed_fields: Some(vec![meta::ManagedFieldsEntry {
+                api_version: Some("v1".to_owned()),
+                fields_type: Some("FieldsV1".to_owned()),
+                fields_v1: Some(meta::FieldsV1(json!({}))),
+                manager: Some("m".to_owned()),
+                operation: Some("Apply".to_owned()),
+                subresource: Some("status".to_owned()),
+                time: Some(time),
+            }]),
+            name: Some("n".to_owned()),
+            namespace: Some("ns".to_owned()),
+            owner_references: Some(vec![meta::OwnerReference {
+                api_version: "elemental.cattle.io/v1beta1".to_owned(),
+                block_owner_deletion: Some(true),
+                controller: Some(true),
+                kind: "ManagedOSVersionChannel".to_owned(),
+                name: "c".to_owned(),
+                uid: "u".to_owned(),
+            }]),
+            resource_version: Some("1".to_owned()),
+            self_link: Some("/x".to_owned()),
+            uid: Some("u".to_owned()),
+        };
+        let instance = serde_json::to_value(&full).unwrap();
+        for (doc, at) in [
+            (parse(v2()), "#/definitions/"),
+            (parse(v3_group_version()), "#/components/schemas/"),
+        ] {
+            let object_meta = format!("{at}{META}ObjectMeta");
+            validate(&doc, &json!({"$ref": object_meta}), &instance, "metadata");
+            // Both kinds point at it.
+            for kind in [CHANGELOG_KIND, SUMMARY_KIND] {
+                let mut found = Vec::new();
+                refs(
+                    &resolve(&doc, &format!("{at}{PREFIX}{kind}"))["properties"]["metadata"],
+                    &mut found,
+                );
+                assert_eq!(found, std::slice::from_ref(&object_meta), "{kind}");
+            }
+            // Every property is described, as kubectl explain prints it.
+            let properties = resolve(&doc, &object_meta)["properties"]
+                .as_object()
+                .unwrap();
+            let described: std::collections::BTreeSet<&String> = properties.keys().collect();
+            let fields: std::collections::BTreeSet<&String> =
+                instance.as_object().unwrap().keys().collect();
+            assert_eq!(described, fields);
+            for (name, p) in properties {
+                let description = p["description"].as_str().unwrap_or_default();
+                assert!(!description.is_empty(), "{name} has no description");
+            }
+        }
     }
 
     #[test]
@@ -1045,18 +1204,33 @@ mod tests {
                 Some(k) => &format[k],
                 None => format,
             };
-            assert_eq!(ty["enum"], json!(["json", "text", "markdown"]));
+            assert_eq!(ty["enum"], json!(["json", "text", "markdown", "md"]));
+            // What the server's `Params` reads for a list; watch is not served.
             for p in [
                 "/apis/changelog.elemental.cattle.io/v1beta1/managedosversions",
                 "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions",
             ] {
                 assert_eq!(
                     names(&paths[p]["get"]["parameters"]),
-                    ["labelSelector", "cve"]
+                    [
+                        "labelSelector",
+                        "fieldSelector",
+                        "cve",
+                        "arch",
+                        "includeObject"
+                    ]
                 );
                 assert_eq!(paths[p]["get"]["x-kubernetes-action"], "list");
+                assert!(paths[p].get("watch").is_none());
             }
-            assert!(paths.contains_key("/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions/{name}"));
+            let get = &paths["/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions/{name}"];
+            assert_eq!(names(&get["get"]["parameters"]), ["arch", "includeObject"]);
+            let include_object = &get["get"]["parameters"][1];
+            let ty = match schema_key {
+                Some(k) => &include_object[k],
+                None => include_object,
+            };
+            assert_eq!(ty["enum"], json!(["None", "Metadata", "Object"]));
             assert!(paths.contains_key("/apis/changelog.elemental.cattle.io/v1beta1/"));
             // Operation ids are unique.
             let mut ids: Vec<&str> = paths

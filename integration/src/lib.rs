@@ -4,9 +4,13 @@
 //!
 //! Used by the end-to-end tests under `tests/` and by the `demo` binary.
 
+pub mod availability;
 pub mod fixtures;
 pub mod generated;
 pub mod image;
+pub mod publish;
+pub mod rbac;
 pub mod registry;
 pub mod sample;
+pub mod table;
 pub mod testbed;

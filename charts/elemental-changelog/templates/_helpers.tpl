@@ -58,3 +58,38 @@ app.kubernetes.io/component: aggregated-apiserver
 
 {{- define "elemental-changelog.apiGroup" -}}changelog.elemental.cattle.io{{- end }}
 {{- define "elemental-changelog.apiVersion" -}}v1beta1{{- end }}
+
+{{/* The server image: Rancher's system default registry, when set, replaces image.registry. */}}
+{{- define "elemental-changelog.image" -}}
+{{- $registry := .Values.image.registry }}
+{{- with .Values.global }}{{ with .cattle }}{{ with .systemDefaultRegistry }}{{ $registry = . }}{{ end }}{{ end }}{{ end }}
+{{- $repository := printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- if $registry }}
+{{- printf "%s/%s" (trimSuffix "/" $registry) $repository }}
+{{- else }}
+{{- $repository }}
+{{- end }}
+{{- end }}
+
+{{/* server.namespaces as a list: a list, or a comma-separated string (Rancher's questions). */}}
+{{- define "elemental-changelog.namespaces" -}}
+{{- $namespaces := .Values.server.namespaces }}
+{{- if kindIs "string" $namespaces }}
+{{- $namespaces = splitList "," $namespaces }}
+{{- end }}
+{{- range $namespaces }}
+{{- with trim . }}
+- {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The rules that let a user read changelogs and summaries: for the viewer ClusterRole and Rancher's roles. */}}
+{{- define "elemental-changelog.readerRules" -}}
+- apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
+  resources: ["managedosversions"]
+  verbs: ["get", "list"]
+- apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
+  resources: ["managedosversions/changelog"]
+  verbs: ["get"]
+{{- end }}

@@ -1,0 +1,255 @@
+//! Roles people already have read changelogs (issue 12), end to end on the
+//! real control plane: the chart's viewer ClusterRole is aggregated into the
+//! built-in `view`, `edit` and `admin` (by kube-controller-manager's
+//! clusterrole-aggregation controller), so a user bound only to one of those
+//! reads a changelog and the summaries through the aggregator, while a user
+//! bound to none of them, or bound elsewhere, or no longer bound, gets 403.
+//!
+//! Our server runs as the chart's ServiceAccount with the chart's RBAC (the
+//! test bed's default), rendered with the chart's default values.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
+use elemental_changelog_integration::fixtures::poll;
+use elemental_changelog_integration::generated::{Channel, Spec};
+use elemental_changelog_integration::publish;
+use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
+use elemental_changelog_integration::registry::Registry;
+use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, Process, TestBed, TestBedOptions};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Api;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+const GROUP: &str = "changelog.elemental.cattle.io";
+const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
+const RESOURCE: &str = "managedosversions.changelog.elemental.cattle.io";
+/// A namespace where none of the users is bound.
+const OTHER_NAMESPACE: &str = "elsewhere";
+/// Bound on RBAC changes reaching kube-apiserver's authorizer and the
+/// aggregation controller.
+const SOON: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(100);
+
+/// Who is bound to which built-in role in [`FLEET_NAMESPACE`], and how.
+const BINDINGS: [(&str, &str, &str); 3] = [
+    // (RoleBinding subject kind, subject name, ClusterRole)
+    ("User", "alice", "view"),
+    ("User", "bob", "edit"),
+    // carol is in the group elemental-viewers.
+    ("Group", "elemental-viewers", "admin"),
+];
+
+#[tokio::test]
+async fn view_edit_and_admin_read_changelogs() -> Result<()> {
+    let started = Instant::now();
+    let registry = Registry::start_plain().await?;
+    let mut bed = TestBed::start(TestBedOptions {
+        namespaces: vec![FLEET_NAMESPACE.to_owned(), OTHER_NAMESPACE.to_owned()],
+        ..TestBedOptions::default()
+    })
+    .await?;
+    let mut flags = registry.server_flags()?;
+    flags.extend(["--architecture".to_owned(), "x86_64".to_owned()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    bed.start_server(&flags).await?;
+    let result = checks(&bed, &registry).await;
+    eprintln!("role checks done after {:?}", started.elapsed());
+    bed.finish(result)
+}
+
+async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let mut aggregation = start_clusterrole_aggregation(bed)?;
+    let channel = Channel::generate(&Spec::new("roles", 4, 60, 12));
+    publish::generated_channel(bed, registry, FLEET_NAMESPACE, &channel).await?;
+    let newest = channel.versions.len() - 1;
+    let name = &channel.versions[newest].name;
+    let path = format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog");
+    let expected = channel.expected_advisories(newest - 1, newest);
+
+    // Nobody is bound yet: refused by kube-apiserver before our server.
+    for user in ["alice", "bob", "carol"] {
+        refused(bed, user, &path, "get", "managedosversions/changelog").await?;
+    }
+
+    let took = aggregated(bed, &mut aggregation).await?;
+    eprintln!("our rules aggregated into view, edit and admin after {took:?}");
+    bind(bed).await?;
+    for (user, role) in [("alice", "view"), ("bob", "edit"), ("carol", "admin")] {
+        let (served, took) = poll(
+            &format!("{user} ({role}) reads {path}"),
+            SOON,
+            POLL,
+            || async {
+                let out = bed.kubectl_as(user, &["get", "--raw", &path]).await?;
+                Ok(out.status.success().then_some(out.stdout))
+            },
+        )
+        .await?;
+        let served: ManagedOSVersionChangelog =
+            serde_json::from_slice(&served).context("not a changelog")?;
+        let got = served
+            .advisories
+            .iter()
+            .map(|a| a.id.clone())
+            .collect::<std::collections::BTreeSet<_>>();
+        ensure!(
+            got == expected,
+            "{user}: advisories {got:?}, want {expected:?}"
+        );
+        ensure!(served.metadata.name == *name);
+        // The summaries too, as kubectl lists them.
+        let out = bed
+            .kubectl_as(
+                user,
+                &["get", RESOURCE, "-n", FLEET_NAMESPACE, "-o", "json"],
+            )
+            .await?;
+        ensure!(
+            out.status.success(),
+            "{user} cannot list summaries: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let list: Value = serde_json::from_slice(&out.stdout)?;
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["metadata"]["name"].as_str())
+            .collect();
+        ensure!(
+            names.len() == channel.versions.len()
+                && channel
+                    .versions
+                    .iter()
+                    .all(|v| names.contains(&v.name.as_str())),
+            "{user} ({role}) lists {names:?}"
+        );
+        eprintln!("  {user} ({role}) reads after {took:?}");
+
+        // Bound in one namespace only: refused elsewhere.
+        let elsewhere =
+            format!("{API}/namespaces/{OTHER_NAMESPACE}/managedosversions/{name}/changelog");
+        refused(bed, user, &elsewhere, "get", "managedosversions/changelog").await?;
+        let cluster_wide = format!("{API}/managedosversions");
+        refused(bed, user, &cluster_wide, "list", "managedosversions").await?;
+    }
+
+    // A user with no role at all (a client certificate of a new name).
+    let dave = bed.pki().client_ca.issue_client("dave", &["dave-team"])?;
+    let http = bed.apiserver_http(Some(&dave))?;
+    let response = http
+        .get(format!("{}{path}", bed.apiserver_url()))
+        .send()
+        .await?;
+    let status = response.status();
+    let body: Value = response.json().await?;
+    ensure!(
+        status == StatusCode::FORBIDDEN && body["reason"] == "Forbidden",
+        "dave: {status} {body}"
+    );
+    ensure!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(r#"User "dave""#)),
+        "{body}"
+    );
+
+    // Unbound again: refused again.
+    bed.kubectl_ok(&[
+        "delete",
+        "rolebinding",
+        "changelog-readers-view",
+        "-n",
+        FLEET_NAMESPACE,
+    ])
+    .await?;
+    poll("alice refused once unbound", SOON, POLL, || async {
+        let out = bed.kubectl_as("alice", &["get", "--raw", &path]).await?;
+        Ok(
+            (!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("(Forbidden)"))
+                .then_some(()),
+        )
+    })
+    .await?;
+    aggregation.ensure_running()
+}
+
+/// Waits until `view`, `edit` and `admin` each carry our rules; returns how long it took.
+async fn aggregated(bed: &TestBed, aggregation: &mut Process) -> Result<Duration> {
+    let roles: Api<ClusterRole> = Api::all(bed.client());
+    let result = poll(
+        "our rules aggregated into view, edit and admin",
+        SOON,
+        POLL,
+        || async {
+            for role in ["view", "edit", "admin"] {
+                let rules = roles.get(role).await?.rules.unwrap_or_default();
+                let has = |resource: &str, verb: &str| {
+                    rules.iter().any(|r| {
+                        r.api_groups.iter().flatten().any(|g| g == GROUP)
+                            && r.resources.iter().flatten().any(|x| x == resource)
+                            && r.verbs.iter().any(|v| v == verb)
+                    })
+                };
+                if !(has("managedosversions/changelog", "get")
+                    && has("managedosversions", "get")
+                    && has("managedosversions", "list"))
+                {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await;
+    // A dead controller explains a timeout best.
+    aggregation.ensure_running()?;
+    Ok(result?.1)
+}
+
+/// Binds each subject of [`BINDINGS`] to its built-in ClusterRole in
+/// [`FLEET_NAMESPACE`] only, with RoleBindings `changelog-readers-<role>`.
+async fn bind(bed: &TestBed) -> Result<()> {
+    let mut manifests = String::new();
+    for (kind, name, role) in BINDINGS {
+        manifests.push_str(&format!(
+            r#"---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: changelog-readers-{role}
+  namespace: {FLEET_NAMESPACE}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {role}
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: {kind}
+    name: {name}
+"#
+        ));
+    }
+    bed.kubectl_stdin(&["apply", "-f", "-"], &manifests).await?;
+    Ok(())
+}
+
+/// `user` gets kube-apiserver's 403 for `path`, printed by kubectl as
+/// `Error from server (Forbidden)` naming the user, verb and resource.
+async fn refused(bed: &TestBed, user: &str, path: &str, verb: &str, resource: &str) -> Result<()> {
+    let out = bed.kubectl_as(user, &["get", "--raw", path]).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success()
+            && stderr.contains("Error from server (Forbidden)")
+            && stderr.contains(&format!(
+                r#"User "{user}" cannot {verb} resource "{resource}" in API group "{GROUP}""#
+            )),
+        "{user} {path}: {} {stderr}",
+        out.status
+    );
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! `kubectl elemental`: Elemental OS changelogs from the
+//! `changelog.elemental.cattle.io/v1beta1` aggregated API, through
+//! kube-apiserver with the user's kubeconfig, context and RBAC.
+//!
+//! kubectl runs any `kubectl-elemental` on `PATH` for `kubectl elemental`.
+//! Changelogs are fetched as JSON and rendered here with the API crate's own
+//! text and Markdown renderers, so they read exactly as `?format=text` does.
+
+mod api;
+mod cli;
+mod printer;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use elemental_changelog_apiservice::render;
+use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
+use serde_json::Value;
+
+use crate::api::{Api, Error, Scope, Warnings};
+use crate::cli::{
+    ChangelogArgs, ChangelogOutput, Cli, Command, CveArgs, TableOutput, VersionsArgs,
+};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    // kube's rustls client needs a process-wide crypto provider (ring only).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", report(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its sources, as one line: `what: why: why`.
+fn report(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        line.push_str(": ");
+        line.push_str(&s.to_string());
+        source = s.source();
+    }
+    line
+}
+
+async fn run(cli: Cli) -> Result<(), Error> {
+    let api = Api::connect(cli.connection.kubeconfig.as_deref(), cli.connection.context).await?;
+    let namespace = cli
+        .connection
+        .namespace
+        .unwrap_or_else(|| api.default_namespace().to_owned());
+    let mut warnings = Warnings::default();
+    let output = match cli.command {
+        Command::Changelog(args) => changelog(&api, &namespace, &args, &mut warnings).await?,
+        Command::Cve(args) => cve(&api, &namespace, &args, &mut warnings).await?,
+        Command::Versions(args) => versions(&api, &namespace, &args, &mut warnings).await?,
+    };
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (`| head`) is not an error worth reporting.
+    let _ = stdout
+        .write_all(output.as_bytes())
+        .and_then(|()| stdout.flush());
+    Ok(())
+}
+
+async fn changelog(
+    api: &Api,
+    namespace: &str,
+    args: &ChangelogArgs,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
+    let answer = api
+        .changelog(
+            namespace,
+            &args.version,
+            args.from.as_deref(),
+            args.arch.as_deref(),
+        )
+        .await?;
+    warnings.print(&answer);
+    Ok(match args.output {
+        ChangelogOutput::Text => {
+            render::text(&answer.json::<ManagedOSVersionChangelog>("ManagedOSVersionChangelog")?)
+        }
+        ChangelogOutput::Markdown => render::markdown(
+            &answer.json::<ManagedOSVersionChangelog>("ManagedOSVersionChangelog")?,
+        ),
+        // The object as served, fields this plugin does not know included.
+        ChangelogOutput::Json => json_4_spaces(&answer.json::<Value>("JSON object")?),
+        ChangelogOutput::Yaml => {
+            serde_yaml::to_string(&answer.json::<Value>("JSON object")?).map_err(Error::Yaml)?
+        }
+    })
+}
+
+/// JSON as kubectl prints it: indented by four spaces, with a final newline.
+fn json_4_spaces(value: &Value) -> String {
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    // Serializing a `Value` into memory cannot fail.
+    let _ = serde::Serialize::serialize(value, &mut serializer);
+    let mut text = String::from_utf8_lossy(&out).into_owned();
+    text.push('\n');
+    text
+}
+
+async fn cve(
+    api: &Api,
+    namespace: &str,
+    args: &CveArgs,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
+    let scope = scope(namespace, args.all_namespaces);
+    let params = [
+        ("cve", Some(args.cve.as_str())),
+        ("arch", args.arch.as_deref()),
+    ];
+    let none = match &scope {
+        Scope::Namespace(ns) => {
+            format!("No ManagedOSVersion in namespace {ns} fixes {}.", args.cve)
+        }
+        Scope::All => format!("No ManagedOSVersion in any namespace fixes {}.", args.cve),
+    };
+    summaries(api, &scope, &params, args.output, &none, warnings).await
+}
+
+async fn versions(
+    api: &Api,
+    namespace: &str,
+    args: &VersionsArgs,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
+    let scope = scope(namespace, args.all_namespaces);
+    let params = [
+        ("labelSelector", args.selector.as_deref()),
+        ("arch", args.arch.as_deref()),
+    ];
+    // kubectl's wording.
+    let none = match &scope {
+        Scope::Namespace(ns) => format!("No resources found in {ns} namespace."),
+        Scope::All => "No resources found".to_owned(),
+    };
+    summaries(api, &scope, &params, args.output, &none, warnings).await
+}
+
+/// The summaries Table of `scope` with `params`, printed as kubectl prints
+/// it; `none` goes to stderr when it has no rows.
+async fn summaries(
+    api: &Api,
+    scope: &Scope,
+    params: &[(&str, Option<&str>)],
+    output: TableOutput,
+    none: &str,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
+    let answer = api.summaries_table(scope, params).await?;
+    warnings.print(&answer);
+    let table = answer.json::<printer::Table>("Table")?;
+    if table.rows.is_empty() {
+        eprintln!("{none}");
+    }
+    Ok(printer::render(
+        &table,
+        printer::Options {
+            wide: output == TableOutput::Wide,
+            with_namespace: *scope == Scope::All,
+        },
+    ))
+}
+
+fn scope(namespace: &str, all: bool) -> Scope {
+    if all {
+        Scope::All
+    } else {
+        Scope::Namespace(namespace.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_indented_like_kubectl() {
+        let value = serde_json::json!({"a": [1, {"b": null}]});
+        assert_eq!(
+            json_4_spaces(&value),
+            "{\n    \"a\": [\n        1,\n        {\n            \"b\": null\n        }\n    ]\n}\n"
+        );
+    }
+
+    #[test]
+    fn report_joins_the_sources() {
+        let error = Error::Read(Box::new(std::io::Error::other("connection reset")));
+        assert_eq!(
+            report(&error),
+            "Unable to read the server's response: connection reset"
+        );
+    }
+}
