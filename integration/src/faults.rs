@@ -371,6 +371,23 @@ async fn killed(mut state: watch::Receiver<State>, cuts: u64) {
         .await;
 }
 
+/// Reads the next chunk of one direction into `buf`; at the end of the
+/// stream, passes the end on to `to` and says how the direction ended.
+async fn next_chunk<R, W>(from: &mut R, to: &mut W, buf: &mut [u8]) -> Result<usize, Flow>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match from.read(buf).await {
+        Ok(0) => {
+            let _ = to.shutdown().await;
+            Err(Flow::Eof)
+        }
+        Ok(n) => Ok(n),
+        Err(_) => Err(Flow::Reset),
+    }
+}
+
 /// Client to target: forwarded as is, held during a stall; a request while
 /// [`Fault::HttpStatus`] is answered by the proxy.
 async fn to_target<R, W>(
@@ -385,13 +402,9 @@ where
 {
     let mut buf = vec![0u8; CHUNK];
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) => {
-                let _ = to.shutdown().await;
-                return Flow::Eof;
-            }
+        let n = match next_chunk(from, to, &mut buf).await {
             Ok(n) => n,
-            Err(_) => return Flow::Reset,
+            Err(end) => return end,
         };
         let Some(now) = unstalled(state.clone(), stats).await else {
             return Flow::Reset;
@@ -421,13 +434,9 @@ where
     let mut generation = state.borrow().generation;
     let mut sent: u64 = 0;
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) => {
-                let _ = to.shutdown().await;
-                return Flow::Eof;
-            }
+        let n = match next_chunk(from, to, &mut buf).await {
             Ok(n) => n,
-            Err(_) => return Flow::Reset,
+            Err(end) => return end,
         };
         let Some(now) = unstalled(state.clone(), stats).await else {
             return Flow::Reset;

@@ -154,6 +154,12 @@ impl Requests {
     }
 }
 
+/// Our server's log file.
+fn server_log(bed: &TestBed) -> Result<std::path::PathBuf> {
+    let server = bed.server().context("our server is not running")?;
+    Ok(server.process().log().to_owned())
+}
+
 /// Failed fetches by error kind (every `result` but `pulled` and `unchanged`).
 fn failures(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
@@ -349,12 +355,7 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
         data = next;
         digest = next_digest;
     }
-    let log = bed
-        .server()
-        .context("our server is not running")?
-        .process()
-        .log()
-        .to_owned();
+    let log = server_log(bed)?;
     ensure!(
         !log_lines(
             &log,
@@ -397,45 +398,49 @@ struct Channel {
     digest: String,
 }
 
+/// Pushes `elemental/<name>:latest` with versions `1..=count` of channel
+/// `name`, the data derived from `name` and `count` (each push is a new
+/// image); returns the data and the manifest digest.
+async fn publish(
+    registry: &Registry,
+    name: &str,
+    count: u32,
+) -> Result<(GeneratedChannel, String)> {
+    let data = GeneratedChannel::generate(name, &format!("{name}-{count}"), 1..=count);
+    let pushed = image::push(
+        registry,
+        &format!("elemental/{name}:latest"),
+        &data.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    Ok((data, pushed.digest))
+}
+
 impl Channel {
-    async fn create(bed: &TestBed, registry: &Registry, name: &str, numbers: u32) -> Result<Self> {
-        let data = GeneratedChannel::generate(name, name, 1..=numbers);
-        let repository = format!("elemental/{name}");
-        let pushed = image::push(
-            registry,
-            &format!("{repository}:latest"),
-            &data.image(Format::Oci, Compression::Gzip, "amd64"),
-        )
-        .await?;
+    async fn create(bed: &TestBed, registry: &Registry, name: &str, count: u32) -> Result<Self> {
+        let (data, digest) = publish(registry, name, count).await?;
         let mut operator = OperatorChannel::custom(
             &bed.client(),
             FLEET_NAMESPACE,
             name,
-            &registry.image(&format!("{repository}:latest")),
+            &registry.image(&format!("elemental/{name}:latest")),
         )
         .await?;
         operator.sync(&data.entries()).await?;
         Ok(Self {
             operator,
             data,
-            digest: pushed.digest,
+            digest,
         })
     }
 
     /// A new image with one more version, synced by the operator.
     async fn grow(&mut self, registry: &Registry) -> Result<()> {
-        let name = self.operator.name();
         let count = u32::try_from(self.data.versions.len())? + 1;
-        let data = GeneratedChannel::generate(&name, &name, 1..=count);
-        let pushed = image::push(
-            registry,
-            &format!("elemental/{name}:latest"),
-            &data.image(Format::Oci, Compression::Gzip, "amd64"),
-        )
-        .await?;
+        let (data, digest) = publish(registry, &self.operator.name(), count).await?;
         self.operator.sync(&data.entries()).await?;
         self.data = data;
-        self.digest = pushed.digest;
+        self.digest = digest;
         Ok(())
     }
 
@@ -536,10 +541,8 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
                 proxy.cut();
             }
         }
-        let born = Channel::create(bed, registry, &format!("born-{round}"), 2).await?;
-        doomed[round].delete(bed).await?;
         let last_good = (steady.data.clone(), steady.digest.clone());
-        steady.grow(registry).await?;
+        let born = operator_changes(bed, registry, round, &mut steady, &doomed[round]).await?;
         match fault {
             KubeFault::Stall => {
                 poll("a watch event held", DEADLINE, POLL, async || {
@@ -547,7 +550,7 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
                 })
                 .await?;
             }
-            KubeFault::Refuse | KubeFault::ResetMidStream => {
+            KubeFault::Refuse => {
                 // Several failed attempts of each watch: their backoff has grown.
                 poll("four errors of each watch", DEADLINE, POLL, async || {
                     let now = watch_errors(&requests).await?;
@@ -557,6 +560,22 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
                         .all(|(n, e)| *n >= e + 4.0)
                         .then_some(()))
                 })
+                .await?;
+            }
+            KubeFault::ResetMidStream => {
+                // Each watch was cut; those with more than 4 KiB to read are
+                // reset again and again (a quiet one may get through).
+                poll(
+                    "each watch cut, four errors in all",
+                    DEADLINE,
+                    POLL,
+                    async || {
+                        let now = watch_errors(&requests).await?;
+                        let each = now.iter().zip(&errors).all(|(n, e)| n > e);
+                        let all = now.iter().sum::<f64>() >= errors.iter().sum::<f64>() + 4.0;
+                        Ok((each && all).then_some(()))
+                    },
+                )
                 .await?;
             }
         }
@@ -572,15 +591,13 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
         let held = proxy.stalled();
         proxy.set(Fault::Pass);
         let cleared = Instant::now();
-        born.wait_served(&requests).await?;
-        steady.wait_served(&requests).await?;
-        doomed[round].wait_dropped(&requests).await?;
+        caught_up(&requests, &born, &steady, &doomed[round]).await?;
         let recovered = cleared.elapsed();
         expected_pulls += 2.0;
         watches_synced(&requests).await?;
         eprintln!(
-            "kube-apiserver fault {fault:?}: held until {felt:.1?} after it began (4 errors of each \
-             watch, or a watch event held); {answered} requests answered from the last good data \
+            "kube-apiserver fault {fault:?}: held until {felt:.1?} after it began (its condition \
+             above); {answered} requests answered from the last good data \
              meanwhile, 0 failed; {held} transfers held; new channel, re-sync and deletion all \
              seen {recovered:.1?} after the fault cleared"
         );
@@ -606,12 +623,8 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
     let restarted = Instant::now();
     let round = faults.len();
     let born_total = round + 1;
-    let born = Channel::create(bed, registry, &format!("born-{round}"), 2).await?;
-    doomed[round].delete(bed).await?;
-    steady.grow(registry).await?;
-    born.wait_served(&requests).await?;
-    steady.wait_served(&requests).await?;
-    doomed[round].wait_dropped(&requests).await?;
+    let born = operator_changes(bed, registry, round, &mut steady, &doomed[round]).await?;
+    caught_up(&requests, &born, &steady, &doomed[round]).await?;
     let recovered = restarted.elapsed();
     expected_pulls += 2.0;
     watches_synced(&requests).await?;
@@ -633,12 +646,7 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
         channels == 1.0 + born_total as f64,
         "{channels} channels in the cache, expected steady and {born_total} new ones"
     );
-    let log = bed
-        .server()
-        .context("our server is not running")?
-        .process()
-        .log()
-        .to_owned();
+    let log = server_log(bed)?;
     let born_names = (0..born_total).map(|round| format!("born-{round}"));
     for channel in std::iter::once("steady".to_owned()).chain(born_names) {
         let pulls = log_lines(
@@ -660,6 +668,34 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
         log_lines(&log, &["panicked"])?.is_empty(),
         "the server panicked"
     );
+    Ok(())
+}
+
+/// What the operator does in round `round`: creates channel `born-<round>`,
+/// deletes `doomed` and re-syncs `steady` to a new image with one more version.
+async fn operator_changes(
+    bed: &TestBed,
+    registry: &Registry,
+    round: usize,
+    steady: &mut Channel,
+    doomed: &Channel,
+) -> Result<Channel> {
+    let born = Channel::create(bed, registry, &format!("born-{round}"), 2).await?;
+    doomed.delete(bed).await?;
+    steady.grow(registry).await?;
+    Ok(born)
+}
+
+/// Waits until [`operator_changes`] are all served.
+async fn caught_up(
+    requests: &Requests,
+    born: &Channel,
+    steady: &Channel,
+    doomed: &Channel,
+) -> Result<()> {
+    born.wait_served(requests).await?;
+    steady.wait_served(requests).await?;
+    doomed.wait_dropped(requests).await?;
     Ok(())
 }
 
