@@ -220,6 +220,7 @@ async fn serve(
 /// is ours unless another process grabbed it meanwhile, which a test then
 /// sees as a refused connection that never ends).
 async fn listen_again(addr: SocketAddr) -> TcpListener {
+    let mut said = false;
     loop {
         let bound = TcpSocket::new_v4().and_then(|socket| {
             socket.set_reuseaddr(true)?;
@@ -229,7 +230,10 @@ async fn listen_again(addr: SocketAddr) -> TcpListener {
         match bound {
             Ok(listener) => return listener,
             Err(error) => {
-                eprintln!("fault proxy: cannot listen on {addr} again, retrying: {error}");
+                if !said {
+                    eprintln!("fault proxy: cannot listen on {addr} again, retrying: {error}");
+                    said = true;
+                }
                 tokio::time::sleep(REBIND_PAUSE).await;
             }
         }
