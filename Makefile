@@ -73,3 +73,13 @@ fuzz:
 		mkdir -p fuzz/target/corpus/$$t; \
 		$(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t fuzz/target/corpus/$$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS); \
 	done
+
+## soak: the real test bed under mixed requests, channel churn and a hostile image for SOAK_SECONDS
+## (default 600), sampling RSS, open fds and p99; prints a table and a verdict. Not part of `test`.
+SOAK_SECONDS ?= 600
+SOAK_SAMPLE_SECONDS ?= 10
+
+.PHONY: soak
+soak: tools server
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SAMPLE_SECONDS=$(SOAK_SAMPLE_SECONDS) \
+		$(CARGO) run --locked -p elemental-changelog-integration --bin soak

@@ -182,6 +182,12 @@ pub struct TestBed {
     apiserver: Process,
     server: Option<Server>,
     failed: bool,
+    /// etcd's client and peer ports, kept for [`TestBed::start_control_plane`].
+    etcd_ports: (u16, u16),
+    /// [`TestBedOptions::apiserver_args`], kept for [`TestBed::start_control_plane`].
+    apiserver_args: Vec<String>,
+    /// See [`TestBed::set_server_apiserver_url`].
+    server_apiserver_url: Option<String>,
 }
 
 impl std::fmt::Debug for TestBed {
@@ -227,19 +233,7 @@ impl TestBed {
         let etcd_port = free_port()?;
         let etcd_peer_port = free_port()?;
         let mut etcd = start_etcd(&bin_dir, &root, etcd_port, etcd_peer_port)?;
-        let plain = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .context("building an HTTP client")?;
-        let etcd_health = format!("http://127.0.0.1:{etcd_port}/health");
-        wait_until(&mut etcd, "etcd /health", async || {
-            Ok(plain
-                .get(&etcd_health)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success()))
-        })
-        .await?;
+        wait_etcd_healthy(&mut etcd, etcd_port).await?;
 
         let apiserver_port = free_port()?;
         let mut apiserver = start_apiserver(
@@ -249,16 +243,7 @@ impl TestBed {
             apiserver_port,
             &options.apiserver_args,
         )?;
-        let https = https_client(&pki.cluster_ca, Some(&pki.admin))?;
-        let readyz = format!("https://127.0.0.1:{apiserver_port}/readyz");
-        wait_until(&mut apiserver, "kube-apiserver /readyz", async || {
-            Ok(https
-                .get(&readyz)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success()))
-        })
-        .await?;
+        wait_apiserver_ready(&mut apiserver, &pki, apiserver_port).await?;
 
         let kubeconfig = root.join("kubeconfig");
         let apiserver_url = format!("https://127.0.0.1:{apiserver_port}");
@@ -294,6 +279,9 @@ impl TestBed {
             apiserver,
             server: None,
             failed: false,
+            etcd_ports: (etcd_port, etcd_peer_port),
+            apiserver_args: options.apiserver_args.clone(),
+            server_apiserver_url: None,
         };
         let namespaces = std::iter::once(SERVER_NAMESPACE.to_owned()).chain(options.namespaces);
         for namespace in namespaces {
@@ -340,6 +328,66 @@ impl TestBed {
     /// kube-apiserver's base URL, `https://127.0.0.1:<port>`.
     pub fn apiserver_url(&self) -> String {
         format!("https://127.0.0.1:{}", self.apiserver_port)
+    }
+
+    /// kube-apiserver's address, `127.0.0.1:<port>`.
+    pub fn apiserver_addr(&self) -> std::net::SocketAddr {
+        (Ipv4Addr::LOCALHOST, self.apiserver_port).into()
+    }
+
+    /// Makes the servers started from now on reach kube-apiserver at `url`
+    /// (a proxy in front of it, such as [`crate::faults::FaultProxy`])
+    /// instead of its own address; `None` goes back to that. kube-apiserver's
+    /// certificate is valid for `127.0.0.1` and `localhost`.
+    pub fn set_server_apiserver_url(&mut self, url: Option<String>) {
+        self.server_apiserver_url = url;
+    }
+
+    /// The kube-apiserver URL our server's kubeconfig names.
+    fn server_apiserver_url(&self) -> String {
+        self.server_apiserver_url
+            .clone()
+            .unwrap_or_else(|| self.apiserver_url())
+    }
+
+    /// The admin kubeconfig, with [`TestBed::set_server_apiserver_url`]'s URL.
+    fn admin_kubeconfig_for_server(&self) -> Result<PathBuf> {
+        let path = self.root.join("server/admin-kubeconfig");
+        kubeconfig::write(
+            &path,
+            &self.server_apiserver_url(),
+            &self.root.join("pki/cluster-ca.crt"),
+            Credentials::ClientCertificate {
+                cert: &self.root.join("pki/admin.crt"),
+                key: &self.root.join("pki/admin.key"),
+            },
+        )?;
+        Ok(path)
+    }
+
+    /// Kills kube-apiserver, then etcd (SIGKILL, as a crash or a node loss
+    /// would), keeping etcd's data. Our server keeps running.
+    /// [`TestBed::start_control_plane`] brings them back.
+    pub fn stop_control_plane(&mut self) {
+        self.apiserver.stop();
+        self.etcd.stop();
+    }
+
+    /// Starts etcd and kube-apiserver again after
+    /// [`TestBed::stop_control_plane`], on the same ports, with the same data
+    /// and flags, and waits until kube-apiserver is ready.
+    pub async fn start_control_plane(&mut self) -> Result<()> {
+        let (etcd_port, etcd_peer_port) = self.etcd_ports;
+        self.etcd = start_etcd(&self.bin_dir, &self.root, etcd_port, etcd_peer_port)?;
+        wait_etcd_healthy(&mut self.etcd, etcd_port).await?;
+        self.apiserver = start_apiserver(
+            &self.bin_dir,
+            &self.root,
+            etcd_port,
+            self.apiserver_port,
+            &self.apiserver_args,
+        )?;
+        wait_apiserver_ready(&mut self.apiserver, &self.pki, self.apiserver_port).await
     }
 
     /// An HTTP client for kube-apiserver, trusting its CA, presenting `identity` if given.
@@ -445,6 +493,9 @@ impl TestBed {
     pub async fn start_server_with(&mut self, options: ServerOptions<'_>) -> Result<&Server> {
         self.stop_server().await?;
         let kubeconfig = match options.identity {
+            ServerIdentity::Admin if self.server_apiserver_url.is_some() => {
+                self.admin_kubeconfig_for_server()?
+            }
             ServerIdentity::Admin => self.kubeconfig.clone(),
             ServerIdentity::ChartServiceAccount => self.chart_service_account_kubeconfig().await?,
         };
@@ -550,7 +601,7 @@ impl TestBed {
         let path = self.root.join("server/kubeconfig");
         kubeconfig::write(
             &path,
-            &self.apiserver_url(),
+            &self.server_apiserver_url(),
             &self.root.join("pki/cluster-ca.crt"),
             Credentials::Token(token.trim()),
         )?;
@@ -791,6 +842,37 @@ impl Drop for TestBed {
             eprintln!("TESTBED_KEEP=1: kept {}", dir.keep().display());
         }
     }
+}
+
+/// Waits until etcd on `port` answers `/health`.
+async fn wait_etcd_healthy(etcd: &mut Process, port: u16) -> Result<()> {
+    let plain = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .context("building an HTTP client")?;
+    let health = format!("http://127.0.0.1:{port}/health");
+    wait_until(etcd, "etcd /health", async || {
+        Ok(plain
+            .get(&health)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success()))
+    })
+    .await
+}
+
+/// Waits until kube-apiserver on `port` answers `/readyz` (as admin).
+async fn wait_apiserver_ready(apiserver: &mut Process, pki: &Pki, port: u16) -> Result<()> {
+    let https = https_client(&pki.cluster_ca, Some(&pki.admin))?;
+    let readyz = format!("https://127.0.0.1:{port}/readyz");
+    wait_until(apiserver, "kube-apiserver /readyz", async || {
+        Ok(https
+            .get(&readyz)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success()))
+    })
+    .await
 }
 
 /// Polls `probe` every [`POLL_INTERVAL`] until it answers true, failing when

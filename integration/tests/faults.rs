@@ -1,0 +1,741 @@
+//! Faults between our server and what it depends on (issue 9, item 7), end
+//! to end: a real registry and a real kube-apiserver, each behind the
+//! fault-injecting proxy of [`elemental_changelog_integration::faults`],
+//! and kube-apiserver with etcd killed and restarted under a running server.
+//!
+//! Every fault ends the same way: the last good data is served throughout
+//! (through kube-apiserver's aggregator), the error shows in `/metrics`, and
+//! once the fault clears the server catches up by itself, without a restart.
+//! The time each step took is printed (`--nocapture`); docs/reliability.md
+//! records them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use elemental_changelog_apiservice::{GROUP, VERSION, types::ManagedOSVersionChangelog};
+use elemental_changelog_integration::{
+    faults::{Fault, FaultProxy},
+    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, poll},
+    image::{self, Compression, Format, Layer},
+    registry::Registry,
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::channel_resource},
+};
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject};
+use sha2::{Digest as _, Sha256};
+
+/// Bound on waiting for a fault to show or for recovery.
+const DEADLINE: Duration = Duration::from_secs(90);
+/// Pause between two polls.
+const POLL: Duration = Duration::from_millis(100);
+/// The server's periodic digest check in the registry test, in seconds;
+/// also the cap of its retry backoff.
+const REFRESH_SECONDS: u64 = 3;
+const FETCHES: &str = "elemental_changelog_channel_fetches_total";
+const CHANNELS: &str = "elemental_changelog_channels";
+const WATCH_ERRORS: &str = "elemental_changelog_watch_errors_total";
+const WATCH_SYNCED: &str = "elemental_changelog_watch_synced";
+const DATA_AGE: &str = "elemental_changelog_channel_data_age_seconds";
+/// Requests made while each fault lasts; every one must be answered.
+const REQUESTS_DURING_FAULT: usize = 20;
+
+/// Admin requests, through kube-apiserver's aggregator and straight to our server.
+struct Requests {
+    apiserver: String,
+    server: String,
+    aggregator: reqwest::Client,
+    direct: reqwest::Client,
+}
+
+impl Requests {
+    fn new(bed: &TestBed) -> Result<Self> {
+        let server = bed.server().context("our server is not running")?;
+        Ok(Self {
+            apiserver: bed.apiserver_url(),
+            server: server.url(),
+            aggregator: bed.apiserver_http(Some(&bed.pki().admin))?,
+            direct: bed.server_http(Some(&bed.pki().admin))?,
+        })
+    }
+
+    fn changelog_path(name: &str) -> String {
+        format!(
+            "/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog"
+        )
+    }
+
+    async fn get(client: &reqwest::Client, url: String) -> Result<(u16, Vec<u8>)> {
+        let response = client.get(&url).send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.bytes().await?.to_vec()))
+    }
+
+    /// The changelog of version `name`: through the aggregator, or directly.
+    async fn changelog(&self, name: &str, direct: bool) -> Result<ManagedOSVersionChangelog> {
+        let (client, base) = if direct {
+            (&self.direct, &self.server)
+        } else {
+            (&self.aggregator, &self.apiserver)
+        };
+        let path = Self::changelog_path(name);
+        let (status, body) = Self::get(client, format!("{base}{path}")).await?;
+        ensure!(
+            status == 200,
+            "GET {path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        serde_json::from_slice(&body).with_context(|| format!("GET {path}"))
+    }
+
+    /// The status code of the changelog of `name` through the aggregator.
+    async fn changelog_status(&self, name: &str) -> Result<u16> {
+        let url = format!("{}{}", self.apiserver, Self::changelog_path(name));
+        Ok(Self::get(&self.aggregator, url).await?.0)
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        let (status, body) = Self::get(&self.direct, format!("{}/metrics", self.server)).await?;
+        ensure!(status == 200, "/metrics: {status}");
+        Ok(String::from_utf8(body)?)
+    }
+
+    async fn readyz(&self) -> Result<u16> {
+        Ok(Self::get(&self.direct, format!("{}/readyz", self.server))
+            .await?
+            .0)
+    }
+
+    /// Waits until `name` is served with image digest `digest` and is
+    /// `data`'s version; returns the time taken.
+    async fn wait_served(
+        &self,
+        data: &GeneratedChannel,
+        name: &str,
+        digest: &str,
+    ) -> Result<Duration> {
+        let (_, took) = poll(
+            &format!("{name} served from {digest}"),
+            DEADLINE,
+            POLL,
+            async || {
+                let served = self.changelog(name, false).await?;
+                if served.channel.digest.as_deref() != Some(digest) {
+                    return Ok(None);
+                }
+                data.check(&served, name)?;
+                Ok(Some(()))
+            },
+        )
+        .await?;
+        Ok(took)
+    }
+
+    /// Makes [`REQUESTS_DURING_FAULT`] requests for every version of `data`,
+    /// through the aggregator; each must serve `digest`.
+    async fn still_served(&self, data: &GeneratedChannel, digest: &str) -> Result<usize> {
+        let mut answered = 0;
+        for round in 0..REQUESTS_DURING_FAULT {
+            let version = &data.versions[round % data.versions.len()];
+            let served = self.changelog(&version.name, false).await?;
+            data.check(&served, &version.name)?;
+            ensure!(
+                served.channel.digest.as_deref() == Some(digest),
+                "{} served from {:?}, not the last good {digest}",
+                version.name,
+                served.channel.digest
+            );
+            answered += 1;
+        }
+        let ready = self.readyz().await?;
+        ensure!(ready == 200, "/readyz during the fault: {ready}");
+        Ok(answered)
+    }
+}
+
+/// Our server's log file.
+fn server_log(bed: &TestBed) -> Result<std::path::PathBuf> {
+    let server = bed.server().context("our server is not running")?;
+    Ok(server.process().log().to_owned())
+}
+
+/// Failed fetches by error kind (every `result` but `pulled` and `unchanged`).
+fn failures(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(&format!("{FETCHES}{{result=\"")) else {
+            continue;
+        };
+        let Some((kind, value)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        if kind != "pulled" && kind != "unchanged" {
+            out.insert(kind.to_owned(), value.parse().unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// The kinds whose count grew from `before` to `after`.
+fn grown(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Vec<String> {
+    after
+        .iter()
+        .filter(|(kind, n)| **n > before.get(*kind).copied().unwrap_or_default())
+        .map(|(kind, _)| kind.clone())
+        .collect()
+}
+
+/// `size` bytes that do not compress, the same for the same seed.
+fn incompressible(seed: &str, size: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(size + 32);
+    let mut block: [u8; 32] = Sha256::digest(seed.as_bytes()).into();
+    while out.len() < size {
+        out.extend_from_slice(&block);
+        block = Sha256::digest(block).into();
+    }
+    out.truncate(size);
+    out
+}
+
+/// Pushes `data` as `repository:latest` with a 256 KiB payload layer (read
+/// and ignored by the server), so that faults in mid-body land in a blob
+/// and slow transfers take long. Returns the manifest digest.
+async fn push_with_payload(
+    registry: &Registry,
+    repository: &str,
+    data: &GeneratedChannel,
+) -> Result<String> {
+    let payload = Layer::new(Compression::None)
+        .file("usr/share/payload", incompressible(&data.seed, 256 << 10));
+    let image = data
+        .image(Format::Oci, Compression::Gzip, "amd64")
+        .layer(payload);
+    Ok(
+        image::push(registry, &format!("{repository}:latest"), &image)
+            .await?
+            .digest,
+    )
+}
+
+/// A fault of the registry connection and the error kinds it may be counted as.
+struct RegistryFault {
+    name: &'static str,
+    fault: Fault,
+    kinds: &'static [&'static str],
+}
+
+const REGISTRY_FAULTS: [RegistryFault; 7] = [
+    RegistryFault {
+        name: "connection refused",
+        fault: Fault::Refuse,
+        kinds: &["registry"],
+    },
+    RegistryFault {
+        name: "reset mid-body",
+        fault: Fault::ResetAfter(64 << 10),
+        kinds: &["registry"],
+    },
+    RegistryFault {
+        name: "truncated body",
+        fault: Fault::TruncateAfter(64 << 10),
+        // A body cut short is an HTTP error; were it read to its end
+        // regardless, the digest check would refuse it.
+        kinds: &["registry", "digest_mismatch"],
+    },
+    RegistryFault {
+        name: "stall",
+        fault: Fault::Stall,
+        // --registry-read-timeout (2 s) ends it before --fetch-timeout (6 s).
+        kinds: &["registry"],
+    },
+    RegistryFault {
+        name: "slow body",
+        fault: Fault::Slow {
+            bytes: 1024,
+            every: Duration::from_millis(100),
+        },
+        kinds: &["timeout"],
+    },
+    RegistryFault {
+        name: "HTTP 503",
+        fault: Fault::HttpStatus(503),
+        kinds: &["registry"],
+    },
+    RegistryFault {
+        name: "HTTP 500",
+        fault: Fault::HttpStatus(500),
+        kinds: &["registry"],
+    },
+];
+
+/// The registry behind the proxy; the channel's image names the proxy.
+/// For each fault: a new image is pushed (directly) while the proxy
+/// injects the fault; the periodic digest check fails, counted with its
+/// kind; the last good image stays served; once the proxy passes again the
+/// new image is served without any other action.
+#[tokio::test]
+async fn registry_faults() -> Result<()> {
+    let registry = Registry::start_plain().await?;
+    let proxy = FaultProxy::start(registry.host().parse::<SocketAddr>()?).await?;
+    let mut bed = TestBed::start(TestBedOptions::default()).await?;
+    let result = async {
+        let args = [
+            "--insecure-registry",
+            &proxy.host(),
+            "--refresh-interval",
+            &format!("{REFRESH_SECONDS}s"),
+            "--registry-connect-timeout",
+            "2s",
+            "--registry-read-timeout",
+            "2s",
+            "--fetch-timeout",
+            "6s",
+        ];
+        bed.start_server(&args).await?;
+        registry_rounds(&bed, &registry, &proxy).await
+    }
+    .await;
+    bed.finish(result)
+}
+
+async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy) -> Result<()> {
+    let requests = Requests::new(bed)?;
+    let repository = "elemental/faulty";
+    let mut data = GeneratedChannel::generate("faulty", "faulty-0", 1..=2);
+    let mut digest = push_with_payload(registry, repository, &data).await?;
+    let mut channel = OperatorChannel::custom(
+        &bed.client(),
+        FLEET_NAMESPACE,
+        "faulty",
+        &format!("{}/{repository}:latest", proxy.host()),
+    )
+    .await?;
+    channel.sync(&data.entries()).await?;
+    let newest = data.newest()?.name.clone();
+    requests.wait_served(&data, &newest, &digest).await?;
+
+    for (round, fault) in REGISTRY_FAULTS.iter().enumerate() {
+        let before = failures(&requests.metrics().await?);
+        proxy.set(fault.fault);
+        let next = GeneratedChannel::generate("faulty", &format!("faulty-{}", round + 1), 1..=2);
+        let next_digest = push_with_payload(registry, repository, &next).await?;
+        let (kinds, detected) = poll(
+            &format!("{}: a failed fetch counted", fault.name),
+            DEADLINE,
+            POLL,
+            async || {
+                let kinds = grown(&before, &failures(&requests.metrics().await?));
+                Ok((!kinds.is_empty()).then_some(kinds))
+            },
+        )
+        .await?;
+        ensure!(
+            kinds.iter().all(|k| fault.kinds.contains(&k.as_str())),
+            "{}: counted as {kinds:?}, expected one of {:?}",
+            fault.name,
+            fault.kinds
+        );
+        let answered = requests.still_served(&data, &digest).await?;
+        if round == 0 {
+            channel_age_shows(&requests, true).await?;
+        }
+        let held = proxy.stalled();
+        proxy.set(Fault::Pass);
+        let recovered = requests.wait_served(&next, &newest, &next_digest).await?;
+        if round == 0 {
+            channel_age_shows(&requests, false).await?;
+        }
+        eprintln!(
+            "registry fault {:>18}: counted as {kinds:?} after {detected:.1?}; {answered} requests \
+             answered from the last good image meanwhile, 0 failed; {held} transfers held; \
+             new image served {recovered:.1?} after the fault cleared",
+            fault.name
+        );
+        data = next;
+        digest = next_digest;
+    }
+    let log = server_log(bed)?;
+    ensure!(
+        !log_lines(
+            &log,
+            &["fetching the channel image failed", "channel=faulty"]
+        )?
+        .is_empty(),
+        "the failures are not in the log"
+    );
+    ensure!(
+        log_lines(&log, &["panicked"])?.is_empty(),
+        "the server panicked"
+    );
+    Ok(())
+}
+
+/// Waits until the `faulty` channel's data age (updated every 10 s) is
+/// above (`stale`) or below twice the refresh interval.
+async fn channel_age_shows(requests: &Requests, stale: bool) -> Result<()> {
+    let labels = [("namespace", FLEET_NAMESPACE), ("channel", "faulty")];
+    let bound = 2.0 * REFRESH_SECONDS as f64;
+    let (age, _) = poll(
+        &format!("{DATA_AGE} {} {bound}", if stale { ">" } else { "<" }),
+        Duration::from_secs(30),
+        POLL,
+        async || {
+            let age = metric(&requests.metrics().await?, DATA_AGE, &labels);
+            Ok(((age > bound) == stale).then_some(age))
+        },
+    )
+    .await?;
+    eprintln!("channel data age: {age:.1} s");
+    Ok(())
+}
+
+/// A channel of the kube-apiserver test: pushed, applied and synced the
+/// operator's way.
+struct Channel {
+    operator: OperatorChannel,
+    data: GeneratedChannel,
+    digest: String,
+}
+
+/// Pushes `elemental/<name>:latest` with versions `1..=count` of channel
+/// `name`, the data derived from `name` and `count` (each push is a new
+/// image); returns the data and the manifest digest.
+async fn publish(
+    registry: &Registry,
+    name: &str,
+    count: u32,
+) -> Result<(GeneratedChannel, String)> {
+    let data = GeneratedChannel::generate(name, &format!("{name}-{count}"), 1..=count);
+    let pushed = image::push(
+        registry,
+        &format!("elemental/{name}:latest"),
+        &data.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    Ok((data, pushed.digest))
+}
+
+impl Channel {
+    async fn create(bed: &TestBed, registry: &Registry, name: &str, count: u32) -> Result<Self> {
+        let (data, digest) = publish(registry, name, count).await?;
+        let mut operator = OperatorChannel::custom(
+            &bed.client(),
+            FLEET_NAMESPACE,
+            name,
+            &registry.image(&format!("elemental/{name}:latest")),
+        )
+        .await?;
+        operator.sync(&data.entries()).await?;
+        Ok(Self {
+            operator,
+            data,
+            digest,
+        })
+    }
+
+    /// A new image with one more version, synced by the operator.
+    async fn grow(&mut self, registry: &Registry) -> Result<()> {
+        let count = u32::try_from(self.data.versions.len())? + 1;
+        let (data, digest) = publish(registry, &self.operator.name(), count).await?;
+        self.operator.sync(&data.entries()).await?;
+        self.data = data;
+        self.digest = digest;
+        Ok(())
+    }
+
+    fn newest(&self) -> Result<String> {
+        Ok(self.data.newest()?.name.clone())
+    }
+
+    async fn wait_served(&self, requests: &Requests) -> Result<Duration> {
+        requests
+            .wait_served(&self.data, &self.newest()?, &self.digest)
+            .await
+    }
+
+    async fn delete(&self, bed: &TestBed) -> Result<()> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(bed.client(), FLEET_NAMESPACE, &channel_resource());
+        api.delete(&self.operator.name(), &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until its data is no longer served (its versions stay: the
+    /// test bed runs no garbage collector).
+    async fn wait_dropped(&self, requests: &Requests) -> Result<Duration> {
+        let name = self.newest()?;
+        let (_, took) = poll(
+            &format!("{name} no longer served"),
+            DEADLINE,
+            POLL,
+            async || Ok((requests.changelog_status(&name).await? != 200).then_some(())),
+        )
+        .await?;
+        Ok(took)
+    }
+}
+
+/// How our server's connection to kube-apiserver is broken.
+#[derive(Clone, Copy, Debug)]
+enum KubeFault {
+    /// kube-apiserver unreachable: open connections reset, new ones refused.
+    Refuse,
+    /// Nothing moves either way; everything held resumes afterwards.
+    Stall,
+    /// Every connection (the watches cut first) reset after 4 KiB.
+    ResetMidStream,
+}
+
+/// Our server reaches kube-apiserver through the proxy. Its watches are
+/// broken while the operator creates a channel, deletes one and re-syncs
+/// another; the last good data stays served; afterwards the reflectors
+/// catch up. Then kube-apiserver and etcd are killed and restarted. The
+/// server fetches each new image exactly once: no duplicate worker, no
+/// re-pull of unchanged channels after a re-list.
+#[tokio::test]
+async fn kube_apiserver_faults_and_restart() -> Result<()> {
+    let registry = Registry::start_plain().await?;
+    let mut bed = TestBed::start(TestBedOptions::default()).await?;
+    let proxy = FaultProxy::start(bed.apiserver_addr()).await?;
+    bed.set_server_apiserver_url(Some(format!("https://{}", proxy.host())));
+    let result = async {
+        bed.start_server(&["--insecure-registry", registry.host()])
+            .await?;
+        kube_rounds(&mut bed, &registry, &proxy).await
+    }
+    .await;
+    bed.finish(result)
+}
+
+async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy) -> Result<()> {
+    let faults = [
+        KubeFault::Refuse,
+        KubeFault::Stall,
+        KubeFault::ResetMidStream,
+    ];
+    let requests = Requests::new(bed)?;
+    let mut steady = Channel::create(bed, registry, "steady", 2).await?;
+    let mut doomed = Vec::new();
+    for round in 0..=faults.len() {
+        doomed.push(Channel::create(bed, registry, &format!("doomed-{round}"), 1).await?);
+    }
+    steady.wait_served(&requests).await?;
+    for channel in &doomed {
+        channel.wait_served(&requests).await?;
+    }
+    let pulled = [("result", "pulled")];
+    let pulls_at_start = metric(&requests.metrics().await?, FETCHES, &pulled);
+    // Each round pulls two new images: the new channel's and steady's.
+    let mut expected_pulls = pulls_at_start;
+
+    for (round, fault) in faults.into_iter().enumerate() {
+        let errors = watch_errors(&requests).await?;
+        let faulted = Instant::now();
+        match fault {
+            KubeFault::Refuse => proxy.set(Fault::Refuse),
+            KubeFault::Stall => proxy.set(Fault::Stall),
+            KubeFault::ResetMidStream => {
+                proxy.set(Fault::ResetAfter(4 << 10));
+                proxy.cut();
+            }
+        }
+        let last_good = (steady.data.clone(), steady.digest.clone());
+        let born = operator_changes(bed, registry, round, &mut steady, &doomed[round]).await?;
+        match fault {
+            KubeFault::Stall => {
+                poll("a watch event held", DEADLINE, POLL, async || {
+                    Ok((proxy.stalled() > 0).then_some(()))
+                })
+                .await?;
+            }
+            KubeFault::Refuse => {
+                // Several failed attempts of each watch: their backoff has grown.
+                poll("four errors of each watch", DEADLINE, POLL, async || {
+                    let now = watch_errors(&requests).await?;
+                    Ok(now
+                        .iter()
+                        .zip(&errors)
+                        .all(|(n, e)| *n >= e + 4.0)
+                        .then_some(()))
+                })
+                .await?;
+            }
+            KubeFault::ResetMidStream => {
+                // Each watch was cut; those with more than 4 KiB to read are
+                // reset again and again (a quiet one may get through).
+                poll(
+                    "each watch cut, four errors in all",
+                    DEADLINE,
+                    POLL,
+                    async || {
+                        let now = watch_errors(&requests).await?;
+                        let each = now.iter().zip(&errors).all(|(n, e)| n > e);
+                        let all = now.iter().sum::<f64>() >= errors.iter().sum::<f64>() + 4.0;
+                        Ok((each && all).then_some(()))
+                    },
+                )
+                .await?;
+            }
+        }
+        let felt = faulted.elapsed();
+        let answered = requests.still_served(&last_good.0, &last_good.1).await?;
+        if matches!(fault, KubeFault::Refuse) {
+            let status = requests.changelog_status(&born.newest()?).await?;
+            ensure!(
+                status != 200,
+                "a channel created during the fault is served: {status}"
+            );
+        }
+        let held = proxy.stalled();
+        proxy.set(Fault::Pass);
+        let cleared = Instant::now();
+        caught_up(&requests, &born, &steady, &doomed[round]).await?;
+        let recovered = cleared.elapsed();
+        expected_pulls += 2.0;
+        watches_synced(&requests).await?;
+        eprintln!(
+            "kube-apiserver fault {fault:?}: held until {felt:.1?} after it began (its condition \
+             above); {answered} requests answered from the last good data \
+             meanwhile, 0 failed; {held} transfers held; new channel, re-sync and deletion all \
+             seen {recovered:.1?} after the fault cleared"
+        );
+    }
+
+    // kube-apiserver and etcd killed: our server keeps answering directly.
+    let errors = watch_errors(&requests).await?;
+    let stopped = Instant::now();
+    bed.stop_control_plane();
+    let newest = steady.newest()?;
+    let served = requests.changelog(&newest, true).await?;
+    steady.data.check(&served, &newest)?;
+    ensure!(served.channel.digest.as_deref() == Some(steady.digest.as_str()));
+    let ready = requests.readyz().await?;
+    ensure!(ready == 200, "/readyz with kube-apiserver down: {ready}");
+    poll("an error of each watch", DEADLINE, POLL, async || {
+        let now = watch_errors(&requests).await?;
+        Ok(now.iter().zip(&errors).all(|(n, e)| n > e).then_some(()))
+    })
+    .await?;
+    bed.start_control_plane().await?;
+    let down = stopped.elapsed();
+    let restarted = Instant::now();
+    let round = faults.len();
+    let born_total = round + 1;
+    let born = operator_changes(bed, registry, round, &mut steady, &doomed[round]).await?;
+    caught_up(&requests, &born, &steady, &doomed[round]).await?;
+    let recovered = restarted.elapsed();
+    expected_pulls += 2.0;
+    watches_synced(&requests).await?;
+    eprintln!(
+        "kube-apiserver and etcd restarted: down {down:.1?}; new channel, re-sync and deletion \
+         all seen {recovered:.1?} after kube-apiserver was ready again"
+    );
+
+    // Exactly one pull per new image: no duplicate worker, nothing pulled
+    // again after a re-list; and no data of a deleted channel kept.
+    let text = requests.metrics().await?;
+    let pulls = metric(&text, FETCHES, &pulled);
+    ensure!(
+        pulls == expected_pulls,
+        "{pulls} pulls, expected {expected_pulls} ({pulls_at_start} before the faults)"
+    );
+    let channels = metric(&text, CHANNELS, &[]);
+    ensure!(
+        channels == 1.0 + born_total as f64,
+        "{channels} channels in the cache, expected steady and {born_total} new ones"
+    );
+    let log = server_log(bed)?;
+    let born_names = (0..born_total).map(|round| format!("born-{round}"));
+    for channel in std::iter::once("steady".to_owned()).chain(born_names) {
+        let pulls = log_lines(
+            &log,
+            &["channel image pulled", &format!("channel={channel}}}")],
+        )?;
+        let expected = if channel == "steady" {
+            1 + born_total
+        } else {
+            1
+        };
+        ensure!(
+            pulls.len() == expected,
+            "{channel} pulled {} times, expected {expected}: {pulls:#?}",
+            pulls.len()
+        );
+    }
+    ensure!(
+        log_lines(&log, &["panicked"])?.is_empty(),
+        "the server panicked"
+    );
+    Ok(())
+}
+
+/// What the operator does in round `round`: creates channel `born-<round>`,
+/// deletes `doomed` and re-syncs `steady` to a new image with one more version.
+async fn operator_changes(
+    bed: &TestBed,
+    registry: &Registry,
+    round: usize,
+    steady: &mut Channel,
+    doomed: &Channel,
+) -> Result<Channel> {
+    let born = Channel::create(bed, registry, &format!("born-{round}"), 2).await?;
+    doomed.delete(bed).await?;
+    steady.grow(registry).await?;
+    Ok(born)
+}
+
+/// Waits until [`operator_changes`] are all served.
+async fn caught_up(
+    requests: &Requests,
+    born: &Channel,
+    steady: &Channel,
+    doomed: &Channel,
+) -> Result<()> {
+    born.wait_served(requests).await?;
+    steady.wait_served(requests).await?;
+    doomed.wait_dropped(requests).await?;
+    Ok(())
+}
+
+/// The resources our server watches (the `resource` label of its watch metrics).
+const WATCHED: [&str; 2] = ["managedosversionchannels", "managedosversions"];
+
+/// The error count of each watch of [`WATCHED`].
+async fn watch_errors(requests: &Requests) -> Result<Vec<f64>> {
+    let text = requests.metrics().await?;
+    Ok(WATCHED
+        .iter()
+        .map(|r| metric(&text, WATCH_ERRORS, &[("resource", r)]))
+        .collect())
+}
+
+/// Waits until both watches report synced.
+async fn watches_synced(requests: &Requests) -> Result<()> {
+    poll("both watches synced", DEADLINE, POLL, async || {
+        let text = requests.metrics().await?;
+        let synced = WATCHED
+            .iter()
+            .all(|r| metric(&text, WATCH_SYNCED, &[("resource", r)]) == 1.0);
+        Ok(synced.then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[test]
+fn failures_by_kind_ignore_successes() -> Result<()> {
+    let text = format!(
+        "{FETCHES}{{result=\"pulled\"}} 3\n{FETCHES}{{result=\"registry\"}} 2\n\
+         {FETCHES}{{result=\"timeout\"}} 1\nother{{result=\"registry\"}} 9\n"
+    );
+    let before = failures(&text);
+    ensure!(before.len() == 2 && before["registry"] == 2.0, "{before:?}");
+    let after = failures(&text.replace("timeout\"} 1", "timeout\"} 4"));
+    ensure!(grown(&before, &after) == ["timeout"], "{after:?}");
+    if !grown(&after, &after).is_empty() {
+        bail!("nothing grew");
+    }
+    Ok(())
+}
