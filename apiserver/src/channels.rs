@@ -6,17 +6,25 @@
 //! [`crd::ManagedOSVersionChannel::sync_key`]), and every refresh interval
 //! (a digest check that pulls nothing when the image is unchanged), with
 //! backoff after failures. Results land in the [`Cache`].
+//!
+//! Versions a newer image dropped stay served while their ManagedOSVersion
+//! exists ("retained"): each worker records the images it reads in the
+//! [`history`] kept in the cluster, and serves every existing version the
+//! history maps to an older image, pulling that image by digest when this
+//! replica has not read it itself (after a restart, or as a new replica).
+//! Workers are supervised: one that panics is restarted with backoff.
 
 pub mod crd;
+pub mod history;
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use elemental_changelog::data::{ChannelData, DataError, FileError};
-use futures::{StreamExt, future::BoxFuture, stream::FuturesUnordered};
+use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
     Api, Client, ResourceExt,
@@ -27,13 +35,19 @@ use kube::{
     },
 };
 use tokio::sync::{mpsc, watch};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use self::crd::{ManagedOSVersion, ManagedOSVersionChannel, SyncKey};
+use self::{
+    crd::{ManagedOSVersion, ManagedOSVersionChannel, SyncKey},
+    history::{Change, ChannelHistory, ConfigMapHistory, History, HistoryStore},
+};
 use crate::{
-    cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, Snapshot},
+    cache::{
+        ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatus, RetainedStatuses,
+        Snapshot,
+    },
     health::{Health, Heartbeat, ReadyFlag},
-    metrics::{FetchResult, Metrics},
+    metrics::{FetchResult, Metrics, RetainedPull},
     oci::{FetchError, Fetched},
     telemetry::error_chain,
 };
@@ -41,6 +55,12 @@ use crate::{
 /// Shortest wait before retrying a failed fetch; doubles per failure up to
 /// the refresh interval.
 const MIN_BACKOFF: Duration = Duration::from_secs(2);
+/// Longest wait before restarting a worker that panicked (the wait doubles
+/// from [`MIN_BACKOFF`] per panic in a row).
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
+/// Attempts to swap a worker's result into the cache while others (pruning)
+/// change the channel's state meanwhile; the next refresh tries again.
+const SWAP_ATTEMPTS: u32 = 4;
 
 /// Reflector stores for one kind: one store for all namespaces, or one per
 /// watched namespace (a store fed by several watches would be wiped by each
@@ -164,6 +184,9 @@ struct Context {
     versions: Stores<ManagedOSVersion>,
     settings: RefreshSettings,
     attempted: mpsc::UnboundedSender<ChannelKey>,
+    /// The channel history in the cluster; `None` when disabled (retained
+    /// versions then live only in this replica's memory).
+    history: Option<Arc<dyn HistoryStore>>,
 }
 
 enum ChannelEvent {
@@ -188,6 +211,7 @@ pub fn start(
     metrics: Arc<Metrics>,
     health: &Health,
     settings: RefreshSettings,
+    history: Option<Arc<ConfigMapHistory>>,
 ) -> (Objects, BoxFuture<'static, ()>) {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
@@ -219,6 +243,14 @@ pub fn start(
     let fetched = health.ready_flag("channels-first-fetch");
     let heartbeat = health.heartbeat("channel-controller");
     let (attempted_tx, attempted_rx) = mpsc::unbounded_channel();
+    if let Some(history) = &history {
+        drivers.push(Box::pin(
+            history
+                .clone()
+                .run(health.ready_flag("channel-history"))
+                .instrument(info_span!("history")),
+        ));
+    }
     let ctx = Arc::new(Context {
         fetcher,
         cache,
@@ -226,6 +258,7 @@ pub fn start(
         versions: versions.clone(),
         settings,
         attempted: attempted_tx,
+        history: history.map(|h| h as Arc<dyn HistoryStore>),
     });
 
     let controller = controller(
@@ -405,6 +438,7 @@ async fn controller(
                     fetched.set();
                 }
                 pending_first = Some(pending);
+                prune_history(&objects, &ctx);
             }
             Some(key) = attempted.recv() => {
                 if let Some(pending) = &mut pending_first
@@ -434,28 +468,40 @@ async fn controller(
                             None => {
                                 let (trigger, rx) = watch::channel(want);
                                 let span = info_span!("refresh", namespace = %key.namespace, channel = %key.name);
-                                let task = tokio::spawn(worker(key.clone(), rx, ctx.clone()).instrument(span));
+                                let task = tokio::spawn(supervise(key.clone(), rx, ctx.clone()).instrument(span));
                                 workers.insert(key, Worker { trigger, task });
                             }
                         }
                     }
-                    ChannelEvent::Deleted(key) => drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched),
+                    ChannelEvent::Deleted(key) => {
+                        drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched);
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
+                    }
                     ChannelEvent::ChannelsListed => {
                         let gone: Vec<ChannelKey> =
                             workers.keys().filter(|k| objects.channels.get(&k.namespace, &k.name).is_none()).cloned().collect();
                         for key in gone {
                             drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched);
                         }
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
                     }
                     ChannelEvent::VersionDeleted(key) => {
-                        prune_retained(&objects, &ctx, &key);
-                        update_totals(&ctx);
+                        prune_retained(&objects, &ctx, key);
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
                     }
                     ChannelEvent::VersionsListed => {
                         for (key, _) in ctx.cache.all() {
-                            prune_retained(&objects, &ctx, &key);
+                            prune_retained(&objects, &ctx, key);
                         }
-                        update_totals(&ctx);
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
                     }
                 }
             }
@@ -497,24 +543,110 @@ fn drop_channel(
     }
 }
 
-/// Drops a channel's retained versions whose ManagedOSVersion is gone.
-fn prune_retained(objects: &Objects, ctx: &Context, key: &ChannelKey) {
-    ctx.cache.prune_retained(key, |name| {
-        objects.versions.get(&key.namespace, name).is_some()
+/// Drops a channel's retained versions whose ManagedOSVersion is gone, off
+/// the controller's loop (see [`Cache::prune_retained`]).
+fn prune_retained(objects: &Objects, ctx: &Arc<Context>, key: ChannelKey) {
+    let versions = objects.versions.clone();
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let namespace = key.namespace.clone();
+        let keep = Arc::new(move |name: &str| versions.get(&namespace, name).is_some());
+        if ctx.cache.prune_retained(&key, keep).await {
+            update_totals(&ctx);
+        }
     });
 }
 
-/// Refreshes one channel until the controller aborts it (channel deleted).
+/// Makes the channel history forget what no ManagedOSVersion needs any more
+/// (see [`History::prune`]), for the namespaces this replica watches. Only
+/// called once the reflectors have synced: an unsynced store would make
+/// every channel look deleted.
+fn prune_history(objects: &Objects, ctx: &Context) {
+    let Some(history) = ctx.history.clone() else {
+        return;
+    };
+    let objects = objects.clone();
+    let change: Change = Box::new(move |h: &mut History| {
+        h.prune(
+            |key| objects.channels.watches(&key.namespace) && objects.versions.watches(&key.namespace),
+            |key, version| match version {
+                None => objects.channels.get(&key.namespace, &key.name).is_some(),
+                Some(name) => objects
+                    .versions
+                    .get(&key.namespace, name)
+                    .is_some_and(|v| v.channel_name() == Some(key.name.as_str())),
+            },
+        )
+    });
+    tokio::spawn(async move {
+        if let Err(error) = history.update(change).await {
+            warn!(error = %error_chain(&error), "pruning the channel history failed; trying again at the next change");
+        }
+    });
+}
+
+/// Runs a channel's worker, restarting it with backoff when it panics, until
+/// the controller aborts it (channel deleted).
+async fn supervise(
+    key: ChannelKey,
+    trigger: watch::Receiver<(Option<String>, SyncKey)>,
+    ctx: Arc<Context>,
+) {
+    let mut panics: u32 = 0;
+    loop {
+        let started = tokio::time::Instant::now();
+        let run = std::panic::AssertUnwindSafe(worker(key.clone(), trigger.clone(), ctx.clone()))
+            .catch_unwind()
+            .await;
+        let Err(panic) = run else {
+            return;
+        };
+        // A worker that ran well for long before panicking starts the backoff over.
+        if started.elapsed() > MAX_RESTART_BACKOFF {
+            panics = 0;
+        }
+        panics = panics.saturating_add(1);
+        ctx.metrics.worker_panic();
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".to_owned());
+        let wait = next_wait(panics, MAX_RESTART_BACKOFF);
+        error!(channel = %key, panic = %message, restart_in = ?wait, "channel worker panicked; restarting it");
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// What a worker remembers between refreshes: (digest, arch, version) of
+/// older images pulled for a retained version that turned out to have no
+/// changelog data for it, so they are not pulled again.
+#[derive(Default)]
+struct Memory {
+    no_data: HashSet<(String, String, String)>,
+}
+
+/// Refreshes one channel until the controller aborts it (channel deleted),
+/// and again whenever the channel history of this channel changes.
 async fn worker(
     key: ChannelKey,
     mut trigger: watch::Receiver<(Option<String>, SyncKey)>,
     ctx: Arc<Context>,
 ) {
+    let mut history = ctx.history.as_ref().map(|h| h.subscribe());
+    if let Some(history) = &mut history {
+        // Read the history before the first refresh, so that a young replica
+        // serves retained versions from the start.
+        let _ = history.wait_for(|(_, loaded)| *loaded).await;
+    }
+    let mut memory = Memory::default();
     let mut failures: u32 = 0;
     loop {
         let (image, _) = trigger.borrow_and_update().clone();
-        let ok = refresh(&key, image.as_deref(), &ctx).await;
-        let _ = ctx.attempted.send(key.clone());
+        let seen = history
+            .as_mut()
+            .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
+        let ok = refresh(&key, image.as_deref(), &ctx, &mut memory).await;
         failures = if ok { 0 } else { failures.saturating_add(1) };
         let wait = next_wait(failures, ctx.settings.interval);
         tokio::select! {
@@ -525,7 +657,29 @@ async fn worker(
                 }
                 debug!("channel changed or re-synced by the operator");
             }
+            () = history_changed(history.as_mut(), &key, seen) => {
+                debug!("channel history changed");
+            }
             () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Completes when the history of `key` differs from `seen`; never without a history.
+async fn history_changed(
+    history: Option<&mut watch::Receiver<(Arc<History>, bool)>>,
+    key: &ChannelKey,
+    seen: Option<ChannelHistory>,
+) {
+    let Some(history) = history else {
+        return std::future::pending().await;
+    };
+    loop {
+        if history.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if history.borrow_and_update().0.channel(key) != seen.as_ref() {
+            return;
         }
     }
 }
@@ -542,15 +696,19 @@ fn next_wait(failures: u32, interval: Duration) -> Duration {
         .min(interval)
 }
 
-/// Fetches every architecture of a channel's image once; true when all
-/// succeeded (or there is nothing to fetch).
-async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
+/// Fetches every architecture of a channel's image once, then serves the
+/// retained versions the channel history maps to older images, and records
+/// what was read in the history; true when all succeeded (or there is
+/// nothing to fetch).
+async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context, memory: &mut Memory) -> bool {
     let Some(image) = image else {
         ctx.cache.update(key, |_| ChannelState {
             image: None,
             attempted: true,
             archs: BTreeMap::new(),
         });
+        ctx.cache.set_retained_statuses(key, RetainedStatuses::new());
+        let _ = ctx.attempted.send(key.clone());
         return true;
     };
     let previous = ctx.cache.get(key);
@@ -568,7 +726,7 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
             .and_then(|p| p.archs.get(arch))
             .cloned()
             .unwrap_or_default();
-        let state = refresh_arch(key, image, arch, old, ctx).await;
+        let state = refresh_arch(image, arch, old, ctx).await;
         // An index without this architecture is not a failure to retry soon.
         all_ok &= state
             .last_error
@@ -584,17 +742,427 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
         }
         archs.insert(arch.clone(), state);
     }
-    ctx.cache.update(key, |_| ChannelState {
-        image: Some(image.to_owned()),
-        attempted: true,
-        archs,
-    });
+    // The first fetch was attempted: readiness does not wait for the
+    // rebuild of retained versions, which answer "not fetched yet" meanwhile.
+    let _ = ctx.attempted.send(key.clone());
+    ctx.versions.wait_until_ready().await;
+    all_ok &= retain_and_store(key, image, previous, &archs, ctx, memory).await;
+    record_history(key, image, &archs, ctx).await;
     update_totals(ctx);
     all_ok
 }
 
-async fn refresh_arch(
+/// Where the data of a retained version comes from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Source {
+    /// The snapshot being composed, or this replica's previous snapshot:
+    /// the version with its data as held there (`digest`: the image it came from).
+    Held { previous: bool, digest: String },
+    /// An older image, pulled by digest (`reference` is `repository@digest`).
+    Pulled { reference: String, digest: String },
+}
+
+/// The image a version's held data came from.
+fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
+    let version = snapshot.data.version(name)?;
+    Some(
+        version
+            .retained_from
+            .clone()
+            .unwrap_or_else(|| snapshot.digest.clone()),
+    )
+}
+
+/// For every ManagedOSVersion of the channel (`live`) that `snapshot`'s image
+/// does not list, where its data comes from: the image the history maps it
+/// to (held here already, or to pull), else (no history, or not recorded)
+/// whatever this replica held.
+fn plan(
     key: &ChannelKey,
+    arch: &str,
+    snapshot: &Snapshot,
+    previous: Option<&Snapshot>,
+    live: &BTreeSet<String>,
+    history: Option<&History>,
+    memory: &Memory,
+) -> BTreeMap<String, Source> {
+    let mut out = BTreeMap::new();
+    for name in live {
+        if snapshot
+            .data
+            .version(name)
+            .is_some_and(|v| v.retained_from.is_none())
+        {
+            continue;
+        }
+        let held = |want: Option<&str>| {
+            [(false, Some(snapshot)), (true, previous)]
+                .into_iter()
+                .find_map(|(is_previous, s)| {
+                    let digest = held_origin(s?, name)?;
+                    want.is_none_or(|w| w == digest).then_some(Source::Held {
+                        previous: is_previous,
+                        digest,
+                    })
+                })
+        };
+        let source = match history.and_then(|h| h.origin(key, name)) {
+            Some(record) => held(Some(&record.digest)).or_else(|| {
+                let known_empty = memory.no_data.contains(&(
+                    record.digest.clone(),
+                    arch.to_owned(),
+                    name.clone(),
+                ));
+                (!known_empty).then(|| Source::Pulled {
+                    reference: record.reference(),
+                    digest: record.digest.clone(),
+                })
+            }),
+            None => held(None),
+        };
+        if let Some(source) = source {
+            out.insert(name.clone(), source);
+        }
+    }
+    out
+}
+
+/// Serves the retained versions of every architecture next to what
+/// [`refresh_arch`] read, pulling older images by digest where needed, and
+/// swaps the result into the cache if its state is still the one the refresh
+/// started from (else composes again from the new state). False when an
+/// older image could not be pulled.
+async fn retain_and_store(
+    key: &ChannelKey,
+    image: &str,
+    mut expected: Option<Arc<ChannelState>>,
+    archs: &BTreeMap<String, ArchState>,
+    ctx: &Context,
+    memory: &mut Memory,
+) -> bool {
+    let mut pulled: BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>> =
+        BTreeMap::new();
+    for _ in 0..SWAP_ATTEMPTS {
+        let history = ctx
+            .history
+            .as_ref()
+            .map(|h| h.subscribe().borrow().0.clone());
+        let live: BTreeSet<String> = ctx
+            .versions
+            .list(Some(&key.namespace))
+            .iter()
+            .filter(|v| v.channel_name() == Some(key.name.as_str()))
+            .map(|v| v.name_any())
+            .collect();
+        memory.no_data.retain(|(_, _, name)| live.contains(name));
+        // One plan per distinct snapshot: a single-platform image serves
+        // every architecture with one.
+        let mut groups: Vec<(Arc<Snapshot>, String, BTreeMap<String, Source>)> = Vec::new();
+        for (arch, state) in archs {
+            let Some(snapshot) = &state.snapshot else {
+                continue;
+            };
+            if groups.iter().any(|(s, _, _)| Arc::ptr_eq(s, snapshot)) {
+                continue;
+            }
+            let previous = expected
+                .as_ref()
+                .and_then(|p| p.archs.get(arch))
+                .and_then(|a| a.snapshot.as_deref());
+            let sources = plan(key, arch, snapshot, previous, &live, history.as_deref(), memory);
+            groups.push((snapshot.clone(), arch.clone(), sources));
+        }
+        let ok = pull_retained(key, &groups, archs, ctx, memory, &mut pulled).await;
+        let composed = compose(groups, expected.clone(), &pulled).await;
+        let mut state = ChannelState {
+            image: Some(image.to_owned()),
+            attempted: true,
+            archs: archs.clone(),
+        };
+        for arch in state.archs.values_mut() {
+            if let Some(snapshot) = &arch.snapshot
+                && let Some((_, new)) = composed.iter().find(|(old, _)| Arc::ptr_eq(old, snapshot))
+            {
+                arch.snapshot = Some(new.clone());
+            }
+        }
+        match ctx.cache.compare_and_swap(key, expected.as_ref(), state) {
+            Ok(_) => return ok,
+            // Deleted meanwhile: its worker is being stopped.
+            Err(None) if expected.is_some() => return ok,
+            Err(current) => {
+                debug!("channel state changed during the refresh; composing again");
+                expected = current;
+            }
+        }
+    }
+    warn!("the channel state kept changing during the refresh; trying again at the next one");
+    false
+}
+
+/// Pulls the older images `groups` need and has not pulled yet, recording
+/// in the cache which retained versions are being rebuilt and which could
+/// not be. False when a pull failed.
+async fn pull_retained(
+    key: &ChannelKey,
+    groups: &[(Arc<Snapshot>, String, BTreeMap<String, Source>)],
+    archs: &BTreeMap<String, ArchState>,
+    ctx: &Context,
+    memory: &mut Memory,
+    pulled: &mut BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>,
+) -> bool {
+    ctx.cache
+        .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
+    let mut ok = true;
+    for (_, arch, sources) in groups {
+        let wanted: BTreeSet<(&String, &String)> = sources
+            .values()
+            .filter_map(|s| match s {
+                Source::Pulled { reference, digest } => Some((reference, digest)),
+                Source::Held { .. } => None,
+            })
+            .collect();
+        for (reference, digest) in wanted {
+            let slot = (digest.clone(), arch.clone());
+            if pulled.contains_key(&slot) {
+                continue;
+            }
+            let result = pull_by_digest(reference, arch, ctx).await;
+            match &result {
+                Ok(data) => {
+                    ctx.metrics.retained_pull(RetainedPull::Pulled);
+                    for (name, _) in sources.iter().filter(|(_, s)| matches!(s, Source::Pulled { digest: d, .. } if d == digest)) {
+                        if !data.version(name).is_some_and(|v| v.has_changelog_data()) {
+                            memory.no_data.insert((digest.clone(), arch.clone(), name.clone()));
+                        }
+                    }
+                    info!(image = %reference, arch, "older image pulled for retained versions");
+                }
+                Err(failure) => {
+                    ok = false;
+                    ctx.metrics.retained_pull(RetainedPull::Failed);
+                    warn!(image = %reference, arch, kind = failure.kind, error = %failure.message, "pulling an older image for retained versions failed; retrying with backoff");
+                }
+            }
+            pulled.insert(slot, result);
+        }
+    }
+    ctx.cache
+        .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
+    ok
+}
+
+/// Which retained versions of `groups` are being rebuilt (their older image
+/// not pulled yet) and which could not be, per architecture.
+fn retained_statuses(
+    groups: &[(Arc<Snapshot>, String, BTreeMap<String, Source>)],
+    archs: &BTreeMap<String, ArchState>,
+    pulled: &BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>,
+) -> RetainedStatuses {
+    let mut out = RetainedStatuses::new();
+    for (arch, state) in archs {
+        // Every architecture served by a group's snapshot shares its statuses.
+        let Some((_, group_arch, sources)) = state
+            .snapshot
+            .as_ref()
+            .and_then(|s| groups.iter().find(|(g, _, _)| Arc::ptr_eq(g, s)))
+        else {
+            continue;
+        };
+        for (name, source) in sources {
+            let Source::Pulled { reference, digest } = source else {
+                continue;
+            };
+            let status = match pulled.get(&(digest.clone(), group_arch.clone())) {
+                None => RetainedStatus::Rebuilding {
+                    image: reference.clone(),
+                },
+                Some(Err(failure)) => RetainedStatus::Failed {
+                    image: reference.clone(),
+                    failure: failure.clone(),
+                },
+                Some(Ok(_)) => continue,
+            };
+            out.entry(arch.clone())
+                .or_default()
+                .insert(name.clone(), status);
+        }
+    }
+    out
+}
+
+/// Pulls `reference` (`repository@digest`) for `arch` and parses it.
+async fn pull_by_digest(
+    reference: &str,
+    arch: &str,
+    ctx: &Context,
+) -> Result<Arc<ChannelData>, FetchFailure> {
+    let failure = |kind: &'static str, message: String| FetchFailure {
+        kind,
+        message,
+        at: Timestamp::now(),
+    };
+    let files = match ctx.fetcher.fetch_image(reference, arch, None).await {
+        Ok(Fetched::Pulled { files, .. }) => files,
+        Ok(Fetched::Unchanged { .. }) => {
+            return Err(failure("internal", "nothing pulled".to_owned()));
+        }
+        Err(error) => return Err(failure(error.kind().as_str(), error_chain(&error))),
+    };
+    match tokio::task::spawn_blocking(move || ChannelData::from_files(files)).await {
+        Ok(Ok(data)) => Ok(Arc::new(data)),
+        Ok(Err(error)) => Err(failure("invalid_channel_json", error_chain(&error))),
+        Err(panicked) => Err(failure("internal", panicked.to_string())),
+    }
+}
+
+/// Builds, on a blocking thread, each group's snapshot with the retained
+/// versions of its plan (and summaries precomputed). A snapshot that already
+/// holds exactly those is kept as it is. Returns (old, new) pairs.
+async fn compose(
+    groups: Vec<(Arc<Snapshot>, String, BTreeMap<String, Source>)>,
+    previous: Option<Arc<ChannelState>>,
+    pulled: &BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>,
+) -> Vec<(Arc<Snapshot>, Arc<Snapshot>)> {
+    // What each group can use: held data, and the older images pulled for it.
+    let inputs: Vec<_> = groups
+        .into_iter()
+        .map(|(snapshot, arch, sources)| {
+            let previous = previous
+                .as_ref()
+                .and_then(|p| p.archs.get(&arch))
+                .and_then(|a| a.snapshot.clone());
+            let images: BTreeMap<String, Arc<ChannelData>> = sources
+                .values()
+                .filter_map(|s| match s {
+                    Source::Pulled { digest, .. } => match pulled.get(&(digest.clone(), arch.clone())) {
+                        Some(Ok(data)) => Some((digest.clone(), data.clone())),
+                        _ => None,
+                    },
+                    Source::Held { .. } => None,
+                })
+                .collect();
+            (snapshot, previous, sources, images)
+        })
+        .collect();
+    let built = tokio::task::spawn_blocking(move || {
+        inputs
+            .into_iter()
+            .map(|(snapshot, previous, sources, images)| {
+                let new = compose_one(&snapshot, previous.as_deref(), &sources, &images);
+                (snapshot, new)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    // A panic while composing leaves the snapshots as read.
+    built.unwrap_or_default()
+}
+
+fn compose_one(
+    snapshot: &Arc<Snapshot>,
+    previous: Option<&Snapshot>,
+    sources: &BTreeMap<String, Source>,
+    images: &BTreeMap<String, Arc<ChannelData>>,
+) -> Arc<Snapshot> {
+    let now: BTreeMap<String, String> = snapshot
+        .data
+        .versions()
+        .iter()
+        .filter_map(|(n, v)| Some((n.clone(), v.retained_from.clone()?)))
+        .collect();
+    let wanted: BTreeMap<String, String> = sources
+        .iter()
+        .filter(|(name, source)| match source {
+            Source::Held { .. } => true,
+            Source::Pulled { digest, .. } => images
+                .get(digest)
+                .and_then(|d| d.version(name))
+                .is_some_and(|v| v.has_changelog_data()),
+        })
+        .map(|(name, source)| {
+            let digest = match source {
+                Source::Held { digest, .. } | Source::Pulled { digest, .. } => digest.clone(),
+            };
+            (name.clone(), digest)
+        })
+        .collect();
+    if now == wanted {
+        snapshot.data.precompute_summaries();
+        return snapshot.clone();
+    }
+    let mut data = snapshot.data.as_ref().clone();
+    data.drop_retained(|_| false);
+    let keep = |from_previous: bool| {
+        move |name: &str| {
+            sources
+                .get(name)
+                .is_some_and(|s| matches!(s, Source::Held { previous, .. } if *previous == from_previous))
+        }
+    };
+    // Held data: each version keeps the image it came from.
+    data.retain_from(&snapshot.data, &snapshot.digest, keep(false));
+    if let Some(previous) = previous {
+        data.retain_from(&previous.data, &previous.digest, keep(true));
+    }
+    for (digest, image) in images {
+        data.retain_from(image, digest, |name| {
+            matches!(sources.get(name), Some(Source::Pulled { digest: d, .. }) if d == digest)
+        });
+    }
+    data.precompute_summaries();
+    Arc::new(Snapshot {
+        image: snapshot.image.clone(),
+        digest: snapshot.digest.clone(),
+        platform: snapshot.platform.clone(),
+        data: Arc::new(data),
+        fetched_at: snapshot.fetched_at,
+    })
+}
+
+/// Records in the channel history the image each architecture was read
+/// from, with the versions it listed (nothing is written when the history
+/// has it already).
+async fn record_history(key: &ChannelKey, image: &str, archs: &BTreeMap<String, ArchState>, ctx: &Context) {
+    let Some(history) = &ctx.history else {
+        return;
+    };
+    let Ok(reference) = image.parse::<oci_client::Reference>() else {
+        return;
+    };
+    let repository = format!("{}/{}", reference.registry(), reference.repository());
+    let mut by_digest: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for snapshot in archs.values().filter_map(|a| a.snapshot.as_ref()) {
+        if snapshot.image != image {
+            continue;
+        }
+        by_digest.entry(snapshot.digest.clone()).or_default().extend(
+            snapshot
+                .data
+                .versions()
+                .iter()
+                .filter(|(_, v)| v.retained_from.is_none())
+                .map(|(n, _)| n.clone()),
+        );
+    }
+    let current = history.subscribe().borrow().0.clone();
+    for (digest, versions) in by_digest {
+        if current.is_recorded(key, &digest, &versions) {
+            continue;
+        }
+        let (key, repository) = (key.clone(), repository.clone());
+        let change: Change = Box::new(move |h: &mut History| {
+            h.record(&key, &repository, &digest, &versions, Timestamp::now())
+        });
+        if let Err(error) = history.update(change).await {
+            warn!(error = %error_chain(&error), "recording the image in the channel history failed; trying again at the next refresh");
+        }
+    }
+}
+
+/// Fetches the channel's image for one architecture: the new data of the
+/// image alone (the caller adds retained versions), or `old` kept.
+async fn refresh_arch(
     image: &str,
     arch: &str,
     old: ArchState,
@@ -643,22 +1211,9 @@ async fn refresh_arch(
             platform,
             ..
         }) => {
-            // Parsing and summarizing are CPU work: off the async threads, and
-            // a bug that panics there costs this fetch, not the process.
-            let previous = old.snapshot.clone();
-            let versions = ctx.versions.clone();
-            let namespace = key.namespace.clone();
-            let built = tokio::task::spawn_blocking(move || {
-                let mut data = ChannelData::from_files(files)?;
-                if let Some(previous) = &previous {
-                    data.retain_from(&previous.data, &previous.digest, |name| {
-                        versions.get(&namespace, name).is_some()
-                    });
-                }
-                data.precompute_summaries();
-                Ok::<_, DataError>(data)
-            })
-            .await;
+            // Parsing is CPU work: off the async threads, and a bug that
+            // panics there costs this fetch, not the process.
+            let built = tokio::task::spawn_blocking(move || ChannelData::from_files(files)).await;
             let failure = |kind: &'static str, message: String| {
                 ctx.metrics
                     .fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
