@@ -235,7 +235,12 @@ impl Cache {
     /// `arch`, or failed to be: a version that is not (yet) in the channel's
     /// snapshot but will be once an older image is pulled again. Answer
     /// [`RetainedStatus::Rebuilding`] as not fetched yet, never as not found.
-    pub fn retained_status(&self, key: &ChannelKey, arch: &str, name: &str) -> Option<RetainedStatus> {
+    pub fn retained_status(
+        &self,
+        key: &ChannelKey,
+        arch: &str,
+        name: &str,
+    ) -> Option<RetainedStatus> {
         self.retained.get(key)?.get(arch)?.get(name).cloned()
     }
 
@@ -272,7 +277,8 @@ impl Cache {
             };
             let state = current.clone();
             let keep = keep.clone();
-            let pruned = tokio::task::spawn_blocking(move || without_retained(&state, &*keep)).await;
+            let pruned =
+                tokio::task::spawn_blocking(move || without_retained(&state, &*keep)).await;
             let Ok(Some(pruned)) = pruned else {
                 return false;
             };

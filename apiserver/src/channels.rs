@@ -568,7 +568,9 @@ fn prune_history(objects: &Objects, ctx: &Context) {
     let objects = objects.clone();
     let change: Change = Box::new(move |h: &mut History| {
         h.prune(
-            |key| objects.channels.watches(&key.namespace) && objects.versions.watches(&key.namespace),
+            |key| {
+                objects.channels.watches(&key.namespace) && objects.versions.watches(&key.namespace)
+            },
             |key, version| match version {
                 None => objects.channels.get(&key.namespace, &key.name).is_some(),
                 Some(name) => objects
@@ -665,11 +667,14 @@ async fn worker(
     }
 }
 
-/// Completes when the history of `key` differs from `seen`; never without a history.
+/// Completes when the history of `key` maps a version to another image
+/// than `seen` did: an image or a version recorded, or an image made the
+/// newest again. What pruning forgets is dropped from the cache by the
+/// controller, not by a refresh. Never completes without a history.
 async fn history_changed(
     history: Option<&mut watch::Receiver<(Arc<History>, bool)>>,
     key: &ChannelKey,
-    seen: Option<ChannelHistory>,
+    mut seen: Option<ChannelHistory>,
 ) {
     let Some(history) = history else {
         return std::future::pending().await;
@@ -678,10 +683,31 @@ async fn history_changed(
         if history.changed().await.is_err() {
             return std::future::pending().await;
         }
-        if history.borrow_and_update().0.channel(key) != seen.as_ref() {
+        let now = history.borrow_and_update().0.channel(key).cloned();
+        if grew(now.as_ref(), seen.as_ref()) {
             return;
         }
+        seen = now;
     }
+}
+
+/// Whether `now` records more than `seen` minus what was pruned.
+fn grew(now: Option<&ChannelHistory>, seen: Option<&ChannelHistory>) -> bool {
+    let Some(now) = now else {
+        return false;
+    };
+    let kept: Vec<&history::ImageRecord> = seen
+        .map(|s| s.images.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| now.images.iter().any(|n| n.digest == r.digest))
+        .collect();
+    now.images.len() != kept.len()
+        || now
+            .images
+            .iter()
+            .zip(kept)
+            .any(|(n, o)| n.digest != o.digest || !n.versions.is_subset(&o.versions))
 }
 
 /// How long a worker waits before its next fetch after `failures`
@@ -700,14 +726,20 @@ fn next_wait(failures: u32, interval: Duration) -> Duration {
 /// retained versions the channel history maps to older images, and records
 /// what was read in the history; true when all succeeded (or there is
 /// nothing to fetch).
-async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context, memory: &mut Memory) -> bool {
+async fn refresh(
+    key: &ChannelKey,
+    image: Option<&str>,
+    ctx: &Context,
+    memory: &mut Memory,
+) -> bool {
     let Some(image) = image else {
         ctx.cache.update(key, |_| ChannelState {
             image: None,
             attempted: true,
             archs: BTreeMap::new(),
         });
-        ctx.cache.set_retained_statuses(key, RetainedStatuses::new());
+        ctx.cache
+            .set_retained_statuses(key, RetainedStatuses::new());
         let _ = ctx.attempted.send(key.clone());
         return true;
     };
@@ -869,7 +901,15 @@ async fn retain_and_store(
                 .as_ref()
                 .and_then(|p| p.archs.get(arch))
                 .and_then(|a| a.snapshot.as_deref());
-            let sources = plan(key, arch, snapshot, previous, &live, history.as_deref(), memory);
+            let sources = plan(
+                key,
+                arch,
+                snapshot,
+                previous,
+                &live,
+                history.as_deref(),
+                memory,
+            );
             groups.push((snapshot.clone(), arch.clone(), sources));
         }
         let ok = pull_retained(key, &groups, archs, ctx, memory, &mut pulled).await;
@@ -931,9 +971,13 @@ async fn pull_retained(
             match &result {
                 Ok(data) => {
                     ctx.metrics.retained_pull(RetainedPull::Pulled);
-                    for (name, _) in sources.iter().filter(|(_, s)| matches!(s, Source::Pulled { digest: d, .. } if d == digest)) {
+                    for (name, _) in sources.iter().filter(
+                        |(_, s)| matches!(s, Source::Pulled { digest: d, .. } if d == digest),
+                    ) {
                         if !data.version(name).is_some_and(|v| v.has_changelog_data()) {
-                            memory.no_data.insert((digest.clone(), arch.clone(), name.clone()));
+                            memory
+                                .no_data
+                                .insert((digest.clone(), arch.clone(), name.clone()));
                         }
                     }
                     info!(image = %reference, arch, "older image pulled for retained versions");
@@ -1035,10 +1079,12 @@ async fn compose(
             let images: BTreeMap<String, Arc<ChannelData>> = sources
                 .values()
                 .filter_map(|s| match s {
-                    Source::Pulled { digest, .. } => match pulled.get(&(digest.clone(), arch.clone())) {
-                        Some(Ok(data)) => Some((digest.clone(), data.clone())),
-                        _ => None,
-                    },
+                    Source::Pulled { digest, .. } => {
+                        match pulled.get(&(digest.clone(), arch.clone())) {
+                            Some(Ok(data)) => Some((digest.clone(), data.clone())),
+                            _ => None,
+                        }
+                    }
                     Source::Held { .. } => None,
                 })
                 .collect();
@@ -1095,9 +1141,9 @@ fn compose_one(
     data.drop_retained(|_| false);
     let keep = |from_previous: bool| {
         move |name: &str| {
-            sources
-                .get(name)
-                .is_some_and(|s| matches!(s, Source::Held { previous, .. } if *previous == from_previous))
+            sources.get(name).is_some_and(
+                |s| matches!(s, Source::Held { previous, .. } if *previous == from_previous),
+            )
         }
     };
     // Held data: each version keeps the image it came from.
@@ -1123,7 +1169,12 @@ fn compose_one(
 /// Records in the channel history the image each architecture was read
 /// from, with the versions it listed (nothing is written when the history
 /// has it already).
-async fn record_history(key: &ChannelKey, image: &str, archs: &BTreeMap<String, ArchState>, ctx: &Context) {
+async fn record_history(
+    key: &ChannelKey,
+    image: &str,
+    archs: &BTreeMap<String, ArchState>,
+    ctx: &Context,
+) {
     let Some(history) = &ctx.history else {
         return;
     };
@@ -1136,14 +1187,17 @@ async fn record_history(key: &ChannelKey, image: &str, archs: &BTreeMap<String, 
         if snapshot.image != image {
             continue;
         }
-        by_digest.entry(snapshot.digest.clone()).or_default().extend(
-            snapshot
-                .data
-                .versions()
-                .iter()
-                .filter(|(_, v)| v.retained_from.is_none())
-                .map(|(n, _)| n.clone()),
-        );
+        by_digest
+            .entry(snapshot.digest.clone())
+            .or_default()
+            .extend(
+                snapshot
+                    .data
+                    .versions()
+                    .iter()
+                    .filter(|(_, v)| v.retained_from.is_none())
+                    .map(|(n, _)| n.clone()),
+            );
     }
     let current = history.subscribe().borrow().0.clone();
     for (digest, versions) in by_digest {
@@ -1162,12 +1216,7 @@ async fn record_history(key: &ChannelKey, image: &str, archs: &BTreeMap<String, 
 
 /// Fetches the channel's image for one architecture: the new data of the
 /// image alone (the caller adds retained versions), or `old` kept.
-async fn refresh_arch(
-    image: &str,
-    arch: &str,
-    old: ArchState,
-    ctx: &Context,
-) -> ArchState {
+async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) -> ArchState {
     let rejected = old
         .rejected
         .as_ref()

@@ -102,10 +102,17 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let history = match &args.history_namespace {
         Some(namespace) => {
             info!(%namespace, configmap = %args.history_configmap, "channel history kept in the cluster");
-            Some(Arc::new(ConfigMapHistory::new(client.clone(), namespace, &args.history_configmap, metrics.clone())))
+            Some(Arc::new(ConfigMapHistory::new(
+                client.clone(),
+                namespace,
+                &args.history_configmap,
+                metrics.clone(),
+            )))
         }
         None => {
-            warn!("no --history-namespace (POD_NAMESPACE): retained versions live only in this replica's memory");
+            warn!(
+                "no --history-namespace (POD_NAMESPACE): retained versions live only in this replica's memory"
+            );
             None
         }
     };

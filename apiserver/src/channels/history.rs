@@ -91,7 +91,10 @@ impl History {
         let mut history = Self::default();
         let mut skipped = Vec::new();
         for (text, value) in data {
-            match (parse_key(text), serde_json::from_str::<ChannelHistory>(value)) {
+            match (
+                parse_key(text),
+                serde_json::from_str::<ChannelHistory>(value),
+            ) {
                 (Some(key), Ok(channel)) => {
                     history.channels.insert(key, channel);
                 }
@@ -352,7 +355,8 @@ impl ConfigMapHistory {
                     self.metrics.watch_error("configmaps");
                     warn!(%error, "watching the channel history failed; retrying with backoff");
                     // Workers must not wait forever for a history they cannot read.
-                    self.state.send_if_modified(|(_, loaded)| !std::mem::replace(loaded, true));
+                    self.state
+                        .send_if_modified(|(_, loaded)| !std::mem::replace(loaded, true));
                 }
             }
         }
@@ -386,7 +390,10 @@ impl ConfigMapHistory {
                 None => return Err(HistoryError::TooLarge),
                 Some(0) => {}
                 Some(dropped) => {
-                    warn!(dropped, "the channel history reached its bounds; its oldest images were forgotten");
+                    warn!(
+                        dropped,
+                        "the channel history reached its bounds; its oldest images were forgotten"
+                    );
                 }
             }
             let data = Some(history.to_data());
@@ -422,7 +429,8 @@ impl ConfigMapHistory {
                     self.metrics.history_write(HistoryWrite::Conflict);
                     debug!(attempt, "channel history changed meanwhile; trying again");
                     // Spread replicas that collide apart a little.
-                    let pause = 20 * u64::from(attempt + 1) + u64::from(jiff::Timestamp::now().subsec_nanosecond().unsigned_abs() % 20);
+                    let pause = 20 * u64::from(attempt + 1)
+                        + u64::from(jiff::Timestamp::now().subsec_nanosecond().unsigned_abs() % 20);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
                 Err(error) => return Err(self.api_error(error)),

@@ -27,14 +27,19 @@ fn a_version_maps_to_the_newest_image_that_listed_it() {
     assert!(record(&mut h, "c", "sha256:1", &["v1", "v2", "v3"]));
     assert!(record(&mut h, "c", "sha256:2", &["v1", "v2", "v3", "v4"]));
     assert!(record(&mut h, "c", "sha256:3", &["v2", "v3", "v4", "v5"]));
-    assert!(!record(&mut h, "c", "sha256:3", &["v2", "v5"]), "nothing new");
+    assert!(
+        !record(&mut h, "c", "sha256:3", &["v2", "v5"]),
+        "nothing new"
+    );
     let origin = |v: &str| h.origin(&key("c"), v).map(|r| r.digest.as_str());
     assert_eq!(origin("v1"), Some("sha256:2"));
     assert_eq!(origin("v2"), Some("sha256:3"));
     assert_eq!(origin("v9"), None);
     assert_eq!(h.origin(&key("other"), "v1"), None);
     assert_eq!(
-        h.origin(&key("c"), "v1").map(ImageRecord::reference).as_deref(),
+        h.origin(&key("c"), "v1")
+            .map(ImageRecord::reference)
+            .as_deref(),
         Some("registry.example.com/elemental/channel@sha256:2")
     );
     // Going back to an older image makes it the newest, merged.
@@ -70,7 +75,12 @@ fn pruning_forgets_what_no_version_needs_and_keeps_the_newest_image() {
     let got: Vec<(&str, Vec<&str>)> = c
         .images
         .iter()
-        .map(|r| (r.digest.as_str(), r.versions.iter().map(String::as_str).collect()))
+        .map(|r| {
+            (
+                r.digest.as_str(),
+                r.versions.iter().map(String::as_str).collect(),
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -98,10 +108,17 @@ fn bounds_drop_the_oldest_images_first() {
 
     // Too many bytes: the longest channel gives up its oldest images.
     let mut h = History::default();
-    let many: Vec<String> = (0..2000).map(|i| format!("a-rather-long-version-name-{i:05}")).collect();
+    let many: Vec<String> = (0..6000)
+        .map(|i| format!("a-rather-long-version-name-{i:05}"))
+        .collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    for i in 0..8 {
-        record(&mut h, "big", &format!("sha256:{i}"), &many[i * 100..i * 100 + 1200]);
+    for i in 0..12 {
+        record(
+            &mut h,
+            "big",
+            &format!("sha256:{i}"),
+            &many[i * 300..i * 300 + 1500],
+        );
     }
     record(&mut h, "small", "sha256:s", &["v1"]);
     assert!(h.size() > MAX_BYTES);
@@ -110,13 +127,17 @@ fn bounds_drop_the_oldest_images_first() {
     assert!(h.size() <= MAX_BYTES, "{}", h.size());
     assert!(h.channel(&key("small")).is_some());
     assert_eq!(
-        h.channel(&key("big")).and_then(|c| c.images.last()).map(|r| r.digest.as_str()),
-        Some("sha256:7")
+        h.channel(&key("big"))
+            .and_then(|c| c.images.last())
+            .map(|r| r.digest.as_str()),
+        Some("sha256:11")
     );
 
     // The newest images alone do not fit: refused.
     let mut h = History::default();
-    let huge: Vec<String> = (0..20_000).map(|i| format!("a-rather-long-version-name-{i:05}")).collect();
+    let huge: Vec<String> = (0..20_000)
+        .map(|i| format!("a-rather-long-version-name-{i:05}"))
+        .collect();
     let huge: Vec<&str> = huge.iter().map(String::as_str).collect();
     record(&mut h, "huge", "sha256:h", &huge);
     assert_eq!(h.bound(), None);
