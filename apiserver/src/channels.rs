@@ -149,6 +149,9 @@ pub struct RefreshSettings {
     pub interval: Duration,
     /// Architectures whose data is read.
     pub architectures: Vec<String>,
+    /// The channel history in the cluster; `None`: off (retained versions
+    /// then live only in this replica's memory).
+    pub history: Option<Arc<ConfigMapHistory>>,
 }
 
 /// Where channel images are read from: the registry through a
@@ -211,7 +214,6 @@ pub fn start(
     metrics: Arc<Metrics>,
     health: &Health,
     settings: RefreshSettings,
-    history: Option<Arc<ConfigMapHistory>>,
 ) -> (Objects, BoxFuture<'static, ()>) {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
@@ -243,6 +245,7 @@ pub fn start(
     let fetched = health.ready_flag("channels-first-fetch");
     let heartbeat = health.heartbeat("channel-controller");
     let (attempted_tx, attempted_rx) = mpsc::unbounded_channel();
+    let history = settings.history.clone();
     if let Some(history) = &history {
         drivers.push(Box::pin(
             history

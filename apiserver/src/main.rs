@@ -126,8 +126,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         RefreshSettings {
             interval: args.refresh_interval,
             architectures: args.architectures.clone(),
+            history,
         },
-        history,
     );
 
     let authn = Arc::new(elemental_changelog_apiserver::authn::Authenticator::new(

@@ -296,6 +296,15 @@ pub struct ConfigMapHistory {
     state: watch::Sender<(Arc<History>, bool)>,
 }
 
+impl std::fmt::Debug for ConfigMapHistory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigMapHistory")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ConfigMapHistory {
     /// The history in ConfigMap `namespace/name`; read once [`ConfigMapHistory::run`] runs.
     pub fn new(client: Client, namespace: &str, name: &str, metrics: Arc<Metrics>) -> Self {

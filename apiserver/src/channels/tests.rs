@@ -297,6 +297,7 @@ fn context(
         settings: RefreshSettings {
             interval: INTERVAL,
             architectures: archs.iter().map(|a| (*a).to_owned()).collect(),
+            history: None,
         },
         attempted: attempted_tx,
         history: history.map(|h| h as Arc<dyn HistoryStore>),
