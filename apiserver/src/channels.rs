@@ -810,11 +810,14 @@ fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
 
 /// For every ManagedOSVersion of the channel (`live`) that `snapshot`'s image
 /// does not list, where its data comes from: the image the history maps it
-/// to (held here already, or to pull), else (no history, or not recorded)
-/// whatever this replica held.
+/// to (held here already, or to pull), else (no history, not recorded, or
+/// recorded in another registry than `registry`, the channel image's: the
+/// history never sends this server to another host) whatever this replica held.
+#[allow(clippy::too_many_arguments)] // every input of the decision, none derivable from another
 fn plan(
     key: &ChannelKey,
     arch: &str,
+    registry: &str,
     snapshot: &Snapshot,
     previous: Option<&Snapshot>,
     live: &BTreeSet<String>,
@@ -841,7 +844,10 @@ fn plan(
                     })
                 })
         };
-        let source = match history.and_then(|h| h.origin(key, name)) {
+        let origin = history
+            .and_then(|h| h.origin(key, name))
+            .filter(|r| r.repository.split_once('/').map(|(host, _)| host) == Some(registry));
+        let source = match origin {
             Some(record) => held(Some(&record.digest)).or_else(|| {
                 let known_empty = memory.no_data.contains(&(
                     record.digest.clone(),
@@ -877,6 +883,7 @@ async fn retain_and_store(
 ) -> bool {
     let mut pulled: BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>> =
         BTreeMap::new();
+    let registry = registry_of(image).unwrap_or_default();
     for _ in 0..SWAP_ATTEMPTS {
         let history = ctx
             .history
@@ -907,6 +914,7 @@ async fn retain_and_store(
             let sources = plan(
                 key,
                 arch,
+                &registry,
                 snapshot,
                 previous,
                 &live,
@@ -1169,6 +1177,22 @@ fn compose_one(
     })
 }
 
+/// `registry/repository` of an image reference (as the history records it).
+fn repository_of(image: &str) -> Option<String> {
+    let reference = image.parse::<oci_client::Reference>().ok()?;
+    Some(format!(
+        "{}/{}",
+        reference.registry(),
+        reference.repository()
+    ))
+}
+
+/// The registry host of an image reference.
+fn registry_of(image: &str) -> Option<String> {
+    let reference = image.parse::<oci_client::Reference>().ok()?;
+    Some(reference.registry().to_owned())
+}
+
 /// Records in the channel history the image each architecture was read
 /// from, with the versions it listed (nothing is written when the history
 /// has it already).
@@ -1181,10 +1205,9 @@ async fn record_history(
     let Some(history) = &ctx.history else {
         return;
     };
-    let Ok(reference) = image.parse::<oci_client::Reference>() else {
+    let Some(repository) = repository_of(image) else {
         return;
     };
-    let repository = format!("{}/{}", reference.registry(), reference.repository());
     let mut by_digest: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for snapshot in archs.values().filter_map(|a| a.snapshot.as_ref()) {
         if snapshot.image != image {

@@ -1386,3 +1386,37 @@ async fn images_read_are_recorded_and_the_history_is_pruned_with_the_versions() 
     })
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_history_naming_another_registry_is_not_followed() {
+    let mut history = History::default();
+    let key = ChannelKey::new(NS, "sl-micro");
+    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    history.record(
+        &key,
+        "elsewhere.example.com/channel",
+        "sha256:old",
+        &names(&["v2"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    history.record(
+        &key,
+        REPO,
+        "sha256:new",
+        &names(&["v3"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    let mut h = Harness::start_with(&["x86_64"], Some(MemHistory::new(history)));
+    let image = format!("{REPO}:v2");
+    h.fake.push(&image, "sha256:new", false, &["v3"]);
+    h.list(
+        &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
+        &[version("v2", "sl-micro"), version("v3", "sl-micro")],
+    );
+    assert_eq!(h.call().await.image, image);
+    h.until("published", |h| h.state("sl-micro").is_some())
+        .await;
+    assert_eq!(retained_from(&h, "v2"), None);
+    assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
+    h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
+}
