@@ -7,7 +7,10 @@ use kube::runtime::reflector::store::Writer;
 use serde_json::json;
 use tokio::time::{Instant, timeout, timeout_at};
 
+use std::collections::BTreeSet;
+
 use super::*;
+use crate::cache::RetainedStatus;
 
 const INTERVAL: Duration = Duration::from_secs(600);
 /// Longer than anything the tests wait for; on paused time it costs nothing.
