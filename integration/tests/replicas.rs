@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::{GROUP, VERSION, types::ManagedOSVersionChangelog};
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, poll},
+    fixtures::{GeneratedChannel, OperatorChannel, metric, poll},
     image::{self, Compression, Format},
     registry::Registry,
     testbed::{FLEET_NAMESPACE, SERVER_NAMESPACE, TestBed, TestBedOptions},
@@ -266,6 +266,7 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
 
     a_new_replica_serves_every_retained_version(bed, &[&retained_1, &retained_2]).await?;
     load_during_a_restart(bed, &retained_2).await?;
+    an_old_image_gone_from_the_registry_is_retried(bed, registry, &digests[1], &retained_1).await?;
     a_deleted_version_is_forgotten_everywhere(bed, &channel).await?;
     Ok(())
 }
@@ -418,6 +419,67 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
         accepted[1] > accepted_at_restart[1] && accepted[0] > accepted_at_restart[0],
         "both replicas should have answered after the restart"
     );
+    Ok(())
+}
+
+/// A registry that garbage-collected the older image a restarted replica
+/// needs: the pull fails, is counted and retried with backoff, the replica
+/// that holds the data keeps serving it, and once the image is back the
+/// restarted replica serves the same bytes.
+async fn an_old_image_gone_from_the_registry_is_retried(
+    bed: &mut TestBed,
+    registry: &Registry,
+    digest: &str,
+    expected: &[u8],
+) -> Result<()> {
+    let manifest = registry.blob_path(digest)?;
+    let aside = manifest.with_extension("gone");
+    std::fs::rename(&manifest, &aside).context("removing the old manifest")?;
+    bed.stop_replica(1).await?;
+    bed.start_replica(1).await?;
+    let http = bed.server_http(Some(&bed.pki().admin))?;
+    let url = format!(
+        "{}/metrics",
+        bed.replicas()
+            .and_then(|r| r.server(1))
+            .context("replica 1 is not running")?
+            .url()
+    );
+    let failed = async || -> Result<f64> {
+        let text = http.get(&url).send().await?.text().await?;
+        Ok(metric(
+            &text,
+            "elemental_changelog_retained_pulls_total",
+            &[("result", "failed")],
+        ))
+    };
+    let (_, took) = poll(
+        "the pull failed twice (retried)",
+        DEADLINE,
+        POLL,
+        async || Ok((failed().await? >= 2.0).then_some(())),
+    )
+    .await?;
+    eprintln!("the missing old image failed twice on the restarted replica within {took:?}");
+    let (status, body) = get_via(bed, 0, &changelog_path("stable-v1-1")).await?;
+    ensure!(
+        status == 200 && body == expected,
+        "the replica holding the data stopped serving it: {status}"
+    );
+    std::fs::rename(&aside, &manifest).context("restoring the old manifest")?;
+    let path = changelog_path("stable-v1-1");
+    let (body, took) = poll(
+        "the restarted replica catches up",
+        DEADLINE,
+        POLL,
+        async || {
+            let (status, body) = get_via(bed, 1, &path).await?;
+            Ok((status == 200).then_some(body))
+        },
+    )
+    .await?;
+    ensure!(body == expected, "other bytes after the image came back");
+    eprintln!("served {took:?} after the old image came back");
     Ok(())
 }
 
