@@ -39,39 +39,11 @@ fn list_path(query: &str) -> String {
     format!("/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions{query}")
 }
 
-/// Whether an answer is the aggregator's own 503 for a connection to our
-/// server that broke under the request.
-fn unreachable(status: u16, body: &[u8]) -> bool {
-    status == 503 && String::from_utf8_lossy(body).contains("error trying to reach service")
+/// GET `url` (through the aggregator): status code and body.
+async fn get(http: &reqwest::Client, url: &str) -> Result<(u16, Vec<u8>)> {
+    let response = http.get(url).send().await?;
+    Ok((response.status().as_u16(), response.bytes().await?.to_vec()))
 }
-
-/// GET through the aggregator right after the proxy closed its connections.
-/// kube-apiserver talks HTTP/2 to our server over one connection; if it
-/// sends a request down the connection just closed before it noticed the
-/// close, it answers 503 `error trying to reach service` (HTTP/2 retries only
-/// after a GOAWAY, which a TCP proxy cannot send). Such an answer is asked
-/// again, once; the count of those goes to `retried`.
-async fn get_reconnected(
-    http: &reqwest::Client,
-    url: &str,
-    retried: &AtomicUsize,
-) -> Result<(u16, Vec<u8>)> {
-    let mut answer = (0, Vec::new());
-    for attempt in 0..2 {
-        let response = http.get(url).send().await?;
-        answer = (response.status().as_u16(), response.bytes().await?.to_vec());
-        if !unreachable(answer.0, &answer.1) {
-            break;
-        }
-        if attempt == 0 {
-            retried.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    Ok(answer)
-}
-
-/// Requests asked again by [`get_reconnected`], over the whole test.
-static RETRIED: AtomicUsize = AtomicUsize::new(0);
 
 /// Makes the proxy send new connections to replica `only` (or to every
 /// running one again with `None`), and closes the connections made so far,
@@ -93,7 +65,7 @@ async fn get_via(bed: &TestBed, index: usize, path: &str) -> Result<(u16, Vec<u8
     route(bed, Some(index)).await?;
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let url = format!("{}{path}", bed.apiserver_url());
-    let answer = get_reconnected(&http, &url, &RETRIED).await;
+    let answer = get(&http, &url).await;
     route(bed, None).await?;
     answer
 }
@@ -372,7 +344,7 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
             let mut answers = Vec::new();
             while !stop.load(Ordering::SeqCst) || answers.len() < 200 {
                 let _turn = turn.lock().await;
-                answers.push(get_reconnected(&http, &url, &RETRIED).await?);
+                answers.push(get(&http, &url).await?);
                 sent.fetch_add(1, Ordering::SeqCst);
                 balancer.close_connections(None).await?;
             }
@@ -410,10 +382,8 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
     let accepted = balancer.accepted();
     eprintln!(
         "{} requests during a restart: {ok} right bodies, {not_fetched} NotFetched; \
-         connections per replica before {accepted_before:?}, at the restart {accepted_at_restart:?}, after {accepted:?}; \
-         requests asked again after the proxy closed a connection (whole test): {}",
-        answers.len(),
-        RETRIED.load(Ordering::SeqCst)
+         connections per replica before {accepted_before:?}, at the restart {accepted_at_restart:?}, after {accepted:?}",
+        answers.len()
     );
     ensure!(
         accepted[1] > accepted_at_restart[1] && accepted[0] > accepted_at_restart[0],

@@ -10,19 +10,30 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// Bound on waiting for proxied connections to close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A proxied connection: its backend, the task copying it, and what asks
+/// that task to close it.
+#[derive(Debug)]
+struct Connection {
+    backend: usize,
+    task: JoinHandle<()>,
+    close: oneshot::Sender<()>,
+}
 
 #[derive(Debug, Default)]
 struct Shared {
     /// Backend ports; `None` for a backend out of the endpoint list.
     backends: Mutex<Vec<Option<u16>>>,
     next: AtomicUsize,
-    /// Live proxied connections: backend index and the task copying it.
-    live: Mutex<Vec<(usize, JoinHandle<()>)>>,
+    /// Live proxied connections.
+    live: Mutex<Vec<Connection>>,
     /// Connections made to each backend so far.
     accepted: Mutex<Vec<usize>>,
 }
@@ -112,21 +123,24 @@ impl Handle {
     }
 
     /// Closes every proxied connection (to backend `only`, or to all) and
-    /// waits until they are gone, so that clients connect again, through the
-    /// current endpoint list.
+    /// waits until the client has closed its end too, so that its next
+    /// request is sure to go over a new connection, through the current
+    /// endpoint list. (A client that sent a request down the connection
+    /// meanwhile gets no answer: the race any server closing an idle
+    /// connection has.)
     pub async fn close_connections(&self, only: Option<usize>) -> Result<()> {
-        let closing: Vec<JoinHandle<()>> = {
+        let closing: Vec<Connection> = {
             let mut live = Shared::lock(&self.shared.live);
             let (close, keep): (Vec<_>, Vec<_>) = live
                 .drain(..)
-                .partition(|(backend, _)| only.is_none_or(|o| o == *backend));
+                .partition(|c| only.is_none_or(|o| o == c.backend));
             *live = keep;
-            close.into_iter().map(|(_, task)| task).collect()
+            close
         };
         let deadline = Instant::now() + CLOSE_TIMEOUT;
-        for task in closing {
-            task.abort();
-            if tokio::time::timeout_at(deadline.into(), task)
+        for connection in closing {
+            let _ = connection.close.send(());
+            if tokio::time::timeout_at(deadline.into(), connection.task)
                 .await
                 .is_err()
             {
@@ -145,8 +159,8 @@ impl Handle {
 impl Drop for RoundRobin {
     fn drop(&mut self) {
         self.accept.abort();
-        for (_, task) in Shared::lock(&self.handle.shared.live).drain(..) {
-            task.abort();
+        for connection in Shared::lock(&self.handle.shared.live).drain(..) {
+            connection.task.abort();
         }
     }
 }
@@ -173,12 +187,29 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         if let Some(count) = Shared::lock(&shared.accepted).get_mut(index) {
             *count += 1;
         }
-        let task = tokio::spawn(async move {
-            let (mut client, mut backend) = (client, backend);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
-        });
+        let (close, closed) = oneshot::channel();
+        let task = tokio::spawn(proxy(client, backend, closed));
         let mut live = Shared::lock(&shared.live);
-        live.retain(|(_, t)| !t.is_finished());
-        live.push((index, task));
+        live.retain(|c| !c.task.is_finished());
+        live.push(Connection {
+            backend: index,
+            task,
+            close,
+        });
     }
+}
+
+/// Copies bytes both ways until either side closes, or until `close`: then
+/// the backend connection is dropped, the client gets end-of-stream, and the
+/// proxy waits (bounded) for the client to close its end.
+async fn proxy(mut client: TcpStream, mut backend: TcpStream, close: oneshot::Receiver<()>) {
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut backend) => return,
+        _ = close => {}
+    }
+    drop(backend);
+    let _ = client.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let drained = async { while client.read(&mut sink).await.is_ok_and(|n| n > 0) {} };
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT / 2, drained).await;
 }
