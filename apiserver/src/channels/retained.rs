@@ -46,6 +46,14 @@ enum Source {
     Pulled { reference: String, digest: String },
 }
 
+/// Older images pulled during one refresh, by (digest, architecture).
+type Pulled = BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>;
+
+/// A snapshot to serve retained versions with (shared by the architectures a
+/// single-platform image serves), the architecture it was planned for, and
+/// where each retained version's data comes from.
+type Group = (Arc<Snapshot>, String, BTreeMap<String, Source>);
+
 /// The image a version's held data came from.
 fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
     let version = snapshot.data.version(name)?;
@@ -130,8 +138,7 @@ pub(super) async fn retain_and_store(
     ctx: &Context,
     memory: &mut Memory,
 ) -> bool {
-    let mut pulled: BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>> =
-        BTreeMap::new();
+    let mut pulled: Pulled = BTreeMap::new();
     let registry = registry_of(image).unwrap_or_default();
     for _ in 0..SWAP_ATTEMPTS {
         let history = ctx
@@ -148,7 +155,7 @@ pub(super) async fn retain_and_store(
         memory.no_data.retain(|(_, _, name)| live.contains(name));
         // One plan per distinct snapshot: a single-platform image serves
         // every architecture with one.
-        let mut groups: Vec<(Arc<Snapshot>, String, BTreeMap<String, Source>)> = Vec::new();
+        let mut groups: Vec<Group> = Vec::new();
         for (arch, state) in archs {
             let Some(snapshot) = &state.snapshot else {
                 continue;
@@ -205,11 +212,11 @@ pub(super) async fn retain_and_store(
 /// not be. False when a pull failed.
 async fn pull_retained(
     key: &ChannelKey,
-    groups: &[(Arc<Snapshot>, String, BTreeMap<String, Source>)],
+    groups: &[Group],
     archs: &BTreeMap<String, ArchState>,
     ctx: &Context,
     memory: &mut Memory,
-    pulled: &mut BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>,
+    pulled: &mut Pulled,
 ) -> bool {
     ctx.cache
         .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
@@ -259,9 +266,9 @@ async fn pull_retained(
 /// Which retained versions of `groups` are being rebuilt (their older image
 /// not pulled yet) and which could not be, per architecture.
 fn retained_statuses(
-    groups: &[(Arc<Snapshot>, String, BTreeMap<String, Source>)],
+    groups: &[Group],
     archs: &BTreeMap<String, ArchState>,
-    pulled: &BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>,
+    pulled: &Pulled,
 ) -> RetainedStatuses {
     let mut out = RetainedStatuses::new();
     for (arch, state) in archs {
@@ -324,9 +331,9 @@ async fn pull_by_digest(
 /// versions of its plan (and summaries precomputed). A snapshot that already
 /// holds exactly those is kept as it is. Returns (old, new) pairs.
 async fn compose(
-    groups: Vec<(Arc<Snapshot>, String, BTreeMap<String, Source>)>,
+    groups: Vec<Group>,
     previous: Option<Arc<ChannelState>>,
-    pulled: &BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>,
+    pulled: &Pulled,
 ) -> Vec<(Arc<Snapshot>, Arc<Snapshot>)> {
     // What each group can use: held data, and the older images pulled for it.
     let inputs: Vec<_> = groups
