@@ -1423,3 +1423,58 @@ async fn a_history_naming_another_registry_is_not_followed() {
     assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
     h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
 }
+
+#[test]
+fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
+    let key = ChannelKey::new(NS, "c");
+    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    let mut h = History::default();
+    h.record(
+        &key,
+        REPO,
+        "sha256:1",
+        &names(&["v1", "v2"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    h.record(
+        &key,
+        REPO,
+        "sha256:2",
+        &names(&["v2", "v3"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    let seen = h.channel(&key).cloned();
+    assert!(!grew(seen.as_ref(), seen.as_ref()));
+    assert!(grew(seen.as_ref(), None), "a first history");
+    assert!(
+        !grew(None, seen.as_ref()),
+        "forgotten: the controller prunes"
+    );
+    let mut pruned = h.clone();
+    pruned.prune(|_| true, |_, v| v != Some("v1"));
+    assert!(!grew(pruned.channel(&key), seen.as_ref()), "pruning only");
+    let mut added = h.clone();
+    added.record(
+        &key,
+        REPO,
+        "sha256:3",
+        &names(&["v4"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    assert!(
+        grew(added.channel(&key), seen.as_ref()),
+        "an image recorded"
+    );
+    let mut back = h.clone();
+    back.record(
+        &key,
+        REPO,
+        "sha256:1",
+        &names(&["v1"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    assert!(
+        grew(back.channel(&key), seen.as_ref()),
+        "an older image made the newest again"
+    );
+}
