@@ -2,7 +2,13 @@
 //! read from the channel's image, as immutable snapshots swapped atomically.
 //!
 //! Readers clone an `Arc` and never wait for a fetch. A failed fetch records
-//! its error next to the last good snapshot and never replaces it.
+//! its error next to the last good snapshot and never replaces it. Writers
+//! that await between reading a state and writing the next one compare and
+//! swap against the state they started from ([`Cache::compare_and_swap`]),
+//! so a prune or another update in between is never undone.
+//!
+//! Next to the snapshots, the cache says which retained versions are being
+//! rebuilt from an older image, or could not be ([`Cache::retained_status`]).
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -103,10 +109,33 @@ impl ChannelState {
     }
 }
 
+/// Where a retained version's data stands while a replica rebuilds it from
+/// the older image the channel history maps it to.
+#[derive(Clone, Debug)]
+pub enum RetainedStatus {
+    /// The image is being pulled: answer as not fetched yet (503 with `Retry-After`).
+    Rebuilding {
+        /// `repository@digest` being pulled.
+        image: String,
+    },
+    /// Pulling it failed (a registry that garbage-collected the digest
+    /// answers not found); retried with backoff.
+    Failed {
+        /// `repository@digest` that could not be pulled.
+        image: String,
+        /// Why.
+        failure: FetchFailure,
+    },
+}
+
+/// Retained versions in rebuild, by architecture, then version name.
+pub type RetainedStatuses = BTreeMap<String, BTreeMap<String, RetainedStatus>>;
+
 /// Every channel's state.
 #[derive(Debug, Default)]
 pub struct Cache {
     channels: DashMap<ChannelKey, Arc<ChannelState>>,
+    retained: DashMap<ChannelKey, Arc<RetainedStatuses>>,
 }
 
 /// Cache totals, for metrics.
@@ -122,6 +151,40 @@ pub struct Totals {
     pub retained: usize,
 }
 
+/// `state` without the retained versions `keep` refuses, summaries
+/// precomputed; `None` when there are none to drop.
+fn without_retained(state: &ChannelState, keep: &dyn Fn(&str) -> bool) -> Option<ChannelState> {
+    let mut state = state.clone();
+    let mut changed = false;
+    // Architectures served by one single-platform image share a snapshot: pruned once.
+    let mut done: Vec<(Arc<Snapshot>, Arc<Snapshot>)> = Vec::new();
+    for arch in state.archs.values_mut() {
+        let Some(snapshot) = arch.snapshot.clone() else {
+            continue;
+        };
+        if let Some((_, pruned)) = done.iter().find(|(old, _)| Arc::ptr_eq(old, &snapshot)) {
+            arch.snapshot = Some(pruned.clone());
+            continue;
+        }
+        let mut data = snapshot.data.as_ref().clone();
+        if !data.drop_retained(keep) {
+            continue;
+        }
+        data.precompute_summaries();
+        let pruned = Arc::new(Snapshot {
+            image: snapshot.image.clone(),
+            digest: snapshot.digest.clone(),
+            platform: snapshot.platform.clone(),
+            data: Arc::new(data),
+            fetched_at: snapshot.fetched_at,
+        });
+        arch.snapshot = Some(pruned.clone());
+        done.push((snapshot, pruned));
+        changed = true;
+    }
+    changed.then_some(state)
+}
+
 impl Cache {
     /// The state of a channel, if it is known.
     pub fn get(&self, key: &ChannelKey) -> Option<Arc<ChannelState>> {
@@ -129,15 +192,65 @@ impl Cache {
     }
 
     /// Replaces a channel's state with `f(old)`, atomically for that channel.
+    /// Only for updates that do not await between reading and writing; the
+    /// others use [`Cache::compare_and_swap`].
     pub fn update(&self, key: &ChannelKey, f: impl FnOnce(Option<&ChannelState>) -> ChannelState) {
         let mut entry = self.channels.entry(key.clone()).or_default();
         let new = f(Some(entry.value().as_ref()));
         *entry.value_mut() = Arc::new(new);
     }
 
+    /// Stores `new` as the state of `key` if the state is still `expected`
+    /// (the same `Arc`; `None`: no state). On a mismatch nothing is stored and
+    /// the current state is returned, to start again from.
+    pub fn compare_and_swap(
+        &self,
+        key: &ChannelKey,
+        expected: Option<&Arc<ChannelState>>,
+        new: ChannelState,
+    ) -> Result<Arc<ChannelState>, Option<Arc<ChannelState>>> {
+        use dashmap::mapref::entry::Entry;
+        let new = Arc::new(new);
+        match (self.channels.entry(key.clone()), expected) {
+            (Entry::Occupied(mut entry), Some(expected)) if Arc::ptr_eq(entry.get(), expected) => {
+                entry.insert(new.clone());
+                Ok(new)
+            }
+            (Entry::Vacant(entry), None) => {
+                entry.insert(new.clone());
+                Ok(new)
+            }
+            (Entry::Occupied(entry), _) => Err(Some(entry.get().clone())),
+            (Entry::Vacant(_), Some(_)) => Err(None),
+        }
+    }
+
     /// Forgets a deleted channel.
     pub fn remove(&self, key: &ChannelKey) {
         self.channels.remove(key);
+        self.retained.remove(key);
+    }
+
+    /// Whether the retained version `name` of `key` is being rebuilt for
+    /// `arch`, or failed to be: a version that is not (yet) in the channel's
+    /// snapshot but will be once an older image is pulled again. Answer
+    /// [`RetainedStatus::Rebuilding`] as not fetched yet, never as not found.
+    pub fn retained_status(
+        &self,
+        key: &ChannelKey,
+        arch: &str,
+        name: &str,
+    ) -> Option<RetainedStatus> {
+        self.retained.get(key)?.get(arch)?.get(name).cloned()
+    }
+
+    /// Replaces the rebuild statuses of `key` (empty: none).
+    pub fn set_retained_statuses(&self, key: &ChannelKey, statuses: RetainedStatuses) {
+        if statuses.values().all(BTreeMap::is_empty) {
+            self.retained.remove(key);
+        } else {
+            self.retained.insert(key.clone(), Arc::new(statuses));
+        }
     }
 
     /// Every channel with its state.
@@ -149,33 +262,31 @@ impl Cache {
     }
 
     /// Drops retained versions of `key` for which `keep` says no (their
-    /// ManagedOSVersion is gone), so retained data never outlives it.
-    pub fn prune_retained(&self, key: &ChannelKey, keep: impl Fn(&str) -> bool) {
-        let Some(mut entry) = self.channels.get_mut(key) else {
-            return;
-        };
-        let mut state = entry.value().as_ref().clone();
-        let mut changed = false;
-        for arch in state.archs.values_mut() {
-            let Some(snapshot) = &arch.snapshot else {
-                continue;
+    /// ManagedOSVersion is gone), so retained data never outlives it. The
+    /// new data and its summaries are built on a blocking thread, outside
+    /// any lock, and swapped in only if the state did not change meanwhile
+    /// (else built again from the new state). Returns whether anything was dropped.
+    pub async fn prune_retained(
+        &self,
+        key: &ChannelKey,
+        keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    ) -> bool {
+        loop {
+            let Some(current) = self.get(key) else {
+                return false;
             };
-            let mut data = snapshot.data.as_ref().clone();
-            if !data.drop_retained(&keep) {
-                continue;
+            let state = current.clone();
+            let keep = keep.clone();
+            let pruned =
+                tokio::task::spawn_blocking(move || without_retained(&state, &*keep)).await;
+            let Ok(Some(pruned)) = pruned else {
+                return false;
+            };
+            match self.compare_and_swap(key, Some(&current), pruned) {
+                Ok(_) => return true,
+                Err(None) => return false,
+                Err(Some(_)) => continue,
             }
-            data.precompute_summaries();
-            arch.snapshot = Some(Arc::new(Snapshot {
-                image: snapshot.image.clone(),
-                digest: snapshot.digest.clone(),
-                platform: snapshot.platform.clone(),
-                data: Arc::new(data),
-                fetched_at: snapshot.fetched_at,
-            }));
-            changed = true;
-        }
-        if changed {
-            *entry.value_mut() = Arc::new(state);
         }
     }
 

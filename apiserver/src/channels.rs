@@ -6,8 +6,17 @@
 //! [`crd::ManagedOSVersionChannel::sync_key`]), and every refresh interval
 //! (a digest check that pulls nothing when the image is unchanged), with
 //! backoff after failures. Results land in the [`Cache`].
+//!
+//! Versions a newer image dropped stay served while their ManagedOSVersion
+//! exists ("retained"): each worker records the images it reads in the
+//! [`history`] kept in the cluster, and serves every existing version the
+//! history maps to an older image, pulling that image by digest when this
+//! replica has not read it itself (after a restart, or as a new replica).
+//! Workers are supervised: one that panics is restarted with backoff.
 
 pub mod crd;
+pub mod history;
+mod retained;
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -16,7 +25,7 @@ use std::{
 };
 
 use elemental_changelog::data::{ChannelData, DataError, FileError};
-use futures::{StreamExt, future::BoxFuture, stream::FuturesUnordered};
+use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
     Api, Client, ResourceExt,
@@ -27,11 +36,14 @@ use kube::{
     },
 };
 use tokio::sync::{mpsc, watch};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use self::crd::{ManagedOSVersion, ManagedOSVersionChannel, SyncKey};
+use self::{
+    crd::{ManagedOSVersion, ManagedOSVersionChannel, SyncKey},
+    history::{Change, ChannelHistory, ConfigMapHistory, History, HistoryStore},
+};
 use crate::{
-    cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, Snapshot},
+    cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatuses, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
     oci::{FetchError, Fetched},
@@ -41,6 +53,12 @@ use crate::{
 /// Shortest wait before retrying a failed fetch; doubles per failure up to
 /// the refresh interval.
 const MIN_BACKOFF: Duration = Duration::from_secs(2);
+/// Longest wait before restarting a worker that panicked (the wait doubles
+/// from [`MIN_BACKOFF`] per panic in a row).
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
+/// Attempts to swap a worker's result into the cache while others (pruning)
+/// change the channel's state meanwhile; the next refresh tries again.
+const SWAP_ATTEMPTS: u32 = 4;
 
 /// Reflector stores for one kind: one store for all namespaces, or one per
 /// watched namespace (a store fed by several watches would be wiped by each
@@ -129,6 +147,9 @@ pub struct RefreshSettings {
     pub interval: Duration,
     /// Architectures whose data is read.
     pub architectures: Vec<String>,
+    /// The channel history in the cluster; `None`: off (retained versions
+    /// then live only in this replica's memory).
+    pub history: Option<Arc<ConfigMapHistory>>,
 }
 
 /// Where channel images are read from: the registry through a
@@ -164,6 +185,9 @@ struct Context {
     versions: Stores<ManagedOSVersion>,
     settings: RefreshSettings,
     attempted: mpsc::UnboundedSender<ChannelKey>,
+    /// The channel history in the cluster; `None` when disabled (retained
+    /// versions then live only in this replica's memory).
+    history: Option<Arc<dyn HistoryStore>>,
 }
 
 enum ChannelEvent {
@@ -219,6 +243,15 @@ pub fn start(
     let fetched = health.ready_flag("channels-first-fetch");
     let heartbeat = health.heartbeat("channel-controller");
     let (attempted_tx, attempted_rx) = mpsc::unbounded_channel();
+    let history = settings.history.clone();
+    if let Some(history) = &history {
+        drivers.push(Box::pin(
+            history
+                .clone()
+                .run(health.ready_flag("channel-history"))
+                .instrument(info_span!("history")),
+        ));
+    }
     let ctx = Arc::new(Context {
         fetcher,
         cache,
@@ -226,6 +259,7 @@ pub fn start(
         versions: versions.clone(),
         settings,
         attempted: attempted_tx,
+        history: history.map(|h| h as Arc<dyn HistoryStore>),
     });
 
     let controller = controller(
@@ -405,6 +439,7 @@ async fn controller(
                     fetched.set();
                 }
                 pending_first = Some(pending);
+                prune_history(&objects, &ctx);
             }
             Some(key) = attempted.recv() => {
                 if let Some(pending) = &mut pending_first
@@ -434,28 +469,40 @@ async fn controller(
                             None => {
                                 let (trigger, rx) = watch::channel(want);
                                 let span = info_span!("refresh", namespace = %key.namespace, channel = %key.name);
-                                let task = tokio::spawn(worker(key.clone(), rx, ctx.clone()).instrument(span));
+                                let task = tokio::spawn(supervise(key.clone(), rx, ctx.clone()).instrument(span));
                                 workers.insert(key, Worker { trigger, task });
                             }
                         }
                     }
-                    ChannelEvent::Deleted(key) => drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched),
+                    ChannelEvent::Deleted(key) => {
+                        drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched);
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
+                    }
                     ChannelEvent::ChannelsListed => {
                         let gone: Vec<ChannelKey> =
                             workers.keys().filter(|k| objects.channels.get(&k.namespace, &k.name).is_none()).cloned().collect();
                         for key in gone {
                             drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched);
                         }
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
                     }
                     ChannelEvent::VersionDeleted(key) => {
-                        prune_retained(&objects, &ctx, &key);
-                        update_totals(&ctx);
+                        prune_retained(&objects, &ctx, key);
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
                     }
                     ChannelEvent::VersionsListed => {
                         for (key, _) in ctx.cache.all() {
-                            prune_retained(&objects, &ctx, &key);
+                            prune_retained(&objects, &ctx, key);
                         }
-                        update_totals(&ctx);
+                        if ready_done {
+                            prune_history(&objects, &ctx);
+                        }
                     }
                 }
             }
@@ -497,24 +544,104 @@ fn drop_channel(
     }
 }
 
-/// Drops a channel's retained versions whose ManagedOSVersion is gone.
-fn prune_retained(objects: &Objects, ctx: &Context, key: &ChannelKey) {
-    ctx.cache.prune_retained(key, |name| {
-        objects.versions.get(&key.namespace, name).is_some()
+/// Drops a channel's retained versions whose ManagedOSVersion is gone, off
+/// the controller's loop (see [`Cache::prune_retained`]).
+fn prune_retained(objects: &Objects, ctx: &Arc<Context>, key: ChannelKey) {
+    let versions = objects.versions.clone();
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let namespace = key.namespace.clone();
+        let keep = Arc::new(move |name: &str| versions.get(&namespace, name).is_some());
+        if ctx.cache.prune_retained(&key, keep).await {
+            update_totals(&ctx);
+        }
     });
 }
 
-/// Refreshes one channel until the controller aborts it (channel deleted).
+/// Makes the channel history forget what no ManagedOSVersion needs any more
+/// (see [`History::prune`]), for the namespaces this replica watches. Only
+/// called once the reflectors have synced: an unsynced store would make
+/// every channel look deleted.
+fn prune_history(objects: &Objects, ctx: &Context) {
+    let Some(history) = ctx.history.clone() else {
+        return;
+    };
+    let objects = objects.clone();
+    let change: Change = Box::new(move |h: &mut History| {
+        h.prune(
+            |key| {
+                objects.channels.watches(&key.namespace) && objects.versions.watches(&key.namespace)
+            },
+            |key, version| match version {
+                None => objects.channels.get(&key.namespace, &key.name).is_some(),
+                Some(name) => objects
+                    .versions
+                    .get(&key.namespace, name)
+                    .is_some_and(|v| v.channel_name() == Some(key.name.as_str())),
+            },
+        )
+    });
+    tokio::spawn(async move {
+        if let Err(error) = history.update(change).await {
+            warn!(error = %error_chain(&error), "pruning the channel history failed; trying again at the next change");
+        }
+    });
+}
+
+/// Runs a channel's worker, restarting it with backoff when it panics, until
+/// the controller aborts it (channel deleted).
+async fn supervise(
+    key: ChannelKey,
+    trigger: watch::Receiver<(Option<String>, SyncKey)>,
+    ctx: Arc<Context>,
+) {
+    let mut panics: u32 = 0;
+    loop {
+        let started = tokio::time::Instant::now();
+        let run = std::panic::AssertUnwindSafe(worker(key.clone(), trigger.clone(), ctx.clone()))
+            .catch_unwind()
+            .await;
+        let Err(panic) = run else {
+            return;
+        };
+        // A worker that ran well for long before panicking starts the backoff over.
+        if started.elapsed() > MAX_RESTART_BACKOFF {
+            panics = 0;
+        }
+        panics = panics.saturating_add(1);
+        ctx.metrics.worker_panic();
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".to_owned());
+        let wait = next_wait(panics, MAX_RESTART_BACKOFF);
+        error!(channel = %key, panic = %message, restart_in = ?wait, "channel worker panicked; restarting it");
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Refreshes one channel until the controller aborts it (channel deleted),
+/// and again whenever the channel history of this channel changes.
 async fn worker(
     key: ChannelKey,
     mut trigger: watch::Receiver<(Option<String>, SyncKey)>,
     ctx: Arc<Context>,
 ) {
+    let mut history = ctx.history.as_ref().map(|h| h.subscribe());
+    if let Some(history) = &mut history {
+        // Read the history before the first refresh, so that a young replica
+        // serves retained versions from the start.
+        let _ = history.wait_for(|(_, loaded)| *loaded).await;
+    }
+    let mut memory = retained::Memory::default();
     let mut failures: u32 = 0;
     loop {
         let (image, _) = trigger.borrow_and_update().clone();
-        let ok = refresh(&key, image.as_deref(), &ctx).await;
-        let _ = ctx.attempted.send(key.clone());
+        let seen = history
+            .as_mut()
+            .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
+        let ok = refresh(&key, image.as_deref(), &ctx, &mut memory).await;
         failures = if ok { 0 } else { failures.saturating_add(1) };
         let wait = next_wait(failures, ctx.settings.interval);
         tokio::select! {
@@ -525,9 +652,55 @@ async fn worker(
                 }
                 debug!("channel changed or re-synced by the operator");
             }
+            () = history_changed(history.as_mut(), &key, seen) => {
+                debug!("channel history changed");
+            }
             () = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// Completes when the history of `key` maps a version to another image
+/// than `seen` did: an image or a version recorded, or an image made the
+/// newest again. What pruning forgets is dropped from the cache by the
+/// controller, not by a refresh. Never completes without a history.
+async fn history_changed(
+    history: Option<&mut watch::Receiver<(Arc<History>, bool)>>,
+    key: &ChannelKey,
+    mut seen: Option<ChannelHistory>,
+) {
+    let Some(history) = history else {
+        return std::future::pending().await;
+    };
+    loop {
+        if history.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let now = history.borrow_and_update().0.channel(key).cloned();
+        if grew(now.as_ref(), seen.as_ref()) {
+            return;
+        }
+        seen = now;
+    }
+}
+
+/// Whether `now` records more than `seen` minus what was pruned.
+fn grew(now: Option<&ChannelHistory>, seen: Option<&ChannelHistory>) -> bool {
+    let Some(now) = now else {
+        return false;
+    };
+    let kept: Vec<&history::ImageRecord> = seen
+        .map(|s| s.images.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| now.images.iter().any(|n| n.digest == r.digest))
+        .collect();
+    now.images.len() != kept.len()
+        || now
+            .images
+            .iter()
+            .zip(kept)
+            .any(|(n, o)| n.digest != o.digest || !n.versions.is_subset(&o.versions))
 }
 
 /// How long a worker waits before its next fetch after `failures`
@@ -542,15 +715,25 @@ fn next_wait(failures: u32, interval: Duration) -> Duration {
         .min(interval)
 }
 
-/// Fetches every architecture of a channel's image once; true when all
-/// succeeded (or there is nothing to fetch).
-async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
+/// Fetches every architecture of a channel's image once, then serves the
+/// retained versions the channel history maps to older images, and records
+/// what was read in the history; true when all succeeded (or there is
+/// nothing to fetch).
+async fn refresh(
+    key: &ChannelKey,
+    image: Option<&str>,
+    ctx: &Context,
+    memory: &mut retained::Memory,
+) -> bool {
     let Some(image) = image else {
         ctx.cache.update(key, |_| ChannelState {
             image: None,
             attempted: true,
             archs: BTreeMap::new(),
         });
+        ctx.cache
+            .set_retained_statuses(key, RetainedStatuses::new());
+        let _ = ctx.attempted.send(key.clone());
         return true;
     };
     let previous = ctx.cache.get(key);
@@ -568,7 +751,7 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
             .and_then(|p| p.archs.get(arch))
             .cloned()
             .unwrap_or_default();
-        let state = refresh_arch(key, image, arch, old, ctx).await;
+        let state = refresh_arch(image, arch, old, ctx).await;
         // An index without this architecture is not a failure to retry soon.
         all_ok &= state
             .last_error
@@ -584,22 +767,19 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
         }
         archs.insert(arch.clone(), state);
     }
-    ctx.cache.update(key, |_| ChannelState {
-        image: Some(image.to_owned()),
-        attempted: true,
-        archs,
-    });
+    // The first fetch was attempted: readiness does not wait for the
+    // rebuild of retained versions, which answer "not fetched yet" meanwhile.
+    let _ = ctx.attempted.send(key.clone());
+    ctx.versions.wait_until_ready().await;
+    all_ok &= retained::retain_and_store(key, image, previous, &archs, ctx, memory).await;
+    retained::record_history(key, image, &archs, ctx).await;
     update_totals(ctx);
     all_ok
 }
 
-async fn refresh_arch(
-    key: &ChannelKey,
-    image: &str,
-    arch: &str,
-    old: ArchState,
-    ctx: &Context,
-) -> ArchState {
+/// Fetches the channel's image for one architecture: the new data of the
+/// image alone (the caller adds retained versions), or `old` kept.
+async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) -> ArchState {
     let rejected = old
         .rejected
         .as_ref()
@@ -643,22 +823,9 @@ async fn refresh_arch(
             platform,
             ..
         }) => {
-            // Parsing and summarizing are CPU work: off the async threads, and
-            // a bug that panics there costs this fetch, not the process.
-            let previous = old.snapshot.clone();
-            let versions = ctx.versions.clone();
-            let namespace = key.namespace.clone();
-            let built = tokio::task::spawn_blocking(move || {
-                let mut data = ChannelData::from_files(files)?;
-                if let Some(previous) = &previous {
-                    data.retain_from(&previous.data, &previous.digest, |name| {
-                        versions.get(&namespace, name).is_some()
-                    });
-                }
-                data.precompute_summaries();
-                Ok::<_, DataError>(data)
-            })
-            .await;
+            // Parsing is CPU work: off the async threads, and a bug that
+            // panics there costs this fetch, not the process.
+            let built = tokio::task::spawn_blocking(move || ChannelData::from_files(files)).await;
             let failure = |kind: &'static str, message: String| {
                 ctx.metrics
                     .fetch(FetchResult::Failed(kind), seconds, compressed_bytes);

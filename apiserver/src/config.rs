@@ -139,6 +139,19 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub namespaces: Vec<String>,
+    /// Namespace of the channel history ConfigMap: the server's own (the
+    /// chart sets `POD_NAMESPACE` from the downward API). Without it the
+    /// history is off and versions a newer image dropped are served only by
+    /// the replica that read the older image, until it restarts.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub history_namespace: Option<String>,
+    /// Name of the channel history ConfigMap (one per installation).
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_HISTORY_CONFIGMAP",
+        default_value = "elemental-changelog-history"
+    )]
+    pub history_configmap: String,
     /// How often each channel image's digest is checked (nothing is pulled when unchanged).
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REFRESH_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
     pub refresh_interval: Duration,

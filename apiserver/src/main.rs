@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 use elemental_changelog_apiserver::{
     cache::Cache,
-    channels::{self, RefreshSettings},
+    channels::{self, RefreshSettings, history::ConfigMapHistory},
     cli,
     config::{Cli, Command, ServeArgs},
     health::Health,
@@ -18,7 +18,7 @@ use elemental_changelog_apiserver::{
 };
 use elemental_changelog_certs::{serving, tls};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -97,6 +97,23 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let fetcher = Arc::new(ReloadingFetcher::new(args.registry.clone())?);
     let registry_run = fetcher.clone().watch(reload::DEFAULT_RELOAD_INTERVAL);
     let cache = Arc::new(Cache::default());
+    let history = match &args.history_namespace {
+        Some(namespace) => {
+            info!(%namespace, configmap = %args.history_configmap, "channel history kept in the cluster");
+            Some(Arc::new(ConfigMapHistory::new(
+                client.clone(),
+                namespace,
+                &args.history_configmap,
+                metrics.clone(),
+            )))
+        }
+        None => {
+            warn!(
+                "no --history-namespace (POD_NAMESPACE): retained versions live only in this replica's memory"
+            );
+            None
+        }
+    };
     let (objects, channels_run) = channels::start(
         client.clone(),
         &args.namespaces,
@@ -107,6 +124,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         RefreshSettings {
             interval: args.refresh_interval,
             architectures: args.architectures.iter().map(ToString::to_string).collect(),
+            history,
         },
     );
 

@@ -53,6 +53,26 @@ pub enum FetchResult {
     Failed(&'static str),
 }
 
+/// How a write of the channel history ended; the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistoryWrite {
+    /// Written.
+    Written,
+    /// Another replica wrote first; retried from the new content.
+    Conflict,
+    /// Failed (API error, contention, size); retried at the next change.
+    Failed,
+}
+
+/// How the rebuild of retained versions from an older image ended; the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetainedPull {
+    /// The older image was pulled and its versions are served.
+    Pulled,
+    /// It could not be pulled; retried with backoff.
+    Failed,
+}
+
 /// All metrics of the process.
 pub struct Metrics {
     registry: Registry,
@@ -72,6 +92,10 @@ pub struct Metrics {
     authentications: IntCounterVec,
     authorizations: IntCounterVec,
     cert_reloads: IntCounterVec,
+    history_writes: IntCounterVec,
+    history_records: IntGauge,
+    retained_pulls: IntCounterVec,
+    worker_panics: IntCounter,
 }
 
 impl Default for Metrics {
@@ -237,6 +261,34 @@ impl Metrics {
             "Serving certificate reloads, by result (loaded, rejected).",
             &["result"],
         );
+        let history_writes = counter(
+            &registry,
+            "channel_history_writes_total",
+            "Writes of the channel history ConfigMap, by result (written, conflict, failed).",
+            &["result"],
+        );
+        let history_records = gauge(
+            &registry,
+            "channel_history_images",
+            "Images recorded in the channel history, over all channels.",
+        );
+        let retained_pulls = counter(
+            &registry,
+            "retained_pulls_total",
+            "Pulls by digest of older images to rebuild retained versions the channel history maps to them, by result (pulled, failed).",
+            &["result"],
+        );
+        let worker_panics = IntCounter::with_opts(
+            Opts::new(
+                "channel_worker_panics_total",
+                "Channel workers that panicked; each is restarted with backoff.",
+            )
+            .namespace("elemental_changelog"),
+        )
+        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
+        registry
+            .register(Box::new(worker_panics.clone()))
+            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
         Self {
             registry,
             requests,
@@ -255,6 +307,10 @@ impl Metrics {
             authentications,
             authorizations,
             cert_reloads,
+            history_writes,
+            history_records,
+            retained_pulls,
+            worker_panics,
         }
     }
 
@@ -335,6 +391,35 @@ impl Metrics {
     /// Counts a serving certificate reload.
     pub fn cert_reload(&self, result: &'static str) {
         self.cert_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// Counts a write of the channel history.
+    pub fn history_write(&self, result: HistoryWrite) {
+        let label = match result {
+            HistoryWrite::Written => "written",
+            HistoryWrite::Conflict => "conflict",
+            HistoryWrite::Failed => "failed",
+        };
+        self.history_writes.with_label_values(&[label]).inc();
+    }
+
+    /// Sets the number of images recorded in the channel history.
+    pub fn history_records(&self, records: usize) {
+        self.history_records.set(gauge_value(records));
+    }
+
+    /// Counts a pull by digest for retained versions.
+    pub fn retained_pull(&self, result: RetainedPull) {
+        let label = match result {
+            RetainedPull::Pulled => "pulled",
+            RetainedPull::Failed => "failed",
+        };
+        self.retained_pulls.with_label_values(&[label]).inc();
+    }
+
+    /// Counts a channel worker that panicked.
+    pub fn worker_panic(&self) {
+        self.worker_panics.inc();
     }
 
     /// The Prometheus text exposition of every metric.

@@ -13,6 +13,7 @@
 
 pub mod elemental;
 pub mod kubeconfig;
+pub mod lb;
 pub mod pki;
 pub mod process;
 
@@ -163,6 +164,43 @@ impl Server {
     }
 }
 
+/// Several replicas of our server behind one Service address, as started by
+/// [`TestBed::start_replicas`]: a [`lb::RoundRobin`] proxy stands in for
+/// kube-proxy, every replica serves the same certificate and keeps the
+/// channel history in [`SERVER_NAMESPACE`], as the chart configures it.
+#[derive(Debug)]
+pub struct Replicas {
+    balancer: lb::RoundRobin,
+    servers: Vec<Option<Server>>,
+    ports: Vec<u16>,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
+    serving: CertPair,
+    starts: usize,
+}
+
+impl Replicas {
+    /// The proxy in front of them.
+    pub fn balancer(&self) -> &lb::RoundRobin {
+        &self.balancer
+    }
+
+    /// Replica `index`, while it runs.
+    pub fn server(&self, index: usize) -> Option<&Server> {
+        self.servers.get(index).and_then(Option::as_ref)
+    }
+
+    /// How many replicas were started (running or not).
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether none was started.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+}
+
 /// A running etcd + kube-apiserver pair with the Elemental CRDs applied, and
 /// optionally our server registered through the aggregation layer.
 ///
@@ -181,6 +219,7 @@ pub struct TestBed {
     etcd: Process,
     apiserver: Process,
     server: Option<Server>,
+    replicas: Option<Replicas>,
     failed: bool,
     /// etcd's client and peer ports, kept for [`TestBed::start_control_plane`].
     etcd_ports: (u16, u16),
@@ -278,6 +317,7 @@ impl TestBed {
             etcd,
             apiserver,
             server: None,
+            replicas: None,
             failed: false,
             etcd_ports: (etcd_port, etcd_peer_port),
             apiserver_args: options.apiserver_args.clone(),
@@ -499,70 +539,193 @@ impl TestBed {
             ServerIdentity::Admin => self.kubeconfig.clone(),
             ServerIdentity::ChartServiceAccount => self.chart_service_account_kubeconfig().await?,
         };
+        let port = free_port()?;
+        let serving = self.write_serving_pair()?;
+        let process = self
+            .spawn_server(
+                port,
+                &kubeconfig,
+                options.args.iter().copied(),
+                "elemental-changelog-apiserver",
+            )
+            .await?;
+        let mut server = Server {
+            process,
+            port,
+            serving,
+        };
+        let registered = self.register(port, &mut server.process).await;
+        self.server = Some(server);
+        registered?;
+        self.server
+            .as_ref()
+            .context("the server stopped while being registered")
+    }
+
+    /// Issues our server's serving pair (for the Service's DNS name,
+    /// `localhost` and 127.0.0.1) and writes it under `server/`.
+    fn write_serving_pair(&self) -> Result<CertPair> {
+        let service_dns = format!("{SERVICE_NAME}.{SERVER_NAMESPACE}.svc");
+        let serving = self
+            .pki
+            .server_ca
+            .issue_server(SERVICE_NAME, &[&service_dns, "localhost", "127.0.0.1"])?;
+        write_file(&self.root.join("server/tls.crt"), &serving.cert_pem)?;
+        write_file(&self.root.join("server/tls.key"), &serving.key_pem)?;
+        Ok(serving)
+    }
+
+    /// Starts our server on `port` with the serving pair of
+    /// [`TestBed::write_serving_pair`], logging to `logs/<log_name>.log`,
+    /// and waits for its `/readyz`.
+    async fn spawn_server<'a>(
+        &self,
+        port: u16,
+        kubeconfig: &Path,
+        args: impl IntoIterator<Item = &'a str>,
+        log_name: &str,
+    ) -> Result<Process> {
         let binary = server_binary();
         ensure!(
             binary.is_file(),
             "{} is missing: run `cargo build -p elemental-changelog-apiserver` (make test does)",
             binary.display()
         );
-        let port = free_port()?;
-        let service_dns = format!("{SERVICE_NAME}.{SERVER_NAMESPACE}.svc");
-        let serving = self
-            .pki
-            .server_ca
-            .issue_server(SERVICE_NAME, &[&service_dns, "localhost", "127.0.0.1"])?;
-        let cert_file = self.root.join("server/tls.crt");
-        let key_file = self.root.join("server/tls.key");
-        write_file(&cert_file, &serving.cert_pem)?;
-        write_file(&key_file, &serving.key_pem)?;
-
         let mut argv: Vec<OsString> = vec![
             "--secure-port".into(),
             port.to_string().into(),
             "--bind-address".into(),
             "127.0.0.1".into(),
             "--tls-cert-file".into(),
-            cert_file.into(),
+            self.root.join("server/tls.crt").into(),
             "--tls-private-key-file".into(),
-            key_file.into(),
+            self.root.join("server/tls.key").into(),
             "--kubeconfig".into(),
             kubeconfig.into(),
             "--log-format".into(),
             "text".into(),
         ];
-        argv.extend(options.args.iter().map(OsString::from));
+        argv.extend(args.into_iter().map(OsString::from));
         let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
         let mut process = Process::spawn(
-            "elemental-changelog-apiserver",
+            log_name,
             &binary,
             argv,
             // Plain log files: no colour escapes.
             &[("RUST_LOG", &log_level), ("NO_COLOR", "1")],
-            self.root.join("logs/elemental-changelog-apiserver.log"),
+            self.root.join(format!("logs/{log_name}.log")),
         )?;
         let https = self.server_http(Some(&self.pki.admin))?;
         let readyz = format!("https://127.0.0.1:{port}/readyz");
-        wait_until(
-            &mut process,
-            "elemental-changelog-apiserver /readyz",
-            async || {
-                Ok(https
-                    .get(&readyz)
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success()))
-            },
-        )
+        wait_until(&mut process, &format!("{log_name} /readyz"), async || {
+            Ok(https
+                .get(&readyz)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success()))
+        })
         .await?;
-        self.server = Some(Server {
+        Ok(process)
+    }
+
+    /// Starts `count` replicas of our server as the chart's ServiceAccount,
+    /// with `args` after the test bed's own flags and the channel history in
+    /// [`SERVER_NAMESPACE`], behind a round-robin proxy registered as the
+    /// Service of the APIService (which keeps its `caBundle`: every replica
+    /// serves the same certificate). A server already running is stopped first.
+    pub async fn start_replicas(&mut self, count: usize, args: &[&str]) -> Result<()> {
+        self.stop_server().await?;
+        let kubeconfig = self.chart_service_account_kubeconfig().await?;
+        let serving = self.write_serving_pair()?;
+        let balancer = lb::RoundRobin::start(&[]).await?;
+        let port = balancer.port();
+        self.replicas = Some(Replicas {
+            balancer,
+            servers: Vec::new(),
+            ports: Vec::new(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            kubeconfig,
+            serving,
+            starts: 0,
+        });
+        for index in 0..count {
+            self.start_replica(index).await?;
+        }
+        let replicas = self.replicas.as_mut().context("no replicas")?;
+        let mut first = replicas
+            .servers
+            .first_mut()
+            .and_then(Option::take)
+            .context("no replica to register")?;
+        let registered = self.register(port, &mut first.process).await;
+        if let Some(replicas) = self.replicas.as_mut() {
+            replicas.servers[0] = Some(first);
+        }
+        registered
+    }
+
+    /// Starts replica `index` (again, after [`TestBed::stop_replica`], on the
+    /// same port; or one more, at the next index), waits for its `/readyz`
+    /// and only then adds it to the proxy's endpoints, as kube-proxy does.
+    /// Returns how long it took to become ready.
+    pub async fn start_replica(&mut self, index: usize) -> Result<Duration> {
+        let replicas = self.replicas.as_ref().context("no replicas started")?;
+        ensure!(
+            index <= replicas.servers.len(),
+            "replica {index} would leave a gap"
+        );
+        ensure!(
+            replicas.server(index).is_none(),
+            "replica {index} is running"
+        );
+        let port = match replicas.ports.get(index) {
+            Some(port) => *port,
+            None => free_port()?,
+        };
+        let log_name = format!("elemental-changelog-apiserver-{index}-{}", replicas.starts);
+        let mut args: Vec<&str> = vec!["--history-namespace", SERVER_NAMESPACE];
+        args.extend(replicas.args.iter().map(String::as_str));
+        let started = Instant::now();
+        let process = self
+            .spawn_server(port, &replicas.kubeconfig, args, &log_name)
+            .await?;
+        let took = started.elapsed();
+        let replicas = self.replicas.as_mut().context("no replicas started")?;
+        let server = Server {
             process,
             port,
-            serving,
-        });
-        self.register(port).await?;
-        self.server
-            .as_ref()
-            .context("the server stopped while being registered")
+            serving: replicas.serving.clone(),
+        };
+        if index == replicas.servers.len() {
+            replicas.servers.push(Some(server));
+            replicas.ports.push(port);
+        } else {
+            replicas.servers[index] = Some(server);
+        }
+        replicas.starts += 1;
+        replicas.balancer.set_backend(index, Some(port));
+        Ok(took)
+    }
+
+    /// Stops replica `index` as a pod is deleted: out of the proxy's
+    /// endpoints first, its connections closed (clients reconnect to the
+    /// others), then the process killed.
+    pub async fn stop_replica(&mut self, index: usize) -> Result<()> {
+        let replicas = self.replicas.as_mut().context("no replicas started")?;
+        replicas.balancer.set_backend(index, None);
+        replicas.balancer.close_connections(Some(index)).await?;
+        let mut server = replicas
+            .servers
+            .get_mut(index)
+            .and_then(Option::take)
+            .with_context(|| format!("replica {index} is not running"))?;
+        server.process.stop();
+        Ok(())
+    }
+
+    /// The replicas of [`TestBed::start_replicas`].
+    pub fn replicas(&self) -> Option<&Replicas> {
+        self.replicas.as_ref()
     }
 
     /// Applies the chart's ServiceAccount and RBAC (rendered by `helm template`
@@ -610,9 +773,11 @@ impl TestBed {
 
     /// Stops our server, if running, and removes its APIService and Service.
     pub async fn stop_server(&mut self) -> Result<()> {
-        let Some(mut server) = self.server.take() else {
+        let replicas = self.replicas.take();
+        let server = self.server.take();
+        if server.is_none() && replicas.is_none() {
             return Ok(());
-        };
+        }
         let apiservices: Api<APIService> = Api::all(self.client());
         let services: Api<Service> = Api::namespaced(self.client(), SERVER_NAMESPACE);
         ignore_not_found(
@@ -625,11 +790,14 @@ impl TestBed {
                 .delete(SERVICE_NAME, &DeleteParams::default())
                 .await,
         )?;
-        server.process.stop();
+        // Dropping them stops every process.
+        drop((server, replicas));
         Ok(())
     }
 
-    async fn register(&mut self, port: u16) -> Result<()> {
+    /// Registers our server at `port` (Service and APIService) and waits until
+    /// the aggregator serves it; fails early when `process` exits.
+    async fn register(&self, port: u16, process: &mut Process) -> Result<()> {
         let apply = PatchParams::apply("testbed").force();
         let service = Service {
             metadata: ObjectMeta {
@@ -696,11 +864,7 @@ impl TestBed {
                         format!("Available={status} {reason}: {message}")
                     })
                     .unwrap_or_else(|| "no Available condition".to_owned());
-                let tail = self
-                    .server
-                    .as_ref()
-                    .map(|s| s.process.tail(process::TAIL_BYTES))
-                    .unwrap_or_default();
+                let tail = process.tail(process::TAIL_BYTES);
                 bail!(
                     "APIService {APISERVICE_NAME} not Available after {READY_TIMEOUT:?} ({why}); \
                      our server's log ends:\n{tail}"
@@ -711,12 +875,8 @@ impl TestBed {
         // kubectl reads) has synced the group; wait for that too.
         let http = self.apiserver_http(Some(&self.pki.admin))?;
         let url = format!("{}/apis", self.apiserver_url());
-        let server = self
-            .server
-            .as_mut()
-            .context("the server stopped while being registered")?;
         wait_until(
-            &mut server.process,
+            process,
             "our group in kube-apiserver's aggregated discovery",
             async || {
                 let response = http
@@ -787,6 +947,11 @@ impl TestBed {
         if let Some(server) = self.server.as_mut() {
             server.process.ensure_running()?;
         }
+        if let Some(replicas) = self.replicas.as_mut() {
+            for server in replicas.servers.iter_mut().flatten() {
+                server.process.ensure_running()?;
+            }
+        }
         Ok(())
     }
 
@@ -798,7 +963,11 @@ impl TestBed {
             Some(&self.apiserver),
             self.server.as_ref().map(|s| &s.process),
         ];
-        for process in processes.into_iter().flatten() {
+        let replicas = self
+            .replicas
+            .iter()
+            .flat_map(|r| r.servers.iter().flatten().map(|s| &s.process));
+        for process in processes.into_iter().flatten().chain(replicas) {
             out.push_str(&format!(
                 "===== {} ({}) =====\n{}\n",
                 process.name(),
@@ -833,6 +1002,7 @@ impl Drop for TestBed {
         if let Some(server) = self.server.as_mut() {
             server.process.stop();
         }
+        self.replicas = None;
         self.apiserver.stop();
         self.etcd.stop();
         if failed

@@ -7,7 +7,10 @@ use kube::runtime::reflector::store::Writer;
 use serde_json::json;
 use tokio::time::{Instant, timeout, timeout_at};
 
+use std::collections::BTreeSet;
+
 use super::*;
+use crate::cache::RetainedStatus;
 
 const INTERVAL: Duration = Duration::from_secs(600);
 /// Longer than anything the tests wait for; on paused time it costs nothing.
@@ -87,22 +90,30 @@ struct Call {
 struct Fake {
     images: Mutex<BTreeMap<String, Image>>,
     failing: Mutex<bool>,
-    /// When set, fetches answer only once it is notified.
-    gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
+    /// When set, fetches (of the image named, or all) answer only once it is notified.
+    gate: Mutex<Option<(Option<String>, Arc<tokio::sync::Notify>)>>,
+    /// Fetches left that panic.
+    panics: Mutex<u32>,
     calls: mpsc::UnboundedSender<Call>,
 }
 
+/// `repository@digest` of a tagged reference, as the history names images.
+fn by_digest(image: &str, digest: &str) -> String {
+    let repository = image.rsplit_once(':').map_or(image, |(r, _)| r);
+    format!("{repository}@{digest}")
+}
+
 impl Fake {
+    /// Pushes an image under its tag and its digest.
     fn push(&self, image: &str, digest: &str, multi_arch: bool, names: &[&str]) {
         let image_data = Image {
             digest: digest.to_owned(),
             multi_arch,
             files: image_files(names),
         };
-        self.images
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(image.to_owned(), image_data);
+        let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        images.insert(by_digest(image, digest), image_data.clone());
+        images.insert(image.to_owned(), image_data);
     }
 
     fn push_files(&self, image: &str, digest: &str, files: Vec<(String, Vec<u8>)>) {
@@ -120,8 +131,21 @@ impl Fake {
     /// Holds every later fetch until the returned gate is notified.
     fn hold(&self) -> Arc<tokio::sync::Notify> {
         let gate = Arc::new(tokio::sync::Notify::new());
-        *self.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(gate.clone());
+        *self.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some((None, gate.clone()));
         gate
+    }
+
+    /// Holds later fetches of `image` until the returned gate is notified.
+    fn hold_image(&self, image: &str) -> Arc<tokio::sync::Notify> {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        *self.gate.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Some(image.to_owned()), gate.clone()));
+        gate
+    }
+
+    /// Makes the next `count` fetches panic.
+    fn panic_next(&self, count: u32) {
+        *self.panics.lock().unwrap_or_else(|e| e.into_inner()) = count;
     }
 
     fn fail(&self, failing: bool) {
@@ -143,6 +167,13 @@ impl ImageSource for Fake {
             at: Instant::now(),
         };
         let _ = self.calls.send(call);
+        let panic = {
+            let mut panics = self.panics.lock().unwrap_or_else(|e| e.into_inner());
+            let panic = *panics > 0;
+            *panics = panics.saturating_sub(1);
+            panic
+        };
+        assert!(!panic, "injected panic");
         let failing = *self.failing.lock().unwrap_or_else(|e| e.into_inner());
         let found = self
             .images
@@ -168,7 +199,13 @@ impl ImageSource for Fake {
                 platform: found.multi_arch.then(|| format!("linux/{arch}")),
             }),
         };
-        let gate = self.gate.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let gate = self
+            .gate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .filter(|(only, _)| only.as_deref().is_none_or(|o| o == image))
+            .map(|(_, gate)| gate);
         Box::pin(async move {
             if let Some(gate) = gate {
                 gate.notified().await;
@@ -186,12 +223,52 @@ struct Harness {
     calls: mpsc::UnboundedReceiver<Call>,
     fake: Arc<Fake>,
     cache: Arc<Cache>,
+    metrics: Arc<Metrics>,
     health: Arc<Health>,
     started: Instant,
 }
 
+/// The channel history in memory, as every replica would read it.
+struct MemHistory {
+    state: watch::Sender<(Arc<History>, bool)>,
+    writes: Mutex<u32>,
+}
+
+impl MemHistory {
+    fn new(history: History) -> Arc<Self> {
+        Arc::new(Self {
+            state: watch::Sender::new((Arc::new(history), true)),
+            writes: Mutex::default(),
+        })
+    }
+
+    fn current(&self) -> Arc<History> {
+        self.state.borrow().0.clone()
+    }
+
+    fn writes(&self) -> u32 {
+        *self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl HistoryStore for MemHistory {
+    fn subscribe(&self) -> watch::Receiver<(Arc<History>, bool)> {
+        self.state.subscribe()
+    }
+
+    fn update(&self, change: Change) -> BoxFuture<'_, Result<(), history::HistoryError>> {
+        let mut history = History::clone(&self.current());
+        if change(&mut history) {
+            *self.writes.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            self.state.send_replace((Arc::new(history), true));
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
 fn context(
     archs: &[&str],
+    history: Option<Arc<MemHistory>>,
 ) -> (
     Arc<Fake>,
     mpsc::UnboundedReceiver<Call>,
@@ -205,6 +282,7 @@ fn context(
         images: Mutex::default(),
         failing: Mutex::default(),
         gate: Mutex::default(),
+        panics: Mutex::default(),
         calls: calls_tx,
     });
     let (channel_store, channels) = reflector::store();
@@ -222,8 +300,10 @@ fn context(
         settings: RefreshSettings {
             interval: INTERVAL,
             architectures: archs.iter().map(|a| (*a).to_owned()).collect(),
+            history: None,
         },
         attempted: attempted_tx,
+        history: history.map(|h| h as Arc<dyn HistoryStore>),
     });
     (
         fake,
@@ -243,10 +323,16 @@ struct Writers {
 impl Harness {
     /// Starts the controller; the watches have not listed yet.
     fn start(archs: &[&str]) -> Self {
-        let (fake, calls, objects, writers, ctx, attempted) = context(archs);
+        Self::start_with(archs, None)
+    }
+
+    /// Starts the controller with a channel history.
+    fn start_with(archs: &[&str], history: Option<Arc<MemHistory>>) -> Self {
+        let (fake, calls, objects, writers, ctx, attempted) = context(archs, history);
         let health = Arc::new(Health::default());
         let (events, events_rx) = mpsc::unbounded_channel();
         let cache = ctx.cache.clone();
+        let metrics = ctx.metrics.clone();
         tokio::spawn(controller(
             objects,
             ctx,
@@ -263,6 +349,7 @@ impl Harness {
             calls,
             fake,
             cache,
+            metrics,
             health,
             started: Instant::now(),
         }
@@ -705,9 +792,13 @@ async fn readiness_needs_synced_watches_and_a_first_attempt_per_channel() {
     h.call().await;
     h.until("first fetch attempted", |h| h.ready("channels-first-fetch"))
         .await;
-    for name in ["a", "b", "json"] {
-        assert!(h.state(name).is_some_and(|s| s.attempted), "{name}");
-    }
+    // Stored right after (readiness does not wait for retained versions).
+    h.until("stored", |h| {
+        ["a", "b", "json"]
+            .iter()
+            .all(|name| h.state(name).is_some_and(|s| s.attempted))
+    })
+    .await;
     let json = h.state("json").unwrap_or_else(|| panic!("no state"));
     assert_eq!(json.image, None);
     assert!(json.archs.is_empty());
@@ -891,8 +982,8 @@ async fn an_unusable_image_keeps_the_last_good_data() {
     .await;
 }
 
-#[test]
-fn cache_totals_and_pruning() {
+#[tokio::test]
+async fn cache_totals_and_pruning() {
     let cache = Cache::default();
     assert_eq!(cache.totals(), crate::cache::Totals::default());
     let old = ChannelData::from_files(image_files(&["v1", "v2"])).unwrap_or_else(|e| panic!("{e}"));
@@ -939,7 +1030,7 @@ fn cache_totals_and_pruning() {
     );
 
     let before = cache.get(&key).unwrap_or_else(|| panic!("no state"));
-    cache.prune_retained(&key, |_| true);
+    cache.prune_retained(&key, Arc::new(|_: &str| true)).await;
     assert!(
         Arc::ptr_eq(
             &before,
@@ -947,15 +1038,37 @@ fn cache_totals_and_pruning() {
         ),
         "nothing to prune: same state"
     );
-    cache.prune_retained(&ChannelKey::new(NS, "unknown"), |_| false);
+    cache
+        .prune_retained(&ChannelKey::new(NS, "unknown"), Arc::new(|_: &str| false))
+        .await;
 
-    cache.prune_retained(&key, |name| name == "v1");
+    cache
+        .prune_retained(&key, Arc::new(|name: &str| name == "v1"))
+        .await;
     assert_eq!(
         cache.totals().retained,
         2,
         "only retained versions are pruned, and only when gone"
     );
-    cache.prune_retained(&key, |_| false);
+    // Pruned while another update landed: built again from the new state.
+    let stale = cache.get(&key);
+    cache.update(&key, |s| s.cloned().unwrap_or_default());
+    let current = cache.get(&key);
+    let refused = cache.compare_and_swap(&key, stale.as_ref(), ChannelState::default());
+    assert!(
+        matches!(&refused, Err(Some(now)) if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, now))),
+        "a swap from a stale state is refused and says what is current"
+    );
+    assert!(
+        cache
+            .compare_and_swap(
+                &ChannelKey::new(NS, "unknown"),
+                stale.as_ref(),
+                ChannelState::default()
+            )
+            .is_err_and(|c| c.is_none())
+    );
+    assert!(cache.prune_retained(&key, Arc::new(|_: &str| false)).await);
     assert_eq!(
         cache.totals(),
         crate::cache::Totals {
@@ -1009,4 +1122,359 @@ async fn a_fetch_in_flight_when_the_channel_is_deleted_does_not_resurrect_its_da
         "the late answer must not bring the channel back"
     );
     h.no_call_before(INTERVAL * 4).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_panics_is_restarted_with_backoff_and_counted() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    h.fake.panic_next(2);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:6.1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[version("v1", "sl-micro")],
+    );
+    let first = h.call().await;
+    let second = h.call().await;
+    let third = h.call().await;
+    assert_eq!(
+        (h.since(first.at), h.since(second.at), h.since(third.at)),
+        (Duration::ZERO, MIN_BACKOFF, MIN_BACKOFF * 3),
+        "restarted after 2 s, then after 4 s more"
+    );
+    h.until("stored after the restarts", |h| {
+        h.state("sl-micro")
+            .and_then(|s| digest_of(&s, "x86_64"))
+            .is_some()
+    })
+    .await;
+    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    assert!(
+        text.contains("elemental_changelog_channel_worker_panics_total 2"),
+        "{text}"
+    );
+    // The restarted worker goes on as usual: the next check after the interval.
+    let next = h.call().await;
+    assert_eq!(h.since(next.at), MIN_BACKOFF * 3 + INTERVAL);
+}
+
+const REPO: &str = "registry.example.com/channel";
+
+/// A history where `sha256:old` listed v1..v3 and `sha256:new` lists v3, v4.
+fn old_and_new_history() -> History {
+    let mut history = History::default();
+    let key = ChannelKey::new(NS, "sl-micro");
+    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    history.record(
+        &key,
+        REPO,
+        "sha256:old",
+        &names(&["v1", "v2", "v3"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    history.record(
+        &key,
+        REPO,
+        "sha256:new",
+        &names(&["v3", "v4"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    history
+}
+
+fn retained_from(h: &Harness, name: &str) -> Option<Option<String>> {
+    let state = h.state("sl-micro")?;
+    let snapshot = state.archs.get("x86_64")?.snapshot.clone()?;
+    snapshot.data.version(name).map(|v| v.retained_from.clone())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_young_replica_rebuilds_retained_versions_from_the_history() {
+    let history = MemHistory::new(old_and_new_history());
+    let mut h = Harness::start_with(&["x86_64", "aarch64"], Some(history.clone()));
+    let image = format!("{REPO}:v2");
+    h.fake.push(
+        &format!("{REPO}:v1"),
+        "sha256:old",
+        false,
+        &["v1", "v2", "v3"],
+    );
+    h.fake.push(&image, "sha256:new", false, &["v3", "v4"]);
+    let old = by_digest(&image, "sha256:old");
+    let gate = h.fake.hold_image(&old);
+    // v1's ManagedOSVersion is gone; v2's stays.
+    h.list(
+        &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
+        &[
+            version("v2", "sl-micro"),
+            version("v3", "sl-micro"),
+            version("v4", "sl-micro"),
+        ],
+    );
+    let current = h.call().await;
+    assert_eq!(current.image, image);
+    let rebuild = h.call().await;
+    assert_eq!(
+        (rebuild.image.as_str(), rebuild.known.as_deref()),
+        (old.as_str(), None),
+        "the older image is pulled by digest"
+    );
+    // While it is pulled: ready, nothing published (not fetched yet), and
+    // the version says it is being rebuilt, for every architecture.
+    h.until("ready", |h| h.ready("channels-first-fetch")).await;
+    assert!(h.state("sl-micro").is_none());
+    let key = ChannelKey::new(NS, "sl-micro");
+    for arch in ["x86_64", "aarch64"] {
+        assert!(
+            matches!(
+                h.cache.retained_status(&key, arch, "v2"),
+                Some(RetainedStatus::Rebuilding { image }) if image == old
+            ),
+            "{arch}"
+        );
+    }
+    gate.notify_waiters();
+    h.until("published", |h| h.state("sl-micro").is_some())
+        .await;
+    assert_eq!(retained_from(&h, "v2"), Some(Some("sha256:old".to_owned())));
+    assert_eq!(retained_from(&h, "v3"), Some(None));
+    assert_eq!(
+        retained_from(&h, "v1"),
+        None,
+        "no ManagedOSVersion, not served"
+    );
+    assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
+    assert_eq!(h.cache.totals().retained, 2, "one per architecture");
+    // The history had the images; only v1, whose ManagedOSVersion is gone, was pruned.
+    assert_eq!(history.writes(), 1);
+    let recorded = history.current();
+    let images = recorded
+        .channel(&key)
+        .map(|c| c.images.clone())
+        .unwrap_or_default();
+    assert_eq!(images.len(), 2);
+    assert!(!images[0].versions.contains("v1") && images[0].versions.contains("v2"));
+    // Nothing is pulled again at the next check.
+    let next = h.call().await;
+    assert_eq!(
+        (next.image.as_str(), h.since(next.at)),
+        (image.as_str(), INTERVAL)
+    );
+    h.no_call_before(INTERVAL * 2 - Duration::from_secs(1))
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_older_image_the_registry_lost_fails_clearly_and_is_retried_with_backoff() {
+    let history = MemHistory::new(old_and_new_history());
+    let mut h = Harness::start_with(&["x86_64"], Some(history));
+    let image = format!("{REPO}:v2");
+    h.fake.push(&image, "sha256:new", false, &["v3", "v4"]);
+    h.list(
+        &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
+        &[version("v2", "sl-micro"), version("v3", "sl-micro")],
+    );
+    let old = by_digest(&image, "sha256:old");
+    assert_eq!(h.call().await.image, image);
+    assert_eq!(h.call().await.image, old);
+    h.until("published", |h| h.state("sl-micro").is_some())
+        .await;
+    let key = ChannelKey::new(NS, "sl-micro");
+    assert!(matches!(
+        h.cache.retained_status(&key, "x86_64", "v2"),
+        Some(RetainedStatus::Failed { image, failure }) if image == old && failure.kind == "timeout"
+    ));
+    assert_eq!(retained_from(&h, "v2"), None);
+    assert_eq!(retained_from(&h, "v3"), Some(None), "the rest is served");
+    // Retried with backoff: the tag is checked (unchanged), the old image pulled again.
+    let check = h.call().await;
+    let retry = h.call().await;
+    assert_eq!(
+        (
+            check.image.as_str(),
+            retry.image.as_str(),
+            h.since(retry.at)
+        ),
+        (image.as_str(), old.as_str(), MIN_BACKOFF)
+    );
+    h.fake.push(
+        &format!("{REPO}:v1"),
+        "sha256:old",
+        false,
+        &["v1", "v2", "v3"],
+    );
+    h.call().await;
+    let retry = h.call().await;
+    assert_eq!(
+        (retry.image.as_str(), h.since(retry.at)),
+        (old.as_str(), MIN_BACKOFF * 3)
+    );
+    h.until("rebuilt", |h| retained_from(h, "v2").is_some())
+        .await;
+    assert_eq!(retained_from(&h, "v2"), Some(Some("sha256:old".to_owned())));
+    assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
+    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    assert!(
+        text.contains("elemental_changelog_retained_pulls_total{result=\"failed\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("elemental_changelog_retained_pulls_total{result=\"pulled\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn images_read_are_recorded_and_the_history_is_pruned_with_the_versions() {
+    let history = MemHistory::new(History::default());
+    let mut h = Harness::start_with(&["x86_64"], Some(history.clone()));
+    h.fake.push(
+        &format!("{REPO}:v1"),
+        "sha256:old",
+        false,
+        &["v1", "v2", "v3"],
+    );
+    h.fake
+        .push(&format!("{REPO}:v2"), "sha256:new", false, &["v3", "v4"]);
+    let versions = ["v1", "v2", "v3", "v4"].map(|v| version(v, "sl-micro"));
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some(&format!("{REPO}:v1")),
+            "2026-01-01T00:00:00Z",
+        )],
+        &versions,
+    );
+    h.call().await;
+    h.until("recorded", |_| history.writes() == 1).await;
+    h.channel(watcher::Event::Apply(channel(
+        "sl-micro",
+        Some(&format!("{REPO}:v2")),
+        "2026-01-02T00:00:00Z",
+    )));
+    h.call().await;
+    h.until("recorded again", |_| history.writes() == 2).await;
+    // Dropped from the image, kept in memory: nothing pulled by digest.
+    assert_eq!(retained_from(&h, "v1"), Some(Some("sha256:old".to_owned())));
+    let key = ChannelKey::new(NS, "sl-micro");
+    let origin = |v: &str| history.current().origin(&key, v).map(|r| r.digest.clone());
+    assert_eq!(origin("v1").as_deref(), Some("sha256:old"));
+    assert_eq!(origin("v4").as_deref(), Some("sha256:new"));
+
+    h.version(watcher::Event::Delete(version("v1", "sl-micro")));
+    h.until("pruned from the history", |_| origin("v1").is_none())
+        .await;
+    h.until("pruned from the cache", |h| {
+        retained_from(h, "v1").is_none()
+    })
+    .await;
+    assert_eq!(origin("v2").as_deref(), Some("sha256:old"));
+    h.version(watcher::Event::Delete(version("v2", "sl-micro")));
+    h.until("the old image forgotten", |_| {
+        history.current().channel(&key).map(|c| c.images.len()) == Some(1)
+    })
+    .await;
+    // The channel deleted: its history goes.
+    h.channel(watcher::Event::Delete(channel(
+        "sl-micro",
+        None,
+        "2026-01-02T00:00:00Z",
+    )));
+    h.until("channel forgotten", |_| {
+        history.current().channel(&key).is_none()
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_history_naming_another_registry_is_not_followed() {
+    let mut history = History::default();
+    let key = ChannelKey::new(NS, "sl-micro");
+    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    history.record(
+        &key,
+        "elsewhere.example.com/channel",
+        "sha256:old",
+        &names(&["v2"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    history.record(
+        &key,
+        REPO,
+        "sha256:new",
+        &names(&["v3"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    let mut h = Harness::start_with(&["x86_64"], Some(MemHistory::new(history)));
+    let image = format!("{REPO}:v2");
+    h.fake.push(&image, "sha256:new", false, &["v3"]);
+    h.list(
+        &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
+        &[version("v2", "sl-micro"), version("v3", "sl-micro")],
+    );
+    assert_eq!(h.call().await.image, image);
+    h.until("published", |h| h.state("sl-micro").is_some())
+        .await;
+    assert_eq!(retained_from(&h, "v2"), None);
+    assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
+    h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
+}
+
+#[test]
+fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
+    let key = ChannelKey::new(NS, "c");
+    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    let mut h = History::default();
+    h.record(
+        &key,
+        REPO,
+        "sha256:1",
+        &names(&["v1", "v2"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    h.record(
+        &key,
+        REPO,
+        "sha256:2",
+        &names(&["v2", "v3"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    let seen = h.channel(&key).cloned();
+    assert!(!grew(seen.as_ref(), seen.as_ref()));
+    assert!(grew(seen.as_ref(), None), "a first history");
+    assert!(
+        !grew(None, seen.as_ref()),
+        "forgotten: the controller prunes"
+    );
+    let mut pruned = h.clone();
+    pruned.prune(|_| true, |_, v| v != Some("v1"));
+    assert!(!grew(pruned.channel(&key), seen.as_ref()), "pruning only");
+    let mut added = h.clone();
+    added.record(
+        &key,
+        REPO,
+        "sha256:3",
+        &names(&["v4"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    assert!(
+        grew(added.channel(&key), seen.as_ref()),
+        "an image recorded"
+    );
+    let mut back = h.clone();
+    back.record(
+        &key,
+        REPO,
+        "sha256:1",
+        &names(&["v1"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    assert!(
+        grew(back.channel(&key), seen.as_ref()),
+        "an older image made the newest again"
+    );
 }

@@ -1,0 +1,497 @@
+//! Retained versions: for every ManagedOSVersion of a channel that the
+//! channel's current image no longer lists, where its data comes from (the
+//! older image the [channel history](super::history) maps it to, held here
+//! already or pulled again by digest), and the composition of the snapshot
+//! that serves them, swapped into the cache by compare and swap.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashSet},
+    sync::Arc,
+};
+
+use elemental_changelog::data::ChannelData;
+use jiff::Timestamp;
+use kube::ResourceExt;
+use tracing::{debug, info, warn};
+
+use super::{
+    Context, SWAP_ATTEMPTS,
+    history::{Change, History},
+};
+use crate::{
+    cache::{
+        ArchState, ChannelKey, ChannelState, FetchFailure, RetainedStatus, RetainedStatuses,
+        Snapshot,
+    },
+    metrics::RetainedPull,
+    oci::Fetched,
+    telemetry::error_chain,
+};
+
+/// What a worker remembers between refreshes: (digest, arch, version) of
+/// older images pulled for a retained version that turned out to have no
+/// changelog data for it, so they are not pulled again.
+#[derive(Default)]
+pub(super) struct Memory {
+    no_data: HashSet<(String, String, String)>,
+}
+
+/// Where the data of a retained version comes from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Source {
+    /// The snapshot being composed, or this replica's previous snapshot:
+    /// the version with its data as held there (`digest`: the image it came from).
+    Held { previous: bool, digest: String },
+    /// An older image, pulled by digest (`reference` is `repository@digest`).
+    Pulled { reference: String, digest: String },
+}
+
+/// Older images pulled during one refresh, by (digest, architecture).
+type Pulled = BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>;
+
+/// A snapshot to serve retained versions with (shared by the architectures a
+/// single-platform image serves), the architecture it was planned for, and
+/// where each retained version's data comes from.
+type Group = (Arc<Snapshot>, String, BTreeMap<String, Source>);
+
+/// The image a version's held data came from.
+fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
+    let version = snapshot.data.version(name)?;
+    Some(
+        version
+            .retained_from
+            .clone()
+            .unwrap_or_else(|| snapshot.digest.clone()),
+    )
+}
+
+/// For every ManagedOSVersion of the channel (`live`) that `snapshot`'s image
+/// does not list, where its data comes from: the image the history maps it
+/// to (held here already, or to pull), else (no history, not recorded, or
+/// recorded in another registry than `registry`, the channel image's: the
+/// history never sends this server to another host) whatever this replica held.
+#[allow(clippy::too_many_arguments)] // every input of the decision, none derivable from another
+fn plan(
+    key: &ChannelKey,
+    arch: &str,
+    registry: &str,
+    snapshot: &Snapshot,
+    previous: Option<&Snapshot>,
+    live: &BTreeSet<String>,
+    history: Option<&History>,
+    memory: &Memory,
+) -> BTreeMap<String, Source> {
+    let mut out = BTreeMap::new();
+    for name in live {
+        if snapshot
+            .data
+            .version(name)
+            .is_some_and(|v| v.retained_from.is_none())
+        {
+            continue;
+        }
+        let held = |want: Option<&str>| {
+            [(false, Some(snapshot)), (true, previous)]
+                .into_iter()
+                .find_map(|(is_previous, s)| {
+                    let digest = held_origin(s?, name)?;
+                    want.is_none_or(|w| w == digest).then_some(Source::Held {
+                        previous: is_previous,
+                        digest,
+                    })
+                })
+        };
+        let origin = history
+            .and_then(|h| h.origin(key, name))
+            .filter(|r| r.repository.split_once('/').map(|(host, _)| host) == Some(registry));
+        let source = match origin {
+            Some(record) => held(Some(&record.digest)).or_else(|| {
+                let known_empty = memory.no_data.contains(&(
+                    record.digest.clone(),
+                    arch.to_owned(),
+                    name.clone(),
+                ));
+                (!known_empty).then(|| Source::Pulled {
+                    reference: record.reference(),
+                    digest: record.digest.clone(),
+                })
+            }),
+            None => held(None),
+        };
+        if let Some(source) = source {
+            out.insert(name.clone(), source);
+        }
+    }
+    out
+}
+
+/// Serves the retained versions of every architecture next to what
+/// [`refresh_arch`] read, pulling older images by digest where needed, and
+/// swaps the result into the cache if its state is still the one the refresh
+/// started from (else composes again from the new state). False when an
+/// older image could not be pulled.
+pub(super) async fn retain_and_store(
+    key: &ChannelKey,
+    image: &str,
+    mut expected: Option<Arc<ChannelState>>,
+    archs: &BTreeMap<String, ArchState>,
+    ctx: &Context,
+    memory: &mut Memory,
+) -> bool {
+    let mut pulled: Pulled = BTreeMap::new();
+    let registry = registry_of(image).unwrap_or_default();
+    for _ in 0..SWAP_ATTEMPTS {
+        let history = ctx
+            .history
+            .as_ref()
+            .map(|h| h.subscribe().borrow().0.clone());
+        let live: BTreeSet<String> = ctx
+            .versions
+            .list(Some(&key.namespace))
+            .iter()
+            .filter(|v| v.channel_name() == Some(key.name.as_str()))
+            .map(|v| v.name_any())
+            .collect();
+        memory.no_data.retain(|(_, _, name)| live.contains(name));
+        // One plan per distinct snapshot: a single-platform image serves
+        // every architecture with one.
+        let mut groups: Vec<Group> = Vec::new();
+        for (arch, state) in archs {
+            let Some(snapshot) = &state.snapshot else {
+                continue;
+            };
+            if groups.iter().any(|(s, _, _)| Arc::ptr_eq(s, snapshot)) {
+                continue;
+            }
+            let previous = expected
+                .as_ref()
+                .and_then(|p| p.archs.get(arch))
+                .and_then(|a| a.snapshot.as_deref());
+            let sources = plan(
+                key,
+                arch,
+                &registry,
+                snapshot,
+                previous,
+                &live,
+                history.as_deref(),
+                memory,
+            );
+            groups.push((snapshot.clone(), arch.clone(), sources));
+        }
+        let ok = pull_retained(key, &groups, archs, ctx, memory, &mut pulled).await;
+        let composed = compose(groups, expected.clone(), &pulled).await;
+        let mut state = ChannelState {
+            image: Some(image.to_owned()),
+            attempted: true,
+            archs: archs.clone(),
+        };
+        for arch in state.archs.values_mut() {
+            if let Some(snapshot) = &arch.snapshot
+                && let Some((_, new)) = composed.iter().find(|(old, _)| Arc::ptr_eq(old, snapshot))
+            {
+                arch.snapshot = Some(new.clone());
+            }
+        }
+        match ctx.cache.compare_and_swap(key, expected.as_ref(), state) {
+            Ok(_) => return ok,
+            // Deleted meanwhile: its worker is being stopped.
+            Err(None) if expected.is_some() => return ok,
+            Err(current) => {
+                debug!("channel state changed during the refresh; composing again");
+                expected = current;
+            }
+        }
+    }
+    warn!("the channel state kept changing during the refresh; trying again at the next one");
+    false
+}
+
+/// Pulls the older images `groups` need and has not pulled yet, recording
+/// in the cache which retained versions are being rebuilt and which could
+/// not be. False when a pull failed.
+async fn pull_retained(
+    key: &ChannelKey,
+    groups: &[Group],
+    archs: &BTreeMap<String, ArchState>,
+    ctx: &Context,
+    memory: &mut Memory,
+    pulled: &mut Pulled,
+) -> bool {
+    ctx.cache
+        .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
+    let mut ok = true;
+    for (_, arch, sources) in groups {
+        let wanted: BTreeSet<(&String, &String)> = sources
+            .values()
+            .filter_map(|s| match s {
+                Source::Pulled { reference, digest } => Some((reference, digest)),
+                Source::Held { .. } => None,
+            })
+            .collect();
+        for (reference, digest) in wanted {
+            let slot = (digest.clone(), arch.clone());
+            if pulled.contains_key(&slot) {
+                continue;
+            }
+            let result = pull_by_digest(reference, arch, ctx).await;
+            match &result {
+                Ok(data) => {
+                    ctx.metrics.retained_pull(RetainedPull::Pulled);
+                    for (name, _) in sources.iter().filter(
+                        |(_, s)| matches!(s, Source::Pulled { digest: d, .. } if d == digest),
+                    ) {
+                        if !data.version(name).is_some_and(|v| v.has_changelog_data()) {
+                            memory
+                                .no_data
+                                .insert((digest.clone(), arch.clone(), name.clone()));
+                        }
+                    }
+                    info!(image = %reference, arch, "older image pulled for retained versions");
+                }
+                Err(failure) => {
+                    ok = false;
+                    ctx.metrics.retained_pull(RetainedPull::Failed);
+                    warn!(image = %reference, arch, kind = failure.kind, error = %failure.message, "pulling an older image for retained versions failed; retrying with backoff");
+                }
+            }
+            pulled.insert(slot, result);
+        }
+    }
+    ctx.cache
+        .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
+    ok
+}
+
+/// Which retained versions of `groups` are being rebuilt (their older image
+/// not pulled yet) and which could not be, per architecture.
+fn retained_statuses(
+    groups: &[Group],
+    archs: &BTreeMap<String, ArchState>,
+    pulled: &Pulled,
+) -> RetainedStatuses {
+    let mut out = RetainedStatuses::new();
+    for (arch, state) in archs {
+        // Every architecture served by a group's snapshot shares its statuses.
+        let Some((_, group_arch, sources)) = state
+            .snapshot
+            .as_ref()
+            .and_then(|s| groups.iter().find(|(g, _, _)| Arc::ptr_eq(g, s)))
+        else {
+            continue;
+        };
+        for (name, source) in sources {
+            let Source::Pulled { reference, digest } = source else {
+                continue;
+            };
+            let status = match pulled.get(&(digest.clone(), group_arch.clone())) {
+                None => RetainedStatus::Rebuilding {
+                    image: reference.clone(),
+                },
+                Some(Err(failure)) => RetainedStatus::Failed {
+                    image: reference.clone(),
+                    failure: failure.clone(),
+                },
+                Some(Ok(_)) => continue,
+            };
+            out.entry(arch.clone())
+                .or_default()
+                .insert(name.clone(), status);
+        }
+    }
+    out
+}
+
+/// Pulls `reference` (`repository@digest`) for `arch` and parses it.
+async fn pull_by_digest(
+    reference: &str,
+    arch: &str,
+    ctx: &Context,
+) -> Result<Arc<ChannelData>, FetchFailure> {
+    let failure = |kind: &'static str, message: String| FetchFailure {
+        kind,
+        message,
+        at: Timestamp::now(),
+    };
+    let files = match ctx.fetcher.fetch_image(reference, arch, None).await {
+        Ok(Fetched::Pulled { files, .. }) => files,
+        Ok(Fetched::Unchanged { .. }) => {
+            return Err(failure("internal", "nothing pulled".to_owned()));
+        }
+        Err(error) => return Err(failure(error.kind().as_str(), error_chain(&error))),
+    };
+    match tokio::task::spawn_blocking(move || ChannelData::from_files(files)).await {
+        Ok(Ok(data)) => Ok(Arc::new(data)),
+        Ok(Err(error)) => Err(failure("invalid_channel_json", error_chain(&error))),
+        Err(panicked) => Err(failure("internal", panicked.to_string())),
+    }
+}
+
+/// Builds, on a blocking thread, each group's snapshot with the retained
+/// versions of its plan (and summaries precomputed). A snapshot that already
+/// holds exactly those is kept as it is. Returns (old, new) pairs.
+async fn compose(
+    groups: Vec<Group>,
+    previous: Option<Arc<ChannelState>>,
+    pulled: &Pulled,
+) -> Vec<(Arc<Snapshot>, Arc<Snapshot>)> {
+    // What each group can use: held data, and the older images pulled for it.
+    let inputs: Vec<_> = groups
+        .into_iter()
+        .map(|(snapshot, arch, sources)| {
+            let previous = previous
+                .as_ref()
+                .and_then(|p| p.archs.get(&arch))
+                .and_then(|a| a.snapshot.clone());
+            let images: BTreeMap<String, Arc<ChannelData>> = sources
+                .values()
+                .filter_map(|s| match s {
+                    Source::Pulled { digest, .. } => {
+                        match pulled.get(&(digest.clone(), arch.clone())) {
+                            Some(Ok(data)) => Some((digest.clone(), data.clone())),
+                            _ => None,
+                        }
+                    }
+                    Source::Held { .. } => None,
+                })
+                .collect();
+            (snapshot, previous, sources, images)
+        })
+        .collect();
+    let built = tokio::task::spawn_blocking(move || {
+        inputs
+            .into_iter()
+            .map(|(snapshot, previous, sources, images)| {
+                let new = compose_one(&snapshot, previous.as_deref(), &sources, &images);
+                (snapshot, new)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    // A panic while composing leaves the snapshots as read.
+    built.unwrap_or_default()
+}
+
+fn compose_one(
+    snapshot: &Arc<Snapshot>,
+    previous: Option<&Snapshot>,
+    sources: &BTreeMap<String, Source>,
+    images: &BTreeMap<String, Arc<ChannelData>>,
+) -> Arc<Snapshot> {
+    let now: BTreeMap<String, String> = snapshot
+        .data
+        .versions()
+        .iter()
+        .filter_map(|(n, v)| Some((n.clone(), v.retained_from.clone()?)))
+        .collect();
+    let wanted: BTreeMap<String, String> = sources
+        .iter()
+        .filter(|(name, source)| match source {
+            Source::Held { .. } => true,
+            Source::Pulled { digest, .. } => images
+                .get(digest)
+                .and_then(|d| d.version(name))
+                .is_some_and(|v| v.has_changelog_data()),
+        })
+        .map(|(name, source)| {
+            let digest = match source {
+                Source::Held { digest, .. } | Source::Pulled { digest, .. } => digest.clone(),
+            };
+            (name.clone(), digest)
+        })
+        .collect();
+    if now == wanted {
+        snapshot.data.precompute_summaries();
+        return snapshot.clone();
+    }
+    let mut data = snapshot.data.as_ref().clone();
+    data.drop_retained(|_| false);
+    let keep = |from_previous: bool| {
+        move |name: &str| {
+            sources.get(name).is_some_and(
+                |s| matches!(s, Source::Held { previous, .. } if *previous == from_previous),
+            )
+        }
+    };
+    // Held data: each version keeps the image it came from.
+    data.retain_from(&snapshot.data, &snapshot.digest, keep(false));
+    if let Some(previous) = previous {
+        data.retain_from(&previous.data, &previous.digest, keep(true));
+    }
+    for (digest, image) in images {
+        data.retain_from(image, digest, |name| {
+            matches!(sources.get(name), Some(Source::Pulled { digest: d, .. }) if d == digest)
+        });
+    }
+    data.precompute_summaries();
+    Arc::new(Snapshot {
+        image: snapshot.image.clone(),
+        digest: snapshot.digest.clone(),
+        platform: snapshot.platform.clone(),
+        data: Arc::new(data),
+        fetched_at: snapshot.fetched_at,
+    })
+}
+
+/// `registry/repository` of an image reference (as the history records it).
+fn repository_of(image: &str) -> Option<String> {
+    let reference = image.parse::<oci_client::Reference>().ok()?;
+    Some(format!(
+        "{}/{}",
+        reference.registry(),
+        reference.repository()
+    ))
+}
+
+/// The registry host of an image reference.
+fn registry_of(image: &str) -> Option<String> {
+    let reference = image.parse::<oci_client::Reference>().ok()?;
+    Some(reference.registry().to_owned())
+}
+
+/// Records in the channel history the image each architecture was read
+/// from, with the versions it listed (nothing is written when the history
+/// has it already).
+pub(super) async fn record_history(
+    key: &ChannelKey,
+    image: &str,
+    archs: &BTreeMap<String, ArchState>,
+    ctx: &Context,
+) {
+    let Some(history) = &ctx.history else {
+        return;
+    };
+    let Some(repository) = repository_of(image) else {
+        return;
+    };
+    let mut by_digest: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for snapshot in archs.values().filter_map(|a| a.snapshot.as_ref()) {
+        if snapshot.image != image {
+            continue;
+        }
+        by_digest
+            .entry(snapshot.digest.clone())
+            .or_default()
+            .extend(
+                snapshot
+                    .data
+                    .versions()
+                    .iter()
+                    .filter(|(_, v)| v.retained_from.is_none())
+                    .map(|(n, _)| n.clone()),
+            );
+    }
+    let current = history.subscribe().borrow().0.clone();
+    for (digest, versions) in by_digest {
+        if current.is_recorded(key, &digest, &versions) {
+            continue;
+        }
+        let (key, repository) = (key.clone(), repository.clone());
+        let change: Change = Box::new(move |h: &mut History| {
+            h.record(&key, &repository, &digest, &versions, Timestamp::now())
+        });
+        if let Err(error) = history.update(change).await {
+            warn!(error = %error_chain(&error), "recording the image in the channel history failed; trying again at the next refresh");
+        }
+    }
+}
