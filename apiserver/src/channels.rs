@@ -15,7 +15,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use elemental_changelog::data::{ChannelData, DataError, FileError};
+use elemental_changelog::{
+    data::{ChannelData, DataError, FileError},
+    updateinfo,
+};
 use futures::{StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
@@ -34,7 +37,7 @@ use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
-    oci::{FetchError, Fetched},
+    oci::{FetchError, FetchErrorKind, Fetched, ParseTurn},
     telemetry::error_chain,
 };
 
@@ -573,7 +576,7 @@ async fn refresh(key: &ChannelKey, image: Option<&str>, ctx: &Context) -> bool {
         all_ok &= state
             .last_error
             .as_ref()
-            .is_none_or(|e| e.kind == "no_matching_platform");
+            .is_none_or(|e| e.kind == FetchErrorKind::NoMatchingPlatform);
         if state.last_error.is_none()
             && state
                 .snapshot
@@ -621,9 +624,9 @@ async fn refresh_arch(
             let kind = old
                 .last_error
                 .as_ref()
-                .map_or("invalid_channel_json", |e| e.kind);
+                .map_or(FetchErrorKind::InvalidChannelJson, |e| e.kind);
             ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
-            debug!(%image, arch, %digest, kind, "image still the unusable one; not pulled again");
+            debug!(%image, arch, %digest, %kind, "image still the unusable one; not pulled again");
             old
         }
         Ok(Fetched::Unchanged { digest }) => {
@@ -641,15 +644,25 @@ async fn refresh_arch(
             files,
             compressed_bytes,
             platform,
+            memory,
             ..
         }) => {
             // Parsing and summarizing are CPU work: off the async threads, and
-            // a bug that panics there costs this fetch, not the process.
+            // a bug that panics there costs this fetch, not the process. The
+            // parse runs in the memory the pull reserved for it.
             let previous = old.snapshot.clone();
             let versions = ctx.versions.clone();
             let namespace = key.namespace.clone();
+            let turn = match &memory {
+                Some(memory) => Some(memory.parse_turn().await),
+                None => None,
+            };
             let built = tokio::task::spawn_blocking(move || {
-                let mut data = ChannelData::from_files(files)?;
+                let limits = turn
+                    .as_ref()
+                    .map_or_else(updateinfo::Limits::default, ParseTurn::updateinfo_limits);
+                let mut data = ChannelData::from_files_with_limits(files, limits)?;
+                drop(turn);
                 if let Some(previous) = &previous {
                     data.retain_from(&previous.data, &previous.digest, |name| {
                         versions.get(&namespace, name).is_some()
@@ -659,10 +672,10 @@ async fn refresh_arch(
                 Ok::<_, DataError>(data)
             })
             .await;
-            let failure = |kind: &'static str, message: String| {
+            let failure = |kind: FetchErrorKind, message: String| {
                 ctx.metrics
                     .fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
-                warn!(%image, arch, %digest, error = %message, kind, "channel image is unusable; keeping the last good data");
+                warn!(%image, arch, %digest, error = %message, %kind, "channel image is unusable; keeping the last good data");
                 FetchFailure {
                     kind,
                     message,
@@ -694,8 +707,8 @@ async fn refresh_arch(
                 }
                 Ok(Err(error)) => {
                     let kind = match error {
-                        DataError::MissingChannelJson => "missing_channel_json",
-                        DataError::ChannelJson(_) => "invalid_channel_json",
+                        DataError::MissingChannelJson => FetchErrorKind::MissingChannelJson,
+                        DataError::ChannelJson(_) => FetchErrorKind::InvalidChannelJson,
                     };
                     let rejected = Some((image.to_owned(), digest.clone()));
                     ArchState {
@@ -705,16 +718,16 @@ async fn refresh_arch(
                     }
                 }
                 Err(panicked) => ArchState {
-                    last_error: Some(failure("internal", panicked.to_string())),
+                    last_error: Some(failure(FetchErrorKind::Internal, panicked.to_string())),
                     ..old
                 },
             }
         }
         Err(error) => {
-            let kind = error.kind().as_str();
+            let kind = error.kind();
             let message = error_chain(&error);
             ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
-            warn!(%image, arch, error = %message, kind, "fetching the channel image failed; keeping the last good data");
+            warn!(%image, arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
             let failure = FetchFailure {
                 kind,
                 message,

@@ -18,7 +18,7 @@ use elemental_changelog_apiservice::{
 };
 use kube::ResourceExt;
 
-use crate::oci::platform::rpm_arch;
+use crate::oci::{FetchErrorKind, platform::rpm_arch};
 
 use super::{
     HttpResponse, Route, ok,
@@ -36,7 +36,7 @@ use crate::{
 /// (client-go retries such a 503 up to ten times: about 20 s in all).
 const RETRY_AFTER_NOT_FETCHED: u32 = 2;
 /// The fetch error kind of an index without the requested platform.
-const NO_MATCHING_PLATFORM: &str = "no_matching_platform";
+const NO_MATCHING_PLATFORM: FetchErrorKind = FetchErrorKind::NoMatchingPlatform;
 
 /// Answers resource requests.
 pub struct Query {

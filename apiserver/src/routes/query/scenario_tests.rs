@@ -105,7 +105,7 @@ fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
 /// The same data for every architecture, as for a single-platform image.
 fn fetched(image: &str, snapshot: Option<Arc<Snapshot>>, error: Option<&str>) -> ChannelState {
     let failure = error.map(|message| FetchFailure {
-        kind: "registry",
+        kind: crate::oci::FetchErrorKind::Registry,
         message: message.to_owned(),
         at: Timestamp::UNIX_EPOCH,
     });
