@@ -547,8 +547,7 @@ impl<R: BufRead> Parser<R> {
                 value: value.to_owned(),
             })?,
         };
-        by_id.insert(id.clone(), advisories.len());
-        advisories.push(with_cves_and_bugs(Advisory {
+        let mut advisory = Advisory {
             id,
             type_: b.type_,
             severity: Severity::parse(&b.severity),
@@ -558,15 +557,19 @@ impl<R: BufRead> Parser<R> {
             bugs: Vec::new(),
             references: b.references,
             description: b.description,
-            packages: b.packages,
-        }));
+            packages: Vec::new(),
+        };
+        // A package listed twice in one entry is listed once.
+        self.merge(&mut advisory, &mut HashMap::new(), b.packages)?;
+        by_id.insert(advisory.id.clone(), advisories.len());
+        advisories.push(with_cves_and_bugs(advisory));
         Ok(())
     }
 }
 
 impl<R: BufRead> Parser<R> {
-    /// Adds the packages of a repeated entry that the advisory does not have
-    /// yet.
+    /// Adds the packages of an entry that the advisory does not have yet
+    /// (`merged`: the advisory's packages by hash).
     fn merge(
         &mut self,
         existing: &mut Advisory,
@@ -595,7 +598,8 @@ impl<R: BufRead> Parser<R> {
 
 /// Parses a decompressed `updateinfo.xml` stream (see [`decoder_for`]).
 /// Advisories are returned in file order; an id listed twice is merged
-/// into one advisory.
+/// into one advisory, and a package listed twice in one advisory is kept
+/// once.
 pub fn parse(reader: impl BufRead, limits: Limits) -> Result<Vec<Advisory>, Error> {
     let counting = Counting {
         inner: reader,
@@ -810,7 +814,11 @@ mod tests {
             matches!(err, Error::TooManyPackages { ref id, limit: 20_000 } if id == "BOMB"),
             "{err}"
         );
-        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
@@ -833,7 +841,10 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(matches!(err, Error::TooManyPackages { limit: 29, .. }), "{err}");
+        assert!(
+            matches!(err, Error::TooManyPackages { limit: 29, .. }),
+            "{err}"
+        );
         let err = parse(
             xml.as_bytes(),
             Limits {
@@ -842,7 +853,10 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(matches!(err, Error::TooManyPackagesInAll { limit: 59 }), "{err}");
+        assert!(
+            matches!(err, Error::TooManyPackagesInAll { limit: 59 }),
+            "{err}"
+        );
         // Every package costs more than its struct.
         let small = (59 * std::mem::size_of::<AdvisoryPackage>()) as u64;
         let err = parse(
@@ -853,9 +867,16 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(matches!(err, Error::TooMuchMemory { limit } if limit == small), "{err}");
+        assert!(
+            matches!(err, Error::TooMuchMemory { limit } if limit == small),
+            "{err}"
+        );
         // A repeated id's packages are merged (and counted as read).
-        let repeated = format!("<updates>{}{}</updates>", packages_xml("A", 30), packages_xml("A", 30));
+        let repeated = format!(
+            "<updates>{}{}</updates>",
+            packages_xml("A", 30),
+            packages_xml("A", 30)
+        );
         let merged = parse(
             repeated.as_bytes(),
             Limits {
@@ -865,6 +886,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(merged[0].packages.len(), 30);
+        // So are the packages listed twice in one entry.
+        let twice = r#"<updates><update><id>T</id><pkglist><collection>
+            <package name="a" version="1" release="1" arch="x86_64"/>
+            <package name="a" version="1" release="1" arch="x86_64"/>
+            <package name="a" version="1" release="2" arch="x86_64"/>
+            </collection></pkglist></update></updates>"#;
+        let once = parse(twice.as_bytes(), limits).unwrap();
+        assert_eq!(once[0].packages.len(), 2);
         // A huge description is refused as it is read.
         let long = format!(
             "<updates><update><id>X</id><description>{}</description></update></updates>",
@@ -887,19 +916,32 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(matches!(err, Error::ElementTooLarge { limit: 1024 }), "{err}");
+        assert!(
+            matches!(err, Error::ElementTooLarge { limit: 1024 }),
+            "{err}"
+        );
     }
 
     /// 20 000 entries, each with the same 5 packages and one of its own.
     fn entries_xml(same_id: bool) -> String {
         let mut xml = String::from("<updates>");
         for i in 0..20_000 {
-            let id = if same_id { "SAME".to_owned() } else { format!("ID{i}") };
-            xml.push_str(&format!("<update type=\"security\"><id>{id}</id><pkglist><collection>"));
+            let id = if same_id {
+                "SAME".to_owned()
+            } else {
+                format!("ID{i}")
+            };
+            xml.push_str(&format!(
+                "<update type=\"security\"><id>{id}</id><pkglist><collection>"
+            ));
             for j in 0..5 {
-                xml.push_str(&format!("<package name=\"p{j}\" version=\"1\" release=\"1\" arch=\"x86_64\"/>"));
+                xml.push_str(&format!(
+                    "<package name=\"p{j}\" version=\"1\" release=\"1\" arch=\"x86_64\"/>"
+                ));
             }
-            xml.push_str(&format!("<package name=\"own{i}\" version=\"1\" release=\"1\" arch=\"x86_64\"/>"));
+            xml.push_str(&format!(
+                "<package name=\"own{i}\" version=\"1\" release=\"1\" arch=\"x86_64\"/>"
+            ));
             xml.push_str("</collection></pkglist></update>");
         }
         xml.push_str("</updates>");
@@ -923,7 +965,10 @@ mod tests {
         let started = Instant::now();
         let advisories = parse(repeated.as_bytes(), limits).unwrap();
         let merging = started.elapsed();
-        assert!(merging < reading * 2, "merging {merging:?}, reading {reading:?}");
+        assert!(
+            merging < reading * 2,
+            "merging {merging:?}, reading {reading:?}"
+        );
         assert_eq!(advisories.len(), 1);
         let packages = &advisories[0].packages;
         assert_eq!(packages.len(), 20_005);
