@@ -6,6 +6,7 @@
 
 pub mod fixtures;
 pub mod generated;
+pub mod hostile;
 pub mod image;
 pub mod registry;
 pub mod sample;

@@ -43,8 +43,9 @@ pub struct RegistryArgs {
     /// Largest `channel.json` or `changelogs/*` file accepted, e.g. `32MiB`.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_FILE_SIZE", default_value = "32MiB", value_parser = parse_byte_size)]
     pub max_file_size: u64,
-    /// Most bytes of channel data kept from one image (all kept files together), e.g. `32MiB`.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "32MiB", value_parser = parse_byte_size)]
+    /// Most bytes of channel data kept from one image (all kept files together), e.g. `24MiB`.
+    /// The memory budget must hold 4 times this plus a quarter of itself.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "24MiB", value_parser = parse_byte_size)]
     pub max_kept_size: u64,
     /// Memory that pulls and parses of channel images may hold in all (`160MiB`, `160Mi`): they
     /// wait while it is spent, and what could never fit is refused. Size it from the container's
@@ -93,7 +94,7 @@ impl RegistryArgs {
             }
             None => Vec::new(),
         };
-        Ok(FetchConfig {
+        let config = FetchConfig {
             credentials,
             extra_roots,
             insecure_registries: self.insecure_registries.clone(),
@@ -109,7 +110,9 @@ impl RegistryArgs {
             connect_timeout: self.registry_connect_timeout,
             read_timeout: self.registry_read_timeout,
             fetch_timeout: self.fetch_timeout,
-        })
+        };
+        super::fetcher::largest_pull_fits(&config).map_err(ConfigError::Budget)?;
+        Ok(config)
     }
 }
 
@@ -180,6 +183,9 @@ pub enum ConfigError {
         #[source]
         source: CaBundleError,
     },
+    /// `--memory-budget` cannot hold the largest image the other limits allow.
+    #[error("the memory budget is too small for the size limits")]
+    Budget(#[source] crate::budget::BudgetError),
 }
 
 /// What is wrong with a Docker config JSON.

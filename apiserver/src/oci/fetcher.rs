@@ -29,7 +29,7 @@ use super::{
     stream::{self, ChunkReader, Hasher},
 };
 use crate::{
-    budget::{Budget, Reservation},
+    budget::{Budget, BudgetError, Reservation},
     singleflight::SingleFlight,
 };
 
@@ -44,6 +44,24 @@ pub const PARSE_BYTES_PER_KEPT_BYTE: u64 = 3;
 /// Share of the budget one `updateinfo.xml` parse may take (the parsed
 /// advisories, as estimated while they are built).
 pub const UPDATEINFO_BUDGET_SHARE: u64 = 4;
+
+/// What the largest image `config`'s limits allow needs from the budget at
+/// once: the working set and the `updateinfo.xml` allowance while it is
+/// pulled, then the allowance and its kept files with their parse.
+pub fn largest_pull_fits(config: &FetchConfig) -> Result<(), BudgetError> {
+    let updateinfo = config.memory_budget / UPDATEINFO_BUDGET_SHARE;
+    let kept = config.limits.max_kept_bytes;
+    let needed = (PULL_WORKING_SET + updateinfo)
+        .max(updateinfo + kept.saturating_mul(1 + PARSE_BYTES_PER_KEPT_BYTE));
+    if needed > config.memory_budget {
+        return Err(BudgetError::NeverFits {
+            what: "an image of --max-kept-size",
+            needed,
+            budget: config.memory_budget,
+        });
+    }
+    Ok(())
+}
 
 /// The outcome of [`Fetcher::fetch`].
 #[derive(Clone)]
@@ -555,6 +573,18 @@ mod tests {
         };
         assert_eq!(unchanged.digest(), "sha256:d");
         assert_eq!(unchanged.file("channel.json"), None);
+    }
+
+    #[test]
+    fn the_defaults_fit_the_default_budget() {
+        let config = FetchConfig::default();
+        largest_pull_fits(&config).unwrap();
+        let small = FetchConfig {
+            memory_budget: 64 << 20,
+            ..FetchConfig::default()
+        };
+        let error = largest_pull_fits(&small).unwrap_err();
+        assert!(error.to_string().contains("--memory-budget"), "{error}");
     }
 
     #[tokio::test(start_paused = true)]
