@@ -276,19 +276,20 @@ pub fn zero_bomb(compression: Compression, path: &str, size: u64) -> Result<Vec<
 }
 
 /// An `updateinfo.xml.gz` bomb: one advisory whose `<package/>` elements
-/// inflate to about `inflated` bytes (400 MiB compress to about 1.4 MB),
-/// each element a distinct package.
+/// (100 different ones, repeated) inflate to about `inflated` bytes: 400 MiB
+/// compress to about 1.5 MB.
 pub fn updateinfo_bomb(inflated: u64) -> Result<Vec<u8>> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     encoder.write_all(
         b"<?xml version=\"1.0\"?><updates><update type=\"security\"><id>SUSE-BOMB</id><pkglist><collection>",
     )?;
     let mut chunk = Vec::new();
-    for i in 0..10_000 {
+    for i in 0..100 {
         chunk.extend_from_slice(
             format!("<package name=\"kernel-default-{i}\" epoch=\"0\" version=\"6.4.0\" release=\"150600.23.1\" arch=\"x86_64\"/>").as_bytes(),
         );
     }
+    let chunk = chunk.repeat(100);
     let mut written = 0u64;
     while written < inflated {
         encoder.write_all(&chunk)?;
