@@ -662,13 +662,14 @@ async fn refresh_arch(
                     .as_ref()
                     .map_or_else(updateinfo::Limits::default, ParseTurn::updateinfo_limits);
                 let mut data = ChannelData::from_files_with_limits(files, limits)?;
-                drop(turn);
                 if let Some(previous) = &previous {
                     data.retain_from(&previous.data, &previous.digest, |name| {
                         versions.get(&namespace, name).is_some()
                     });
                 }
                 data.precompute_summaries();
+                // The next caller of a shared pull parses once this one is done.
+                drop(turn);
                 Ok::<_, DataError>(data)
             })
             .await;

@@ -353,7 +353,7 @@ impl<R: BufRead> Parser<R> {
         loop {
             buf.clear();
             events = events.wrapping_add(1);
-            if events % EVENTS_PER_CLOCK_CHECK == 0 && Instant::now() > self.deadline {
+            if events.is_multiple_of(EVENTS_PER_CLOCK_CHECK) && Instant::now() > self.deadline {
                 return Err(Error::TooSlow {
                     limit: self.limits.max_duration,
                 });

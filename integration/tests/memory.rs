@@ -6,6 +6,9 @@
 //! `/proc/self/status`. Each channel is handled as the server handles it
 //! (fetch, then parse in the pull's memory, retried while the budget is
 //! busy). The peak must stay under the budget plus [`PROCESS_CONSTANT`].
+//! Last, the `inspect` command (the server binary, so `make server` first)
+//! reads the `updateinfo.xml.gz` bomb in a process of its own, measured the
+//! same way.
 //!
 //! Its own test binary, so that no other test disturbs the measurement.
 #![cfg(target_os = "linux")]
@@ -27,6 +30,7 @@ use elemental_changelog_integration::{
     hostile::{Answer, HostileRegistry},
     image::{self, Compression, Format, Image, Layer},
     registry::Registry,
+    testbed,
 };
 
 const MIB: u64 = 1 << 20;
@@ -351,6 +355,56 @@ async fn measure() -> Result<()> {
         fetcher.budget().available(),
         fetcher.budget().bytes(),
         "every reservation given back"
+    );
+
+    // The issue's own measurement: `inspect` of the updateinfo bomb (it
+    // peaked at 1.4 GiB and ran 16 s), as a process of its own.
+    let started = Instant::now();
+    let mut child = std::process::Command::new(testbed::server_binary())
+        .args(["inspect", &registry.image("updateinfo-bomb:v1")])
+        .args(["--insecure-registry", registry.host()])
+        .arg(format!("--memory-budget={BUDGET}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut inspect_peak = 0u64;
+    let status = loop {
+        if let Ok(status) = std::fs::read_to_string(&status_file) {
+            let hwm = status
+                .lines()
+                .find(|line| line.starts_with("VmHWM:"))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<u64>().ok())
+                .unwrap_or(0);
+            inspect_peak = inspect_peak.max(hwm * 1024);
+        }
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let Some(mut pipe) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut pipe, &mut stdout)?;
+    }
+    if let Some(mut pipe) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut pipe, &mut stderr)?;
+    }
+    eprintln!(
+        "inspect of the updateinfo bomb: peak RSS {} MiB, {:?}, {status}",
+        inspect_peak / MIB,
+        started.elapsed()
+    );
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stdout.contains("more than the limit of 20000 packages"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        inspect_peak > 0 && inspect_peak <= BUDGET + PROCESS_CONSTANT,
+        "{} MiB",
+        inspect_peak / MIB
     );
     Ok(())
 }

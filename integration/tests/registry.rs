@@ -671,6 +671,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
         FetchErrorKind::Timeout,
     );
     let took = started.elapsed();
+    eprintln!("trickling manifest: given up after {took:?}");
     assert!(took >= read_timeout && took < read_timeout * 4, "{took:?}");
 
     // A token realm (on another host name than the registry's: logged) that answers without end.

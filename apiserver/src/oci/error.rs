@@ -24,7 +24,7 @@ pub enum FetchError {
     Client {
         /// The error.
         #[source]
-        source: RegistryError,
+        source: Arc<RegistryError>,
     },
     /// The registry refused the credentials (or their absence).
     #[error("registry {registry} refused access")]
@@ -33,7 +33,7 @@ pub enum FetchError {
         registry: String,
         /// The registry's answer.
         #[source]
-        source: RegistryError,
+        source: Arc<RegistryError>,
     },
     /// The registry has no such repository, tag, manifest or blob.
     #[error("{reference} not found")]
@@ -42,7 +42,7 @@ pub enum FetchError {
         reference: String,
         /// The registry's answer.
         #[source]
-        source: RegistryError,
+        source: Arc<RegistryError>,
     },
     /// Any other registry or transport failure.
     #[error("registry request for {reference} failed")]
@@ -51,7 +51,7 @@ pub enum FetchError {
         reference: String,
         /// The error.
         #[source]
-        source: RegistryError,
+        source: Arc<RegistryError>,
     },
     /// The fetch took longer than the configured timeout.
     #[error("fetch timed out after {after:?}")]
@@ -271,15 +271,15 @@ impl FetchError {
             RegistryError::Timeout { after, .. } => Self::Timeout { after },
             error if error.is_auth() => Self::Auth {
                 registry: registry.to_owned(),
-                source: error,
+                source: Arc::new(error),
             },
             error if error.is_not_found() => Self::NotFound {
                 reference: asked.to_owned(),
-                source: error,
+                source: Arc::new(error),
             },
             error => Self::Registry {
                 reference: asked.to_owned(),
-                source: error,
+                source: Arc::new(error),
             },
         }
     }

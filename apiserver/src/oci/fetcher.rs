@@ -247,8 +247,12 @@ impl Fetcher {
 
     /// [`Fetcher::new`] sharing `budget` (which a rebuilt fetcher keeps).
     pub fn with_budget(config: FetchConfig, budget: Budget) -> Result<Self, FetchError> {
-        let client = RegistryClient::new(config.clone(), ResponseLimits::default())
-            .map_err(|source| FetchError::Client { source })?;
+        let client =
+            RegistryClient::new(config.clone(), ResponseLimits::default()).map_err(|source| {
+                FetchError::Client {
+                    source: Arc::new(source),
+                }
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
