@@ -16,6 +16,8 @@ use dashmap::DashMap;
 use elemental_changelog::data::ChannelData;
 use jiff::Timestamp;
 
+use crate::oci::FetchErrorKind;
+
 /// A channel: namespace and name of a ManagedOSVersionChannel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChannelKey {
@@ -60,9 +62,10 @@ pub struct Snapshot {
 /// Why the last fetch failed.
 #[derive(Clone, Debug)]
 pub struct FetchFailure {
-    /// Error kind (bounded; also the metric label).
-    pub kind: &'static str,
-    /// Full error text, for logs and error messages.
+    /// Error kind: the metric label and the message callers see
+    /// ([`FetchErrorKind::public_message`]) come from it.
+    pub kind: FetchErrorKind,
+    /// Full error chain, for logs only: it may carry what the registry said.
     pub message: String,
     /// When it happened.
     pub at: Timestamp,

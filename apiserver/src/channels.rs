@@ -24,7 +24,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use elemental_changelog::data::{ChannelData, DataError, FileError};
+use elemental_changelog::{
+    data::{ChannelData, DataError, FileError},
+    updateinfo,
+};
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
@@ -46,7 +49,7 @@ use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatuses, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
-    oci::{FetchError, Fetched},
+    oci::{FetchError, FetchErrorKind, Fetched, ParseTurn},
     telemetry::error_chain,
 };
 
@@ -756,7 +759,7 @@ async fn refresh(
         all_ok &= state
             .last_error
             .as_ref()
-            .is_none_or(|e| e.kind == "no_matching_platform");
+            .is_none_or(|e| e.kind == FetchErrorKind::NoMatchingPlatform);
         if state.last_error.is_none()
             && state
                 .snapshot
@@ -801,9 +804,9 @@ async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) ->
             let kind = old
                 .last_error
                 .as_ref()
-                .map_or("invalid_channel_json", |e| e.kind);
+                .map_or(FetchErrorKind::InvalidChannelJson, |e| e.kind);
             ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
-            debug!(%image, arch, %digest, kind, "image still the unusable one; not pulled again");
+            debug!(%image, arch, %digest, %kind, "image still the unusable one; not pulled again");
             old
         }
         Ok(Fetched::Unchanged { digest }) => {
@@ -821,15 +824,30 @@ async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) ->
             files,
             compressed_bytes,
             platform,
+            memory,
             ..
         }) => {
             // Parsing is CPU work: off the async threads, and a bug that
-            // panics there costs this fetch, not the process.
-            let built = tokio::task::spawn_blocking(move || ChannelData::from_files(files)).await;
-            let failure = |kind: &'static str, message: String| {
+            // panics there costs this fetch, not the process. The parse runs
+            // in the memory the pull reserved for it.
+            let turn = match &memory {
+                Some(memory) => Some(memory.parse_turn().await),
+                None => None,
+            };
+            let built = tokio::task::spawn_blocking(move || {
+                let limits = turn
+                    .as_ref()
+                    .map_or_else(updateinfo::Limits::default, ParseTurn::updateinfo_limits);
+                let data = ChannelData::from_files_with_limits(files, limits);
+                // The next caller of a shared pull parses once this one is done.
+                drop(turn);
+                data
+            })
+            .await;
+            let failure = |kind: FetchErrorKind, message: String| {
                 ctx.metrics
                     .fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
-                warn!(%image, arch, %digest, error = %message, kind, "channel image is unusable; keeping the last good data");
+                warn!(%image, arch, %digest, error = %message, %kind, "channel image is unusable; keeping the last good data");
                 FetchFailure {
                     kind,
                     message,
@@ -861,8 +879,8 @@ async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) ->
                 }
                 Ok(Err(error)) => {
                     let kind = match error {
-                        DataError::MissingChannelJson => "missing_channel_json",
-                        DataError::ChannelJson(_) => "invalid_channel_json",
+                        DataError::MissingChannelJson => FetchErrorKind::MissingChannelJson,
+                        DataError::ChannelJson(_) => FetchErrorKind::InvalidChannelJson,
                     };
                     let rejected = Some((image.to_owned(), digest.clone()));
                     ArchState {
@@ -872,16 +890,16 @@ async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) ->
                     }
                 }
                 Err(panicked) => ArchState {
-                    last_error: Some(failure("internal", panicked.to_string())),
+                    last_error: Some(failure(FetchErrorKind::Internal, panicked.to_string())),
                     ..old
                 },
             }
         }
         Err(error) => {
-            let kind = error.kind().as_str();
+            let kind = error.kind();
             let message = error_chain(&error);
             ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
-            warn!(%image, arch, error = %message, kind, "fetching the channel image failed; keeping the last good data");
+            warn!(%image, arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
             let failure = FetchFailure {
                 kind,
                 message,

@@ -102,16 +102,26 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
         files,
         compressed_bytes,
         platform,
+        memory,
         ..
     } = fetched
     else {
         // Without a known digest the fetcher always pulls.
         return Ok(());
     };
-    let data = ChannelData::from_files(files).map_err(|source| CliError::Data {
-        image: args.image.clone(),
-        source,
-    })?;
+    // Parsed in the memory the pull reserved for it, as the server does.
+    let turn = match &memory {
+        Some(memory) => Some(memory.parse_turn().await),
+        None => None,
+    };
+    let limits = turn
+        .as_ref()
+        .map_or_else(Default::default, crate::oci::ParseTurn::updateinfo_limits);
+    let data =
+        ChannelData::from_files_with_limits(files, limits).map_err(|source| CliError::Data {
+            image: args.image.clone(),
+            source,
+        })?;
     let source = Source {
         channel: "",
         image: &args.image,

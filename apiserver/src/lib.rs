@@ -8,6 +8,7 @@
 
 pub mod authn;
 pub mod authz;
+pub mod budget;
 pub mod cache;
 pub mod channels;
 pub mod cli;
@@ -19,4 +20,5 @@ pub mod oci;
 pub mod request;
 pub mod routes;
 pub mod server;
+pub mod singleflight;
 pub mod telemetry;

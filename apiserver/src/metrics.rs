@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use crate::oci::FetchErrorKind;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -50,7 +51,7 @@ pub enum FetchResult {
     /// The digest was unchanged: nothing pulled.
     Unchanged,
     /// Failed; the label is the error kind.
-    Failed(&'static str),
+    Failed(FetchErrorKind),
 }
 
 /// How a write of the channel history ended; the `result` label.
@@ -331,7 +332,7 @@ impl Metrics {
         let label = match result {
             FetchResult::Pulled => "pulled",
             FetchResult::Unchanged => "unchanged",
-            FetchResult::Failed(kind) => kind,
+            FetchResult::Failed(kind) => kind.as_str(),
         };
         self.fetches.with_label_values(&[label]).inc();
         self.fetch_duration

@@ -46,6 +46,11 @@ const ARCHES: [&str; 3] = ["x86_64", "noarch", "aarch64"];
 const LIMITS: updateinfo::Limits = updateinfo::Limits {
     max_advisories: 32,
     max_bytes: 256 * 1024,
+    max_element_bytes: 16 * 1024,
+    max_packages_per_advisory: 64,
+    max_packages: 512,
+    max_memory: 1024 * 1024,
+    max_duration: std::time::Duration::from_secs(60),
 };
 
 /// A short version-like string over an alphabet that exercises rpmvercmp.

@@ -19,6 +19,8 @@ const LIMITS: FetchLimits = FetchLimits {
     max_entries: 48,
     max_file_bytes: 2048,
     max_kept_bytes: 4096,
+    max_layers: 8,
+    max_index_manifests: 8,
 };
 
 #[derive(Arbitrary, Debug, Clone, Copy)]

@@ -1,5 +1,6 @@
-//! `updateinfo.xml` (plain, `.gz`, `.zst`): never panics, limits hold, and
-//! what parses is a valid set of advisories. The same bytes are fed as a
+//! `updateinfo.xml` (plain, `.gz`, `.zst`): never panics, limits hold
+//! (advisories, packages per advisory and in all), and what parses is a
+//! valid set of advisories, merged ids without duplicate packages. The same bytes are fed as a
 //! plain file and through both decompressors.
 #![no_main]
 
@@ -13,6 +14,12 @@ use libfuzzer_sys::fuzz_target;
 const LIMITS: Limits = Limits {
     max_advisories: 8,
     max_bytes: 64 * 1024,
+    max_element_bytes: 4096,
+    max_packages_per_advisory: 16,
+    max_packages: 48,
+    max_memory: 64 * 1024,
+    // Far above what these inputs take: the outcome must not depend on the clock.
+    max_duration: std::time::Duration::from_secs(60),
 };
 
 fn check(name: &str, data: &[u8]) {
@@ -43,8 +50,17 @@ fn check(name: &str, data: &[u8]) {
         advisories.len() <= LIMITS.max_advisories,
         "{name}: too many advisories"
     );
+    let packages: usize = advisories.iter().map(|a| a.packages.len()).sum();
+    assert!(packages <= LIMITS.max_packages, "{name}: too many packages");
     let mut ids = HashSet::new();
     for a in &advisories {
+        assert!(
+            a.packages.len() <= LIMITS.max_packages_per_advisory,
+            "{name}: too many packages in {}",
+            a.id
+        );
+        let distinct: std::collections::BTreeSet<_> = a.packages.iter().collect();
+        assert_eq!(distinct.len(), a.packages.len(), "{name}: duplicate package in {}", a.id);
         assert!(
             !a.id.is_empty() && a.id.trim() == a.id,
             "{name}: bad id {:?}",

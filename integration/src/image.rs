@@ -275,6 +275,30 @@ pub fn zero_bomb(compression: Compression, path: &str, size: u64) -> Result<Vec<
     Ok(blob)
 }
 
+/// An `updateinfo.xml.gz` bomb: one advisory whose `<package/>` elements
+/// (100 different ones, repeated) inflate to about `inflated` bytes: 400 MiB
+/// compress to about 1.5 MB.
+pub fn updateinfo_bomb(inflated: u64) -> Result<Vec<u8>> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(
+        b"<?xml version=\"1.0\"?><updates><update type=\"security\"><id>SUSE-BOMB</id><pkglist><collection>",
+    )?;
+    let mut chunk = Vec::new();
+    for i in 0..100 {
+        chunk.extend_from_slice(
+            format!("<package name=\"kernel-default-{i}\" epoch=\"0\" version=\"6.4.0\" release=\"150600.23.1\" arch=\"x86_64\"/>").as_bytes(),
+        );
+    }
+    let chunk = chunk.repeat(100);
+    let mut written = 0u64;
+    while written < inflated {
+        encoder.write_all(&chunk)?;
+        written += chunk.len() as u64;
+    }
+    encoder.write_all(b"</collection></pkglist></update></updates>")?;
+    Ok(encoder.finish()?)
+}
+
 /// An image for one platform.
 #[derive(Clone, Debug)]
 pub struct Image {
@@ -433,6 +457,52 @@ fn decompressed(layer: &Layer) -> Result<Vec<u8>> {
         return layer.blob();
     }
     layer.tar()
+}
+
+/// Pushes `image`, then an OCI index that lists it `count` times (for
+/// `count` made-up architectures) as `<registry>/<repository_and_tag>`.
+pub async fn push_wide_index(
+    registry: &Registry,
+    repository_and_tag: &str,
+    image: &Image,
+    count: usize,
+) -> Result<Pushed> {
+    let reference: Reference = registry.image(repository_and_tag).parse()?;
+    let client = client_for(registry, &reference).await?;
+    let child = push_with(&client, &reference, image).await?;
+    let manifests: Vec<_> = (0..count)
+        .map(|i| {
+            json!({
+                "mediaType": child.media_type,
+                "digest": child.digest,
+                "size": child.size,
+                "platform": { "architecture": format!("arch{i}"), "os": "linux" },
+            })
+        })
+        .collect();
+    let index_type = "application/vnd.oci.image.index.v1+json";
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": index_type,
+        "manifests": manifests,
+    }))?;
+    let digest = sha256(&index);
+    client
+        .push_manifest_raw(
+            &reference,
+            index.clone(),
+            HeaderValue::from_static(index_type),
+        )
+        .await
+        .context("pushing the index")?;
+    Ok(Pushed {
+        digest,
+        media_type: index_type,
+        size: index.len(),
+        config_digest: None,
+        layer_digests: Vec::new(),
+        children: vec![child],
+    })
 }
 
 /// Pushes each image by digest, then an index (OCI) or manifest list

@@ -8,6 +8,7 @@ pub mod availability;
 pub mod faults;
 pub mod fixtures;
 pub mod generated;
+pub mod hostile;
 pub mod image;
 pub mod publish;
 pub mod rbac;

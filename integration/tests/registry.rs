@@ -1,13 +1,17 @@
 //! The fetcher against a real registry (Debian's `docker-registry`), plain
 //! and with TLS and basic auth, with images these tests build and push.
 
-use std::path::PathBuf;
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 use elemental_changelog_apiserver::oci::{
     FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, Limit, RegistryArgs,
 };
 use elemental_changelog_integration::{
+    hostile::{self, Answer, HostileRegistry},
     image::{self, Compression, Format, Image, Layer},
     registry::Registry,
 };
@@ -43,6 +47,7 @@ fn args(config: Option<PathBuf>, ca: Option<PathBuf>) -> RegistryArgs {
         registry_connect_timeout: defaults.connect_timeout,
         registry_read_timeout: defaults.read_timeout,
         fetch_timeout: defaults.fetch_timeout,
+        memory_budget: defaults.memory_budget,
     }
 }
 
@@ -432,7 +437,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
             fetcher
                 .fetch(&registry.image(&format!("bomb:{tag}")), "x86_64", None)
                 .await,
-            FetchErrorKind::LimitExceeded,
+            FetchErrorKind::LimitExceeded(Limit::UncompressedBytes),
         );
         assert!(
             matches!(
@@ -457,7 +462,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
         plain_fetcher(&registry)?
             .fetch(&registry.image("huge:v1"), "x86_64", None)
             .await,
-        FetchErrorKind::LimitExceeded,
+        FetchErrorKind::LimitExceeded(Limit::FileBytes),
     );
     assert!(
         matches!(
@@ -478,7 +483,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
         plain_fetcher_with(&registry, tiny)?
             .fetch(&registry.image("bomb:gzip"), "x86_64", None)
             .await,
-        FetchErrorKind::LimitExceeded,
+        FetchErrorKind::LimitExceeded(Limit::CompressedBytes),
     );
     assert!(
         matches!(
@@ -545,6 +550,263 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
             .fetch(&plain.image("channel:v1"), "x86_64", None)
             .await,
         FetchErrorKind::Registry,
+    );
+    Ok(())
+}
+
+/// A fetcher for the hostile registry: plain HTTP, a short read timeout.
+fn hostile_fetcher(hostile: &HostileRegistry, read_timeout: Duration) -> Result<Fetcher> {
+    elemental_changelog_integration::registry::install_crypto_provider();
+    Ok(Fetcher::new(FetchConfig {
+        insecure_registries: vec![hostile.host()],
+        read_timeout,
+        fetch_timeout: Duration::from_secs(60),
+        ..FetchConfig::default()
+    })?)
+}
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// An image manifest with `layers` made-up gzip layers.
+fn manifest_with_layers(layers: usize) -> Vec<u8> {
+    let layers: Vec<_> = (0..layers)
+        .map(|i| {
+            serde_json::json!({
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": format!("sha256:{i:064x}"),
+                "size": 1,
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{:064x}", 0), "size": 2},
+        "layers": layers,
+    }))
+    .unwrap_or_default()
+}
+
+/// Serves `answer` for `repository:v1` and for its digest, as a registry
+/// that resolves the tag (HEAD) and then serves the manifest by digest.
+fn route_manifest(hostile: &HostileRegistry, repository: &str, digest: &str, answer: Answer) {
+    hostile.route(&format!("/v2/{repository}/manifests/v1"), answer.clone());
+    hostile.route(&format!("/v2/{repository}/manifests/{digest}"), answer);
+}
+
+/// Manifests and token answers that never end, that announce gigabytes or
+/// that trickle forever cost a bounded amount of memory and time, and are
+/// refused with their kind; a well-behaved token flow works.
+#[tokio::test]
+async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
+    let hostile = HostileRegistry::start().await?;
+    let read_timeout = Duration::from_secs(2);
+    let fetcher = hostile_fetcher(&hostile, read_timeout)?;
+    let digest = format!("sha256:{:064x}", 1);
+    let limit = elemental_changelog_apiserver::oci::client::MAX_MANIFEST_BYTES;
+
+    // A manifest that never ends: refused at the manifest size limit.
+    route_manifest(
+        &hostile,
+        "endless",
+        &digest,
+        Answer::Endless {
+            digest: digest.clone(),
+        },
+    );
+    let started = Instant::now();
+    let error = expect_err(
+        fetcher
+            .fetch(&hostile.image("endless:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        hostile.bytes_sent() < limit + (32 << 20),
+        "{} bytes sent before the refusal",
+        hostile.bytes_sent()
+    );
+    assert!(error.to_string().contains("response_bytes"), "{error}");
+
+    // One that announces 10 GiB: refused from its header.
+    let sent = hostile.bytes_sent();
+    route_manifest(
+        &hostile,
+        "announced",
+        &digest,
+        Answer::Announced { length: 10 << 30 },
+    );
+    expect_err(
+        fetcher
+            .fetch(&hostile.image("announced:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
+    );
+    assert!(
+        hostile.bytes_sent() - sent < 64 << 20,
+        "{}",
+        hostile.bytes_sent() - sent
+    );
+
+    // One that trickles a byte every 100 ms: given up after the read timeout in all.
+    route_manifest(
+        &hostile,
+        "trickle",
+        &digest,
+        Answer::Trickle {
+            digest: digest.clone(),
+            every: Duration::from_millis(100),
+        },
+    );
+    let started = Instant::now();
+    expect_err(
+        fetcher
+            .fetch(&hostile.image("trickle:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::Timeout,
+    );
+    let took = started.elapsed();
+    eprintln!("trickling manifest: given up after {took:?}");
+    assert!(took >= read_timeout && took < read_timeout * 4, "{took:?}");
+
+    // A token realm (on another host name than the registry's: logged) that answers without end.
+    let realm = format!(
+        "http://localhost:{}/token",
+        hostile.host().rsplit(':').next().unwrap_or_default()
+    );
+    let manifest = manifest_with_layers(0);
+    let manifest_digest = image::sha256(&manifest);
+    let behind_token = |token: &str| Answer::Bearer {
+        realm: realm.clone(),
+        token: token.to_owned(),
+        then: Box::new(hostile::manifest(OCI_MANIFEST, manifest.clone())),
+    };
+    route_manifest(&hostile, "tokened", &manifest_digest, behind_token("good"));
+    hostile.route(
+        "/token",
+        Answer::Endless {
+            digest: digest.clone(),
+        },
+    );
+    expect_err(
+        fetcher
+            .fetch(&hostile.image("tokened:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
+    );
+    hostile.route(
+        "/token",
+        Answer::Trickle {
+            digest: digest.clone(),
+            every: Duration::from_millis(100),
+        },
+    );
+    expect_err(
+        fetcher
+            .fetch(&hostile.image("tokened:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::Timeout,
+    );
+    // A well-behaved token server: the manifest (no layers) is pulled with the token.
+    hostile.route(
+        "/token",
+        hostile::manifest(
+            "application/json",
+            br#"{"token":"good","expires_in":300}"#.to_vec(),
+        ),
+    );
+    let fetched = fetcher
+        .fetch(&hostile.image("tokened:v1"), "x86_64", None)
+        .await?;
+    assert_eq!(fetched.digest(), manifest_digest);
+    assert!(files(&fetched).is_empty());
+    // A token the registry does not accept is an authentication error.
+    route_manifest(&hostile, "refused", &manifest_digest, behind_token("other"));
+    expect_err(
+        fetcher
+            .fetch(&hostile.image("refused:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::Auth,
+    );
+
+    // Too many layers, and an index with too many entries: refused before any blob.
+    let many = manifest_with_layers(FetchLimits::default().max_layers + 1);
+    route_manifest(
+        &hostile,
+        "layers",
+        &image::sha256(&many),
+        hostile::manifest(OCI_MANIFEST, many),
+    );
+    expect_err(
+        fetcher
+            .fetch(&hostile.image("layers:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::LimitExceeded(Limit::Layers),
+    );
+    Ok(())
+}
+
+/// The same limits against the real registry: an image with more layers
+/// than allowed, and an index listing more manifests than allowed.
+#[tokio::test]
+async fn layer_and_index_counts_are_limited() -> Result<()> {
+    let registry = Registry::start_plain().await?;
+    let mut image = channel_image(Format::Oci, Compression::Gzip);
+    for i in 0..8 {
+        image = image.layer(Layer::new(Compression::Gzip).file(&format!("changelogs/l{i}"), "x"));
+    }
+    image::push(&registry, "layers:v1", &image).await?;
+    let few = FetchLimits {
+        max_layers: 8,
+        ..FetchLimits::default()
+    };
+    expect_err(
+        plain_fetcher_with(&registry, few)?
+            .fetch(&registry.image("layers:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::LimitExceeded(Limit::Layers),
+    );
+    let enough = FetchLimits {
+        max_layers: 9,
+        ..FetchLimits::default()
+    };
+    let fetched = plain_fetcher_with(&registry, enough)?
+        .fetch(&registry.image("layers:v1"), "x86_64", None)
+        .await?;
+    assert_eq!(fetched.file("changelogs/l7"), Some(&b"x"[..]));
+
+    let entries = FetchLimits::default().max_index_manifests;
+    image::push_wide_index(
+        &registry,
+        "wide:v1",
+        &channel_image(Format::Oci, Compression::Gzip),
+        entries + 1,
+    )
+    .await?;
+    expect_err(
+        plain_fetcher(&registry)?
+            .fetch(&registry.image("wide:v1"), "x86_64", None)
+            .await,
+        FetchErrorKind::LimitExceeded(Limit::IndexManifests),
+    );
+    image::push_wide_index(
+        &registry,
+        "wide:v2",
+        &channel_image(Format::Oci, Compression::Gzip),
+        entries,
+    )
+    .await?;
+    // Within the limit, an index of made-up architectures has none for x86_64.
+    expect_err(
+        plain_fetcher(&registry)?
+            .fetch(&registry.image("wide:v2"), "x86_64", None)
+            .await,
+        FetchErrorKind::NoMatchingPlatform,
     );
     Ok(())
 }

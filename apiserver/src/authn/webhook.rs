@@ -2,7 +2,7 @@
 //! k8s.io/apiserver's webhook clients make them (`pkg/util/webhook`,
 //! `plugin/pkg/authenticator/token/webhook`, `plugin/pkg/authorizer/webhook`): retried with
 //! exponential backoff on transient errors under an overall timeout, and answered from a cache
-//! whose concurrent lookups for the same key share one review (single flight).
+//! whose concurrent lookups for the same key share one review ([`crate::singleflight`]).
 //!
 //! Shared by [`crate::authn`] (tokens) and [`crate::authz`] (access reviews).
 
@@ -14,8 +14,9 @@ use std::{
     time::Duration,
 };
 
-use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::time::Instant;
+
+use crate::singleflight::SingleFlight;
 
 /// Why a review could not be made. A review that was made and said "no" is not an error.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +29,7 @@ pub enum ReviewError {
     TimedOut(Duration),
     /// The task making the review panicked or was cancelled at shutdown.
     #[error("review task failed")]
-    Task(#[source] tokio::task::JoinError),
+    Task(#[source] Arc<tokio::task::JoinError>),
 }
 
 /// Exponential backoff between attempts, as Go's `wait.Backoff` (without jitter).
@@ -110,21 +111,18 @@ where
 /// The outcome of a review as its waiters see it.
 pub(crate) type Outcome<V> = Result<V, Arc<ReviewError>>;
 
-/// A review in flight, awaited by every caller that asked for the same key meanwhile.
-type Pending<V> = Shared<BoxFuture<'static, Outcome<V>>>;
-
 /// Answers of reviews, kept for a time that depends on the answer, with concurrent lookups of
-/// one key coalesced into one review. The review runs in its own task, so a caller that goes
-/// away does not cancel it for the others (as Go's `singleflight.DoChan` with a detached
-/// context in k8s.io/apiserver's token cache). Errors are never cached.
+/// one key coalesced into one review ([`SingleFlight`]). The review runs in its own task, so a
+/// caller that goes away does not cancel it for the others (as Go's `singleflight.DoChan` with a
+/// detached context in k8s.io/apiserver's token cache). Errors are never cached.
 pub(crate) struct ReviewCache<K, V> {
-    state: Arc<Mutex<State<K, V>>>,
+    answers: Arc<Mutex<Answers<K, V>>>,
+    in_flight: SingleFlight<K, Outcome<V>>,
     capacity: usize,
 }
 
-struct State<K, V> {
-    answers: HashMap<K, Answer<V>>,
-    pending: HashMap<K, Pending<V>>,
+struct Answers<K, V> {
+    by_key: HashMap<K, Answer<V>>,
 }
 
 struct Answer<V> {
@@ -132,43 +130,31 @@ struct Answer<V> {
     expires: Instant,
 }
 
-fn lock<K, V>(state: &Mutex<State<K, V>>) -> MutexGuard<'_, State<K, V>> {
+fn lock<K, V>(answers: &Mutex<Answers<K, V>>) -> MutexGuard<'_, Answers<K, V>> {
     // The critical sections only move map entries around; a panic cannot leave them half done.
-    state.lock().unwrap_or_else(PoisonError::into_inner)
+    answers.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<K, V> State<K, V>
+impl<K, V> Answers<K, V>
 where
     K: Eq + Hash + Clone,
 {
     fn insert(&mut self, key: K, value: V, expires: Instant, capacity: usize) {
-        if self.answers.len() >= capacity && !self.answers.contains_key(&key) {
+        if self.by_key.len() >= capacity && !self.by_key.contains_key(&key) {
             let now = Instant::now();
-            self.answers.retain(|_, answer| answer.expires > now);
-            if self.answers.len() >= capacity {
+            self.by_key.retain(|_, answer| answer.expires > now);
+            if self.by_key.len() >= capacity {
                 let oldest = self
-                    .answers
+                    .by_key
                     .iter()
                     .min_by_key(|(_, answer)| answer.expires)
                     .map(|(key, _)| key.clone());
                 if let Some(oldest) = oldest {
-                    self.answers.remove(&oldest);
+                    self.by_key.remove(&oldest);
                 }
             }
         }
-        self.answers.insert(key, Answer { value, expires });
-    }
-}
-
-/// Removes a key from the reviews in flight when the review task ends, panics included.
-struct PendingGuard<K: Eq + Hash, V> {
-    state: Arc<Mutex<State<K, V>>>,
-    key: K,
-}
-
-impl<K: Eq + Hash, V> Drop for PendingGuard<K, V> {
-    fn drop(&mut self) {
-        lock(&self.state).pending.remove(&self.key);
+        self.by_key.insert(key, Answer { value, expires });
     }
 }
 
@@ -180,10 +166,10 @@ where
     /// An empty cache holding at most `capacity` answers.
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            state: Arc::new(Mutex::new(State {
-                answers: HashMap::new(),
-                pending: HashMap::new(),
+            answers: Arc::new(Mutex::new(Answers {
+                by_key: HashMap::new(),
             })),
+            in_flight: SingleFlight::new(),
             capacity,
         }
     }
@@ -196,58 +182,41 @@ where
         R: Future<Output = Result<V, ReviewError>> + Send + 'static,
         T: FnOnce(&V) -> Option<Duration> + Send + 'static,
     {
-        let pending = {
-            let mut state = lock(&self.state);
-            match state.answers.get(&key) {
+        {
+            let mut answers = lock(&self.answers);
+            match answers.by_key.get(&key) {
                 Some(answer) if answer.expires > Instant::now() => return Ok(answer.value.clone()),
                 Some(_) => {
-                    state.answers.remove(&key);
+                    answers.by_key.remove(&key);
                 }
                 None => {}
             }
-            if let Some(pending) = state.pending.get(&key) {
-                pending.clone()
-            } else {
-                let guard = PendingGuard {
-                    state: Arc::clone(&self.state),
-                    key: key.clone(),
-                };
-                let capacity = self.capacity;
-                let task = tokio::spawn(async move {
-                    let outcome = review.await.map_err(Arc::new);
-                    if let Ok(value) = &outcome
-                        && let Some(ttl) = ttl(value).filter(|ttl| !ttl.is_zero())
-                    {
-                        let expires = Instant::now() + ttl;
-                        lock(&guard.state).insert(
-                            guard.key.clone(),
-                            value.clone(),
-                            expires,
-                            capacity,
-                        );
-                    }
-                    drop(guard);
-                    outcome
-                });
-                let pending = async move {
-                    match task.await {
-                        Ok(outcome) => outcome,
-                        Err(error) => Err(Arc::new(ReviewError::Task(error))),
-                    }
-                }
-                .boxed()
-                .shared();
-                state.pending.insert(key, pending.clone());
-                pending
+        }
+        let answers = Arc::clone(&self.answers);
+        let capacity = self.capacity;
+        let stored_key = key.clone();
+        // The answer is stored before the review leaves the flight table, so a lookup always
+        // finds one or the other.
+        let work = async move {
+            let outcome = review.await.map_err(Arc::new);
+            if let Ok(value) = &outcome
+                && let Some(ttl) = ttl(value).filter(|ttl| !ttl.is_zero())
+            {
+                let expires = Instant::now() + ttl;
+                lock(&answers).insert(stored_key, value.clone(), expires, capacity);
             }
+            outcome
         };
-        pending.await
+        self.in_flight
+            .run(key, work)
+            .await
+            .unwrap_or_else(|error| Err(Arc::new(ReviewError::Task(error))))
     }
 
     /// How many answers are kept (expired ones included until they are looked up or evicted).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        lock(&self.state).answers.len()
+        lock(&self.answers).by_key.len()
     }
 }
 

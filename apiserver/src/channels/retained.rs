@@ -24,7 +24,7 @@ use crate::{
         Snapshot,
     },
     metrics::RetainedPull,
-    oci::Fetched,
+    oci::{FetchErrorKind, Fetched, ParseTurn},
     telemetry::error_chain,
 };
 
@@ -252,7 +252,7 @@ async fn pull_retained(
                 Err(failure) => {
                     ok = false;
                     ctx.metrics.retained_pull(RetainedPull::Failed);
-                    warn!(image = %reference, arch, kind = failure.kind, error = %failure.message, "pulling an older image for retained versions failed; retrying with backoff");
+                    warn!(image = %reference, arch, kind = %failure.kind, error = %failure.message, "pulling an older image for retained versions failed; retrying with backoff");
                 }
             }
             pulled.insert(slot, result);
@@ -308,22 +308,42 @@ async fn pull_by_digest(
     arch: &str,
     ctx: &Context,
 ) -> Result<Arc<ChannelData>, FetchFailure> {
-    let failure = |kind: &'static str, message: String| FetchFailure {
+    let failure = |kind: FetchErrorKind, message: String| FetchFailure {
         kind,
         message,
         at: Timestamp::now(),
     };
-    let files = match ctx.fetcher.fetch_image(reference, arch, None).await {
-        Ok(Fetched::Pulled { files, .. }) => files,
+    let (files, memory) = match ctx.fetcher.fetch_image(reference, arch, None).await {
+        Ok(Fetched::Pulled { files, memory, .. }) => (files, memory),
         Ok(Fetched::Unchanged { .. }) => {
-            return Err(failure("internal", "nothing pulled".to_owned()));
+            return Err(failure(
+                FetchErrorKind::Internal,
+                "nothing pulled".to_owned(),
+            ));
         }
-        Err(error) => return Err(failure(error.kind().as_str(), error_chain(&error))),
+        Err(error) => return Err(failure(error.kind(), error_chain(&error))),
     };
-    match tokio::task::spawn_blocking(move || ChannelData::from_files(files)).await {
+    // Parsed in the memory the pull reserved for it, as a worker's pull is.
+    let turn = match &memory {
+        Some(memory) => Some(memory.parse_turn().await),
+        None => None,
+    };
+    let parsed = tokio::task::spawn_blocking(move || {
+        let limits = turn
+            .as_ref()
+            .map_or_else(Default::default, ParseTurn::updateinfo_limits);
+        let data = ChannelData::from_files_with_limits(files, limits);
+        drop(turn);
+        data
+    })
+    .await;
+    match parsed {
         Ok(Ok(data)) => Ok(Arc::new(data)),
-        Ok(Err(error)) => Err(failure("invalid_channel_json", error_chain(&error))),
-        Err(panicked) => Err(failure("internal", panicked.to_string())),
+        Ok(Err(error)) => Err(failure(
+            FetchErrorKind::InvalidChannelJson,
+            error_chain(&error),
+        )),
+        Err(panicked) => Err(failure(FetchErrorKind::Internal, panicked.to_string())),
     }
 }
 

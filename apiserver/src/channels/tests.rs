@@ -197,6 +197,7 @@ impl ImageSource for Fake {
                 compressed_bytes: 100,
                 uncompressed_bytes: 1000,
                 platform: found.multi_arch.then(|| format!("linux/{arch}")),
+                memory: None,
             }),
         };
         let gate = self
@@ -750,7 +751,10 @@ async fn failures_back_off_and_keep_the_last_good_data() {
     assert_eq!(at, [600, 602, 606, 614, 630]);
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     let arch = &state.archs["x86_64"];
-    assert_eq!(arch.last_error.as_ref().map(|e| e.kind), Some("timeout"));
+    assert_eq!(
+        arch.last_error.as_ref().map(|e| e.kind),
+        Some(FetchErrorKind::Timeout)
+    );
     assert_eq!(
         arch.snapshot.as_ref().map(|s| s.digest.as_str()),
         Some("sha256:one"),
@@ -928,7 +932,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
     let arch = &state.archs["x86_64"];
     assert_eq!(
         arch.last_error.as_ref().map(|e| e.kind),
-        Some("invalid_channel_json")
+        Some(FetchErrorKind::InvalidChannelJson)
     );
     assert!(
         arch.last_error
@@ -955,7 +959,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     assert_eq!(
         state.archs["x86_64"].last_error.as_ref().map(|e| e.kind),
-        Some("invalid_channel_json")
+        Some(FetchErrorKind::InvalidChannelJson)
     );
     assert_eq!(
         state.archs["x86_64"]
@@ -976,7 +980,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
             s.archs["x86_64"]
                 .last_error
                 .as_ref()
-                .is_some_and(|e| e.kind == "missing_channel_json")
+                .is_some_and(|e| e.kind == FetchErrorKind::MissingChannelJson)
         })
     })
     .await;
@@ -1286,7 +1290,7 @@ async fn an_older_image_the_registry_lost_fails_clearly_and_is_retried_with_back
     let key = ChannelKey::new(NS, "sl-micro");
     assert!(matches!(
         h.cache.retained_status(&key, "x86_64", "v2"),
-        Some(RetainedStatus::Failed { image, failure }) if image == old && failure.kind == "timeout"
+        Some(RetainedStatus::Failed { image, failure }) if image == old && failure.kind == FetchErrorKind::Timeout
     ));
     assert_eq!(retained_from(&h, "v2"), None);
     assert_eq!(retained_from(&h, "v3"), Some(None), "the rest is served");

@@ -43,13 +43,19 @@ pub struct RegistryArgs {
     /// Largest `channel.json` or `changelogs/*` file accepted, e.g. `32MiB`.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_FILE_SIZE", default_value = "32MiB", value_parser = parse_byte_size)]
     pub max_file_size: u64,
-    /// Most bytes of channel data kept from one image (all kept files together), e.g. `128MiB`.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "128MiB", value_parser = parse_byte_size)]
+    /// Most bytes of channel data kept from one image (all kept files together), e.g. `6MiB`.
+    /// The memory budget must hold 17 times this plus a quarter of itself.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "6MiB", value_parser = parse_byte_size)]
     pub max_kept_size: u64,
+    /// Memory that pulls and parses of channel images may hold in all (`160MiB`, `160Mi`): they
+    /// wait while it is spent, and what could never fit is refused. Size it from the container's
+    /// memory limit, leaving room for the process itself (see docs/operations.md).
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MEMORY_BUDGET", default_value = "160MiB", value_parser = parse_byte_size)]
+    pub memory_budget: u64,
     /// Timeout for connecting to a registry.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_CONNECT_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub registry_connect_timeout: Duration,
-    /// Timeout for each read from a registry connection.
+    /// Timeout for each read from a registry connection, and for the whole of a manifest, token or error answer.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_READ_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub registry_read_timeout: Duration,
     /// Timeout for a whole fetch (digest check, manifests and layers) of one image.
@@ -88,7 +94,7 @@ impl RegistryArgs {
             }
             None => Vec::new(),
         };
-        Ok(FetchConfig {
+        let config = FetchConfig {
             credentials,
             extra_roots,
             insecure_registries: self.insecure_registries.clone(),
@@ -98,11 +104,15 @@ impl RegistryArgs {
                 max_entries: self.max_layer_entries,
                 max_file_bytes: self.max_file_size,
                 max_kept_bytes: self.max_kept_size,
+                ..FetchLimits::default()
             },
+            memory_budget: self.memory_budget,
             connect_timeout: self.registry_connect_timeout,
             read_timeout: self.registry_read_timeout,
             fetch_timeout: self.fetch_timeout,
-        })
+        };
+        super::fetcher::largest_pull_fits(&config).map_err(ConfigError::Budget)?;
+        Ok(config)
     }
 }
 
@@ -119,10 +129,12 @@ pub struct FetchConfig {
     pub limits: FetchLimits,
     /// Timeout for connecting to a registry.
     pub connect_timeout: Duration,
-    /// Timeout for each read from a registry connection.
+    /// Timeout for each read from a registry connection, and for the whole of a manifest, token or error answer.
     pub read_timeout: Duration,
     /// Timeout for a whole fetch of one image.
     pub fetch_timeout: Duration,
+    /// Bytes of the memory budget of pulls and parses (see [`crate::budget`]).
+    pub memory_budget: u64,
 }
 
 impl Default for FetchConfig {
@@ -136,6 +148,7 @@ impl Default for FetchConfig {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
             fetch_timeout: Duration::from_secs(300),
+            memory_budget: 160 << 20,
         }
     }
 }
@@ -170,6 +183,9 @@ pub enum ConfigError {
         #[source]
         source: CaBundleError,
     },
+    /// `--memory-budget` cannot hold the largest image the other limits allow.
+    #[error("the memory budget is too small for the size limits")]
+    Budget(#[source] crate::budget::BudgetError),
 }
 
 /// What is wrong with a Docker config JSON.
@@ -353,14 +369,15 @@ pub fn parse_byte_size(text: &str) -> Result<u64, ByteSizeError> {
     let number: u64 = number.parse().map_err(|_| ByteSizeError::Number)?;
     let multiplier: u64 = match unit.trim() {
         "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        "kB" | "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "TB" => 1_000_000_000_000,
+        // Kubernetes quantities (`256Mi`) too, as in a container's limits.
+        "KiB" | "Ki" => 1 << 10,
+        "MiB" | "Mi" => 1 << 20,
+        "GiB" | "Gi" => 1 << 30,
+        "TiB" | "Ti" => 1 << 40,
+        "kB" | "KB" | "k" => 1_000,
+        "MB" | "M" => 1_000_000,
+        "GB" | "G" => 1_000_000_000,
+        "TB" | "T" => 1_000_000_000_000,
         _ => return Err(ByteSizeError::Unit),
     };
     number

@@ -18,6 +18,8 @@ use std::{
 use flate2::read::MultiGzDecoder;
 use tar::EntryType;
 
+use crate::budget::{BudgetError, Reservation};
+
 /// Path of the channel file at the image root.
 pub const CHANNEL_FILE: &str = "channel.json";
 /// Folder of changelog data at the image root.
@@ -45,6 +47,10 @@ pub struct FetchLimits {
     pub max_file_bytes: u64,
     /// Total size of the kept files.
     pub max_kept_bytes: u64,
+    /// Layers of one image manifest.
+    pub max_layers: usize,
+    /// Entries of one image index.
+    pub max_index_manifests: usize,
 }
 
 impl Default for FetchLimits {
@@ -54,7 +60,9 @@ impl Default for FetchLimits {
             max_uncompressed_bytes: 512 * 1024 * 1024,
             max_entries: 100_000,
             max_file_bytes: 32 * 1024 * 1024,
-            max_kept_bytes: 128 * 1024 * 1024,
+            max_kept_bytes: 6 * 1024 * 1024,
+            max_layers: 128,
+            max_index_manifests: 256,
         }
     }
 }
@@ -72,6 +80,15 @@ pub enum Limit {
     FileBytes,
     /// [`FetchLimits::max_kept_bytes`].
     KeptBytes,
+    /// [`FetchLimits::max_layers`].
+    Layers,
+    /// [`FetchLimits::max_index_manifests`].
+    IndexManifests,
+    /// A manifest, index or token answer larger than its limit
+    /// ([`super::client::ResponseLimits`]).
+    ResponseBytes,
+    /// The memory budget (`--memory-budget`).
+    MemoryBudget,
 }
 
 impl Limit {
@@ -83,6 +100,25 @@ impl Limit {
             Self::Entries => "entries",
             Self::FileBytes => "file_bytes",
             Self::KeptBytes => "kept_bytes",
+            Self::Layers => "layers",
+            Self::IndexManifests => "index_manifests",
+            Self::ResponseBytes => "response_bytes",
+            Self::MemoryBudget => "memory_budget",
+        }
+    }
+
+    /// The limit's name as the flag that sets it, for messages.
+    pub fn public_name(self) -> &'static str {
+        match self {
+            Self::CompressedBytes => "image size (--max-image-size)",
+            Self::UncompressedBytes => "uncompressed size (--max-uncompressed-size)",
+            Self::Entries => "layer entries (--max-layer-entries)",
+            Self::FileBytes => "file size (--max-file-size)",
+            Self::KeptBytes => "kept data (--max-kept-size)",
+            Self::Layers => "layer count",
+            Self::IndexManifests => "index size",
+            Self::ResponseBytes => "registry response size",
+            Self::MemoryBudget => "memory budget (--memory-budget)",
         }
     }
 }
@@ -146,6 +182,9 @@ pub enum LayerError {
     /// A limit was exceeded while reading.
     #[error("limit on {0} exceeded")]
     LimitExceeded(Limit),
+    /// The memory budget cannot hold the kept files.
+    #[error("the memory budget cannot hold the kept files")]
+    Budget(#[source] BudgetError),
     /// The blob is not a valid (compressed) tar stream, or the stream feeding
     /// it failed.
     #[error("invalid layer data")]
@@ -175,6 +214,9 @@ pub struct Extractor {
     kept_bytes: u64,
     uncompressed_bytes: u64,
     entries: u64,
+    /// Memory reserved for this pull, grown as files are kept, and what it
+    /// held before the first file.
+    memory: Option<(Reservation, u64)>,
 }
 
 impl Extractor {
@@ -186,7 +228,27 @@ impl Extractor {
             kept_bytes: 0,
             uncompressed_bytes: 0,
             entries: 0,
+            memory: None,
         }
+    }
+
+    /// [`Extractor::new`], keeping files only as far as `memory` can grow
+    /// from the budget to hold them (besides what it holds already).
+    pub fn with_memory(limits: FetchLimits, memory: Reservation) -> Self {
+        let base = memory.bytes();
+        Self {
+            memory: Some((memory, base)),
+            ..Self::new(limits)
+        }
+    }
+
+    /// The kept files and the reservation holding them (see
+    /// [`Extractor::with_memory`]).
+    pub fn into_parts(self) -> (Vec<(String, Vec<u8>)>, Option<Reservation>) {
+        (
+            self.files.into_iter().collect(),
+            self.memory.map(|(memory, _)| memory),
+        )
     }
 
     /// Decompressed bytes read so far, over all layers.
@@ -374,6 +436,14 @@ impl Extractor {
             }
             if self.kept_bytes.saturating_add(size) > self.limits.max_kept_bytes {
                 return Err(LayerError::LimitExceeded(Limit::KeptBytes));
+            }
+            if let Some((memory, base)) = &mut self.memory {
+                let needed = *base + self.kept_bytes + size;
+                if needed > memory.bytes() {
+                    memory
+                        .try_grow(needed - memory.bytes())
+                        .map_err(LayerError::Budget)?;
+                }
             }
             let data = read_exact_size(&mut entry, size)?;
             self.kept_bytes += size;

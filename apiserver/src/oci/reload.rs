@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 use arc_swap::ArcSwap;
 use tracing::{info, warn};
 
-use crate::telemetry::error_chain;
+use crate::{budget::Budget, telemetry::error_chain};
 
 use super::{FetchError, Fetcher, config::ConfigError, config::RegistryArgs};
 
@@ -30,6 +30,8 @@ pub enum ReloadError {
 /// A [`Fetcher`] rebuilt whenever its credential or CA files change.
 pub struct ReloadingFetcher {
     args: RegistryArgs,
+    /// One budget for the process, kept by every rebuilt fetcher.
+    budget: Budget,
     current: ArcSwap<Fetcher>,
     fingerprint: std::sync::Mutex<Vec<u8>>,
 }
@@ -38,9 +40,11 @@ impl ReloadingFetcher {
     /// Loads the settings; fails when they are unusable at start.
     pub fn new(args: RegistryArgs) -> Result<Self, ReloadError> {
         let fingerprint = fingerprint(&args);
-        let fetcher = build(&args)?;
+        let budget = Budget::new(args.memory_budget);
+        let fetcher = build(&args, &budget)?;
         Ok(Self {
             args,
+            budget,
             current: ArcSwap::from_pointee(fetcher),
             fingerprint: std::sync::Mutex::new(fingerprint),
         })
@@ -61,7 +65,7 @@ impl ReloadingFetcher {
         if *last == now {
             return Ok(false);
         }
-        let fetcher = build(&self.args)?;
+        let fetcher = build(&self.args, &self.budget)?;
         self.current.store(Arc::new(fetcher));
         *last = now;
         Ok(true)
@@ -84,9 +88,9 @@ impl ReloadingFetcher {
     }
 }
 
-fn build(args: &RegistryArgs) -> Result<Fetcher, ReloadError> {
+fn build(args: &RegistryArgs, budget: &Budget) -> Result<Fetcher, ReloadError> {
     let config = args.to_config().map_err(ReloadError::Config)?;
-    Fetcher::new(config).map_err(ReloadError::Client)
+    Fetcher::with_budget(config, budget.clone()).map_err(ReloadError::Client)
 }
 
 /// The content of the watched files (missing files read as empty: a file

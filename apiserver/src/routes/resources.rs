@@ -19,8 +19,9 @@ use elemental_changelog_apiservice::{
 use kube::ResourceExt;
 
 use super::{HttpResponse, ok};
+use crate::oci::FetchErrorKind;
 use crate::{
-    cache::{Cache, ChannelKey, ChannelState, Snapshot},
+    cache::{Cache, ChannelKey, ChannelState, RetainedStatus, Snapshot},
     channels::{
         Objects,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
@@ -33,7 +34,7 @@ use crate::{
 /// (client-go retries such a 503 up to ten times: about 20 s in all).
 const RETRY_AFTER_NOT_FETCHED: u32 = 2;
 /// The fetch error kind of an index without the requested platform.
-const NO_MATCHING_PLATFORM: &str = "no_matching_platform";
+const NO_MATCHING_PLATFORM: FetchErrorKind = FetchErrorKind::NoMatchingPlatform;
 
 /// Answers resource requests.
 pub struct Resources {
@@ -210,6 +211,47 @@ impl Resources {
             if snapshot.data.version(&name).is_some() {
                 return Lookup::Found { channel, snapshot };
             }
+            // A version an older image listed (the channel history says which), while
+            // that image is pulled again or after pulling it failed: never a 404.
+            let key = ChannelKey::new(&namespace, &channel_name);
+            match self.cache.retained_status(&key, arch, &name) {
+                Some(RetainedStatus::Rebuilding { image: older }) => {
+                    let mut error = StatusError::service_unavailable(
+                        format!(
+                            "the changelog data of ManagedOSVersion {namespace}/{name} is being read again from {older}, an earlier image of channel {channel_name}"
+                        ),
+                        Some(RETRY_AFTER_NOT_FETCHED),
+                    );
+                    add_cause(&mut error, &name, "NotFetched");
+                    return unavailable(
+                        Some(channel_name),
+                        image,
+                        UnavailableReason::NotFetched,
+                        error,
+                    );
+                }
+                Some(RetainedStatus::Failed {
+                    image: older,
+                    failure,
+                }) => {
+                    let mut error = StatusError::service_unavailable(
+                        format!(
+                            "ManagedOSVersion {namespace}/{name} is listed only by {older}, an earlier image of channel {channel_name}: {} ({}); the server keeps retrying",
+                            failure.kind.public_message(),
+                            failure.kind
+                        ),
+                        None,
+                    );
+                    add_cause(&mut error, &name, "FetchFailed");
+                    return unavailable(
+                        Some(channel_name),
+                        image,
+                        UnavailableReason::FetchFailed,
+                        error,
+                    );
+                }
+                None => {}
+            }
             if !version.spec.type_.is_empty()
                 && !version.spec.type_.eq_ignore_ascii_case("container")
             {
@@ -263,7 +305,10 @@ impl Resources {
                 ..
             }) => {
                 let failure = archs.get(arch).and_then(|a| a.last_error.clone());
-                if let Some(f) = failure.as_ref().filter(|f| f.kind == NO_MATCHING_PLATFORM) {
+                if failure
+                    .as_ref()
+                    .is_some_and(|f| f.kind == NO_MATCHING_PLATFORM)
+                {
                     // The image is fine; it just has nothing for this architecture.
                     return unavailable(
                         Some(channel_name),
@@ -272,17 +317,17 @@ impl Resources {
                         not_found_because(
                             &name,
                             "NoChangelogData",
-                            format!(
-                                "channel image {image} has no linux/{arch} image: {}",
-                                f.message
-                            ),
+                            format!("channel image {image} has no linux/{arch} image"),
                         ),
                     );
                 }
                 let message = match failure {
+                    // The registry's own words (bodies, token realms) stay in the
+                    // logs and the metric label; callers get the kind.
                     Some(f) => format!(
-                        "fetching channel image {image} for {arch} failed ({}): {}; the server keeps retrying",
-                        f.kind, f.message
+                        "channel image {image} for {arch}: {} ({}); the server keeps retrying",
+                        f.kind.public_message(),
+                        f.kind
                     ),
                     None => format!("channel image {image} has no data for {arch} yet"),
                 };

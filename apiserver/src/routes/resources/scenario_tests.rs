@@ -105,7 +105,7 @@ fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
 /// The same data for every architecture, as for a single-platform image.
 fn fetched(image: &str, snapshot: Option<Arc<Snapshot>>, error: Option<&str>) -> ChannelState {
     let failure = error.map(|message| FetchFailure {
-        kind: "registry",
+        kind: crate::oci::FetchErrorKind::Registry,
         message: message.to_owned(),
         at: Timestamp::UNIX_EPOCH,
     });
@@ -573,7 +573,9 @@ fn data_not_there_yet_is_503_with_retry_after() {
         (503, "FetchFailed", None),
         "a failing registry needs an operator: no Retry-After for clients to spin on"
     );
-    assert!(e.message.contains("manifest unknown"), "{}", e.message);
+    // The kind, never the registry's own words (issue 9: they may carry URLs and realms).
+    assert!(e.message.contains("registry unreachable"), "{}", e.message);
+    assert!(!e.message.contains("manifest unknown"), "{}", e.message);
 
     // The summaries say the same, without failing the list.
     let s = w.get(NS, "pending-v1", "");
@@ -930,4 +932,56 @@ fn an_image_without_the_architecture_is_404_not_503() {
         w.get(NS, "x86-v1", "arch=aarch64")["reason"],
         "NoChangelogData"
     );
+}
+
+#[test]
+fn retained_versions_being_rebuilt_are_not_fetched_yet_never_not_found() {
+    let mut w = World::new();
+    let rebuilt = "base-v2.2.0-2.9-os";
+    w.version(mov(NS, rebuilt, "sl-micro", "v2.2.0-2.9"));
+    let key = ChannelKey::new(NS, "sl-micro");
+    let older = format!("registry.example.com/channels/sl-micro@{OLD_DIGEST}");
+    let statuses = |status: crate::cache::RetainedStatus| {
+        BTreeMap::from([(
+            "x86_64".to_owned(),
+            BTreeMap::from([(rebuilt.to_owned(), status)]),
+        )])
+    };
+    w.cache.set_retained_statuses(
+        &key,
+        statuses(crate::cache::RetainedStatus::Rebuilding {
+            image: older.clone(),
+        }),
+    );
+    let e = error(w.changelog(NS, rebuilt, ""));
+    assert_eq!(
+        (e.code(), cause(&e), e.retry_after),
+        (503, "NotFetched", Some(RETRY_AFTER_NOT_FETCHED)),
+        "{e:?}"
+    );
+    let summary = w.get(NS, rebuilt, "");
+    assert_eq!(summary["reason"], "NotFetched", "{summary}");
+
+    let secret = "token realm https://auth.internal/token said: denied";
+    w.cache.set_retained_statuses(
+        &key,
+        statuses(crate::cache::RetainedStatus::Failed {
+            image: older,
+            failure: FetchFailure {
+                kind: crate::oci::FetchErrorKind::NotFound,
+                message: secret.to_owned(),
+                at: Timestamp::now(),
+            },
+        }),
+    );
+    let e = error(w.changelog(NS, rebuilt, ""));
+    assert_eq!(
+        (e.code(), cause(&e), e.retry_after),
+        (503, "FetchFailed", None)
+    );
+    assert!(e.message.contains("image not found"), "{}", e.message);
+    assert!(!e.message.contains("auth.internal"), "{}", e.message);
+
+    w.cache.set_retained_statuses(&key, BTreeMap::new());
+    assert_eq!(error(w.changelog(NS, rebuilt, "")).code(), 404);
 }

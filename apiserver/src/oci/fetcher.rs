@@ -1,0 +1,613 @@
+//! [`Fetcher`]: resolve a tag to a digest, pull the manifest (for an index,
+//! the `linux/<arch>` one) and stream the layers through the extractor, one
+//! pull per image digest and architecture at a time ([`SingleFlight`]), under
+//! the memory budget ([`Budget`]).
+
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use elemental_changelog::updateinfo;
+use oci_client::{
+    Reference,
+    manifest::{
+        IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
+        OCI_IMAGE_MEDIA_TYPE, OciImageManifest, OciManifest,
+    },
+};
+use tokio::sync::{Mutex, OwnedMutexGuard, mpsc};
+
+use super::{
+    FetchConfig, FetchError, ManifestError,
+    client::{RegistryClient, ResponseLimits},
+    layer::{self, Extractor, LayerError, Limit},
+    platform,
+    stream::{self, ChunkReader, Hasher},
+};
+use crate::{
+    budget::{Budget, BudgetError, Reservation},
+    singleflight::SingleFlight,
+};
+
+/// Memory a pull needs besides the files it keeps: the zstd window (up to
+/// 32 MiB), the chunks in flight and decoder buffers; the manifests (at most
+/// [`super::client::MAX_MANIFEST_BYTES`] each, parsed) come before the
+/// layers and fit in it too.
+pub const PULL_WORKING_SET: u64 = 40 << 20;
+/// Memory reserved per kept byte for parsing it, besides the byte itself.
+/// An `updates.log` is read through `serde_json::Value` first, which takes
+/// up to 16 bytes per byte of JSON (`[0,0,…]`: a 32-byte value per 2
+/// bytes; measured about 8 for real advisories, and 2 more for the
+/// advisories built from them).
+pub const PARSE_BYTES_PER_KEPT_BYTE: u64 = 16;
+/// Share of the budget one `updateinfo.xml` parse may take (the parsed
+/// advisories, as estimated while they are built).
+pub const UPDATEINFO_BUDGET_SHARE: u64 = 4;
+
+/// What the largest image `config`'s limits allow needs from the budget at
+/// once: the working set and the `updateinfo.xml` allowance while it is
+/// pulled, then the allowance and its kept files with their parse.
+pub fn largest_pull_fits(config: &FetchConfig) -> Result<(), BudgetError> {
+    let updateinfo = config.memory_budget / UPDATEINFO_BUDGET_SHARE;
+    let kept = config.limits.max_kept_bytes;
+    let needed = (PULL_WORKING_SET + updateinfo)
+        .max(updateinfo + kept.saturating_mul(1 + PARSE_BYTES_PER_KEPT_BYTE));
+    if needed > config.memory_budget {
+        return Err(BudgetError::NeverFits {
+            what: "an image of --max-kept-size",
+            needed,
+            budget: config.memory_budget,
+        });
+    }
+    Ok(())
+}
+
+/// The outcome of [`Fetcher::fetch`].
+#[derive(Clone)]
+pub enum Fetched {
+    /// The image still has the digest the caller knows: nothing was pulled.
+    Unchanged {
+        /// The manifest (or index) digest the tag resolves to.
+        digest: String,
+    },
+    /// The image was pulled.
+    Pulled {
+        /// The digest the reference resolved to (an index's digest for a
+        /// multi-architecture image): pass it back as `known_digest`.
+        digest: String,
+        /// `channel.json` and `changelogs/...` files (paths relative to the
+        /// image root, sorted), as the top layer that has them left them.
+        files: Vec<(String, Vec<u8>)>,
+        /// Compressed layer bytes downloaded.
+        compressed_bytes: u64,
+        /// Decompressed tar bytes read.
+        uncompressed_bytes: u64,
+        /// `os/arch[/variant]` chosen from an image index; `None` for a
+        /// single-platform image.
+        platform: Option<String>,
+        /// The memory budget held for the files and their parse; `None`
+        /// outside the budget (tests).
+        memory: Option<Arc<PulledMemory>>,
+    },
+}
+
+impl Fetched {
+    /// The digest the reference resolved to.
+    pub fn digest(&self) -> &str {
+        match self {
+            Self::Unchanged { digest } | Self::Pulled { digest, .. } => digest,
+        }
+    }
+
+    /// The content of a kept file, by path (`channel.json`, `changelogs/x`);
+    /// `None` when it is absent or nothing was pulled.
+    pub fn file(&self, path: &str) -> Option<&[u8]> {
+        match self {
+            Self::Unchanged { .. } => None,
+            Self::Pulled { files, .. } => files
+                .binary_search_by(|(name, _)| name.as_str().cmp(path))
+                .ok()
+                .map(|index| files[index].1.as_slice()),
+        }
+    }
+}
+
+impl fmt::Debug for Fetched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unchanged { digest } => {
+                f.debug_struct("Unchanged").field("digest", digest).finish()
+            }
+            Self::Pulled {
+                digest,
+                files,
+                compressed_bytes,
+                uncompressed_bytes,
+                platform,
+                memory,
+            } => {
+                let files: Vec<(&str, usize)> = files
+                    .iter()
+                    .map(|(name, data)| (name.as_str(), data.len()))
+                    .collect();
+                f.debug_struct("Pulled")
+                    .field("digest", digest)
+                    .field("files", &files)
+                    .field("compressed_bytes", compressed_bytes)
+                    .field("uncompressed_bytes", uncompressed_bytes)
+                    .field("platform", platform)
+                    .field("memory", memory)
+                    .finish()
+            }
+        }
+    }
+}
+
+/// The part of the memory budget a pulled image holds until every caller
+/// has parsed its files: the files, what parsing them takes, and the
+/// `updateinfo.xml` allowance. Callers sharing one pull parse in turn.
+#[derive(Debug)]
+pub struct PulledMemory {
+    reservation: Arc<Mutex<Reservation>>,
+    updateinfo_bytes: u64,
+}
+
+/// The right to parse a pulled image's files now, with the limits that fit
+/// the memory held; dropped when the parse is done.
+#[derive(Debug)]
+pub struct ParseTurn {
+    _held: OwnedMutexGuard<Reservation>,
+    updateinfo_bytes: u64,
+}
+
+impl PulledMemory {
+    /// Waits for the turn to parse (callers of one shared pull take turns).
+    pub async fn parse_turn(&self) -> ParseTurn {
+        ParseTurn {
+            _held: Arc::clone(&self.reservation).lock_owned().await,
+            updateinfo_bytes: self.updateinfo_bytes,
+        }
+    }
+}
+
+impl ParseTurn {
+    /// `updateinfo.xml` limits whose memory cap is the allowance held.
+    pub fn updateinfo_limits(&self) -> updateinfo::Limits {
+        updateinfo::Limits {
+            max_memory: self.updateinfo_bytes,
+            ..updateinfo::Limits::default()
+        }
+    }
+}
+
+/// An image reference resolved to a manifest digest by [`Fetcher::resolve`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    reference: Reference,
+    digest: String,
+}
+
+impl Resolved {
+    /// The manifest (or index) digest.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The image reference as given (normalised, e.g. `docker.io/library/x:tag`).
+    pub fn reference(&self) -> String {
+        self.reference.whole()
+    }
+}
+
+/// Pulls channel images. Cheap to clone; clones share the HTTP client, the
+/// registry tokens, the single-flight table and the memory budget.
+#[derive(Clone)]
+pub struct Fetcher {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: RegistryClient,
+    config: FetchConfig,
+    budget: Budget,
+    in_flight: SingleFlight<FlightKey, Result<Fetched, FetchError>>,
+    pulls_started: AtomicU64,
+}
+
+/// What makes two pulls the same: repository, resolved digest, architecture.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct FlightKey {
+    repository: String,
+    digest: String,
+    arch: String,
+}
+
+impl fmt::Debug for Fetcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fetcher")
+            .field("config", &self.inner.config)
+            .field("budget", &self.inner.budget)
+            .field("in_flight", &self.inner.in_flight.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fetcher {
+    /// Builds the registry client, with a memory budget of its own of
+    /// [`FetchConfig::memory_budget`]. A rustls `CryptoProvider` must be
+    /// installed as the process default first.
+    pub fn new(config: FetchConfig) -> Result<Self, FetchError> {
+        let budget = Budget::new(config.memory_budget);
+        Self::with_budget(config, budget)
+    }
+
+    /// [`Fetcher::new`] sharing `budget` (which a rebuilt fetcher keeps).
+    pub fn with_budget(config: FetchConfig, budget: Budget) -> Result<Self, FetchError> {
+        let client =
+            RegistryClient::new(config.clone(), ResponseLimits::default()).map_err(|source| {
+                FetchError::Client {
+                    source: Arc::new(source),
+                }
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                budget,
+                in_flight: SingleFlight::new(),
+                pulls_started: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The settings this fetcher was built with.
+    pub fn config(&self) -> &FetchConfig {
+        &self.inner.config
+    }
+
+    /// The memory budget pulls take from.
+    pub fn budget(&self) -> &Budget {
+        &self.inner.budget
+    }
+
+    /// How many pulls (manifest and layers) were started; fetches answered
+    /// [`Fetched::Unchanged`] or joined to a running pull do not count.
+    pub fn pulls_started(&self) -> u64 {
+        self.inner.pulls_started.load(Ordering::Relaxed)
+    }
+
+    /// Resolves `image`, and pulls it for `arch` unless it still has
+    /// `known_digest`.
+    #[tracing::instrument(skip_all, fields(%image, %arch))]
+    pub async fn fetch(
+        &self,
+        image: &str,
+        arch: &str,
+        known_digest: Option<&str>,
+    ) -> Result<Fetched, FetchError> {
+        let resolved = self.resolve(image).await?;
+        if known_digest == Some(resolved.digest.as_str()) {
+            tracing::debug!(digest = resolved.digest, "image unchanged");
+            return Ok(Fetched::Unchanged {
+                digest: resolved.digest,
+            });
+        }
+        self.pull(&resolved, arch).await
+    }
+
+    /// Asks the registry which manifest digest `image` points at (a HEAD
+    /// request, falling back to GET when the registry sends no digest).
+    pub async fn resolve(&self, image: &str) -> Result<Resolved, FetchError> {
+        let reference: Reference =
+            image
+                .parse()
+                .map_err(|source| FetchError::InvalidReference {
+                    image: image.to_owned(),
+                    source: Arc::new(source),
+                })?;
+        let timeout = self.inner.config.fetch_timeout;
+        let digest = tokio::time::timeout(timeout, self.inner.client.manifest_digest(&reference))
+            .await
+            .map_err(|_| FetchError::Timeout { after: timeout })?
+            .map_err(|error| {
+                FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
+            })?;
+        Ok(Resolved { reference, digest })
+    }
+
+    /// Pulls a resolved image for `arch` (the answer is always
+    /// [`Fetched::Pulled`]). Concurrent calls for the same
+    /// repository, digest and architecture share one pull; the pull runs in
+    /// its own task, so it completes (and is bounded by the fetch timeout)
+    /// even if every caller goes away.
+    pub async fn pull(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
+        let key = FlightKey {
+            repository: format!(
+                "{}/{}",
+                resolved.reference.resolve_registry(),
+                resolved.reference.repository()
+            ),
+            digest: resolved.digest.clone(),
+            arch: platform::normalize_arch(arch),
+        };
+        if self.inner.in_flight.in_flight(&key) {
+            tracing::debug!(digest = resolved.digest, "joining a running pull");
+        }
+        let inner = Arc::clone(&self.inner);
+        let resolved = resolved.clone();
+        let arch = arch.to_owned();
+        // Logs in the span of the fetch that started it (which names the image).
+        let pull = tracing::Instrument::instrument(
+            async move {
+                inner.pulls_started.fetch_add(1, Ordering::Relaxed);
+                let timeout = inner.config.fetch_timeout;
+                tokio::time::timeout(timeout, inner.pull_image(&resolved, &arch))
+                    .await
+                    .unwrap_or(Err(FetchError::Timeout { after: timeout }))
+            },
+            tracing::Span::current(),
+        );
+        self.inner
+            .in_flight
+            .run(key, pull)
+            .await
+            .unwrap_or_else(|source| Err(FetchError::Task { source }))
+    }
+}
+
+impl Inner {
+    async fn pull_image(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
+        // The working set and the updateinfo allowance, waited for while
+        // other pulls hold the budget; the files grow it as they are kept.
+        let updateinfo_bytes = self.budget.bytes() / UPDATEINFO_BUDGET_SHARE;
+        let memory = self
+            .budget
+            .reserve("a pull", PULL_WORKING_SET + updateinfo_bytes)
+            .await
+            .map_err(FetchError::Budget)?;
+        let by_digest = resolved
+            .reference
+            .clone_with_digest(resolved.digest.clone());
+        let (manifest, platform) = match self.pull_manifest(&by_digest).await? {
+            OciManifest::Image(manifest) => (manifest, None),
+            OciManifest::ImageIndex(index) => {
+                let entry = platform::select(&index, arch).ok_or_else(|| {
+                    FetchError::NoMatchingPlatform {
+                        arch: arch.to_owned(),
+                        available: platform::available(&index),
+                    }
+                })?;
+                let chosen = resolved.reference.clone_with_digest(entry.digest.clone());
+                match self.pull_manifest(&chosen).await? {
+                    OciManifest::Image(manifest) => (manifest, Some(platform::describe(entry))),
+                    OciManifest::ImageIndex(_) => {
+                        return Err(FetchError::Manifest {
+                            digest: entry.digest.clone(),
+                            source: ManifestError::NestedIndex,
+                        });
+                    }
+                }
+            }
+        };
+        tracing::debug!(
+            digest = resolved.digest,
+            ?platform,
+            layers = manifest.layers.len(),
+            "pulling layers"
+        );
+        let (extractor, compressed_bytes) = self.pull_layers(&by_digest, &manifest, memory).await?;
+        let uncompressed_bytes = extractor.uncompressed_bytes();
+        let (files, memory) = extractor.into_parts();
+        let memory = match memory {
+            Some(mut memory) => {
+                // The working set is done with; parsing the files needs room.
+                let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
+                memory.shrink_to(updateinfo_bytes + kept);
+                memory
+                    .try_grow(kept * PARSE_BYTES_PER_KEPT_BYTE)
+                    .map_err(FetchError::Budget)?;
+                Some(Arc::new(PulledMemory {
+                    reservation: Arc::new(Mutex::new(memory)),
+                    updateinfo_bytes,
+                }))
+            }
+            None => None,
+        };
+        Ok(Fetched::Pulled {
+            digest: resolved.digest.clone(),
+            platform,
+            uncompressed_bytes,
+            files,
+            compressed_bytes,
+            memory,
+        })
+    }
+
+    /// Pulls the manifest `reference` names by digest and checks it.
+    async fn pull_manifest(&self, reference: &Reference) -> Result<OciManifest, FetchError> {
+        let expected = reference.digest().unwrap_or_default().to_owned();
+        let body = self.client.manifest(reference).await.map_err(|error| {
+            FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
+        })?;
+        let mut hasher = Hasher::for_digest(&expected)?;
+        hasher.update(&body.bytes);
+        let actual = hasher.finish();
+        if actual != expected {
+            return Err(FetchError::DigestMismatch { expected, actual });
+        }
+        let invalid = |source| FetchError::Manifest {
+            digest: expected.clone(),
+            source,
+        };
+        let manifest: OciManifest = serde_json::from_slice(&body.bytes)
+            .map_err(|error| invalid(ManifestError::Json(Arc::new(error))))?;
+        let limits = self.config.limits;
+        let (schema_version, media_type, allowed): (u8, _, &[&str]) = match &manifest {
+            OciManifest::Image(image) => {
+                if image.layers.len() > limits.max_layers {
+                    return Err(FetchError::LimitExceeded {
+                        which: Limit::Layers,
+                    });
+                }
+                (
+                    image.schema_version,
+                    image.media_type.as_deref(),
+                    &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+                )
+            }
+            OciManifest::ImageIndex(index) => {
+                if index.manifests.len() > limits.max_index_manifests {
+                    return Err(FetchError::LimitExceeded {
+                        which: Limit::IndexManifests,
+                    });
+                }
+                (
+                    index.schema_version,
+                    index.media_type.as_deref(),
+                    &[OCI_IMAGE_INDEX_MEDIA_TYPE, IMAGE_MANIFEST_LIST_MEDIA_TYPE],
+                )
+            }
+        };
+        if schema_version != 2 {
+            return Err(invalid(ManifestError::SchemaVersion(schema_version)));
+        }
+        if let Some(media_type) = media_type
+            && !allowed.contains(&media_type)
+        {
+            return Err(invalid(ManifestError::MediaType(media_type.to_owned())));
+        }
+        Ok(manifest)
+    }
+
+    /// Pulls the layers in order through the extractor, which keeps the
+    /// files as far as `memory` can grow.
+    async fn pull_layers(
+        &self,
+        reference: &Reference,
+        manifest: &OciImageManifest,
+        memory: Reservation,
+    ) -> Result<(Extractor, u64), FetchError> {
+        let limits = self.config.limits;
+        // Refuse early what the manifest itself says is too big or unreadable.
+        let mut declared_total = 0u64;
+        for layer in &manifest.layers {
+            if layer.urls.as_ref().is_some_and(|urls| !urls.is_empty()) {
+                return Err(FetchError::Manifest {
+                    digest: layer.digest.clone(),
+                    source: ManifestError::ExternalUrls(layer.digest.clone()),
+                });
+            }
+            if layer::Compression::from_media_type(&layer.media_type).is_none() {
+                return Err(FetchError::Layer {
+                    digest: layer.digest.clone(),
+                    source: LayerError::UnsupportedMediaType {
+                        media_type: layer.media_type.clone(),
+                    },
+                });
+            }
+            declared_total = declared_total.saturating_add(stream::declared_size(layer)?);
+        }
+        if declared_total > limits.max_compressed_bytes {
+            return Err(FetchError::LimitExceeded {
+                which: Limit::CompressedBytes,
+            });
+        }
+        let mut extractor = Extractor::with_memory(limits, memory);
+        let mut compressed = 0u64;
+        for layer in &manifest.layers {
+            let (tx, rx) = mpsc::channel(stream::CHUNKS_IN_FLIGHT);
+            let media_type = layer.media_type.clone();
+            let span = tracing::Span::current();
+            let reader = tokio::task::spawn_blocking(move || {
+                span.in_scope(|| extractor.apply_layer(&media_type, ChunkReader::new(rx)))
+            });
+            stream::stream_blob(
+                &self.client,
+                reference,
+                layer,
+                tx,
+                &mut compressed,
+                limits.max_compressed_bytes,
+            )
+            .await?;
+            extractor = reader
+                .await
+                .map_err(|source| FetchError::Task {
+                    source: Arc::new(source),
+                })?
+                .map_err(|error| match error {
+                    LayerError::LimitExceeded(which) => FetchError::LimitExceeded { which },
+                    LayerError::Budget(error) => FetchError::Budget(error),
+                    source => FetchError::Layer {
+                        digest: layer.digest.clone(),
+                        source,
+                    },
+                })?;
+        }
+        Ok((extractor, compressed))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetched_accessors() {
+        let fetched = Fetched::Pulled {
+            digest: "sha256:d".into(),
+            files: vec![
+                ("changelogs/a".into(), b"a".to_vec()),
+                ("channel.json".into(), b"[]".to_vec()),
+            ],
+            compressed_bytes: 1,
+            uncompressed_bytes: 2,
+            platform: None,
+            memory: None,
+        };
+        assert_eq!(fetched.digest(), "sha256:d");
+        assert_eq!(fetched.file("channel.json"), Some(&b"[]"[..]));
+        assert_eq!(fetched.file("changelogs/b"), None);
+        let debug = format!("{fetched:?}");
+        assert!(debug.contains("(\"channel.json\", 2)"), "{debug}");
+        let unchanged = Fetched::Unchanged {
+            digest: "sha256:d".into(),
+        };
+        assert_eq!(unchanged.digest(), "sha256:d");
+        assert_eq!(unchanged.file("channel.json"), None);
+    }
+
+    #[test]
+    fn the_defaults_fit_the_default_budget() {
+        let config = FetchConfig::default();
+        largest_pull_fits(&config).unwrap();
+        let small = FetchConfig {
+            memory_budget: 64 << 20,
+            ..FetchConfig::default()
+        };
+        let error = largest_pull_fits(&small).unwrap_err();
+        assert!(error.to_string().contains("--memory-budget"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn callers_of_one_pull_parse_in_turn() {
+        let budget = Budget::new(8 << 20);
+        let memory = PulledMemory {
+            reservation: Arc::new(Mutex::new(budget.reserve("a pull", 4 << 20).await.unwrap())),
+            updateinfo_bytes: 1 << 20,
+        };
+        let turn = memory.parse_turn().await;
+        assert_eq!(turn.updateinfo_limits().max_memory, 1 << 20);
+        let second = tokio::time::timeout(std::time::Duration::from_secs(60), memory.parse_turn());
+        assert!(second.await.is_err(), "the second caller waits");
+        drop(turn);
+        drop(memory.parse_turn().await);
+        drop(memory);
+        assert_eq!(budget.available(), 8 << 20);
+    }
+}

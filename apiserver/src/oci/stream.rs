@@ -1,0 +1,237 @@
+//! Streaming a layer blob from the registry to the blocking layer reader:
+//! each chunk is counted (compressed limit, declared size), hashed and sent
+//! over a small bounded channel to a blocking thread that decompresses and
+//! reads the tar stream ([`super::layer::Extractor`]). Memory stays at a few
+//! chunks whatever the blob size. The reader sees the data before the digest
+//! is known to match (it is only known at the end); it is bounded by the same
+//! limits, and the layer's result is discarded unless the digest matches.
+
+use std::{io, sync::Arc};
+
+use bytes::{Buf as _, Bytes};
+use oci_client::{Reference, manifest::OciDescriptor};
+use sha2::{Digest as _, Sha256, Sha512};
+use tokio::sync::mpsc;
+
+use super::{
+    client::{RegistryClient, RegistryError},
+    error::{FetchError, ManifestError},
+    layer::Limit,
+};
+
+/// Chunks buffered between the download and the blocking tar reader.
+pub const CHUNKS_IN_FLIGHT: usize = 16;
+
+/// The size a descriptor declares, refused when negative.
+pub fn declared_size(descriptor: &OciDescriptor) -> Result<u64, FetchError> {
+    u64::try_from(descriptor.size).map_err(|_| FetchError::Manifest {
+        digest: descriptor.digest.clone(),
+        source: ManifestError::NegativeSize(descriptor.digest.clone()),
+    })
+}
+
+/// Downloads one blob into `tx`, counting it into `compressed` (refused past
+/// `max_compressed`) and hashing it. Keeps hashing to the end even when the
+/// reader stopped early, so that corrupted content is reported as such
+/// rather than as an unreadable layer.
+pub async fn stream_blob(
+    client: &RegistryClient,
+    reference: &Reference,
+    layer: &OciDescriptor,
+    tx: mpsc::Sender<Bytes>,
+    compressed: &mut u64,
+    max_compressed: u64,
+) -> Result<(), FetchError> {
+    let declared = declared_size(layer)?;
+    let mut hasher = Hasher::for_digest(&layer.digest)?;
+    let registry_error =
+        |error| FetchError::from_registry(reference.resolve_registry(), &layer.digest, error);
+    let mut response = client
+        .blob(reference, &layer.digest)
+        .await
+        .map_err(registry_error)?;
+    if response.content_length().is_some_and(|len| len > declared) {
+        return Err(FetchError::BlobSize {
+            digest: layer.digest.clone(),
+            declared,
+            received: response.content_length().unwrap_or_default(),
+        });
+    }
+    let mut tx = Some(tx);
+    let mut received = 0u64;
+    loop {
+        let chunk = response.chunk().await.map_err(|source| {
+            registry_error(RegistryError::Transport {
+                url: layer.digest.clone(),
+                source: Arc::new(source),
+            })
+        })?;
+        let Some(chunk) = chunk else {
+            break;
+        };
+        let len = chunk.len() as u64;
+        received += len;
+        *compressed += len;
+        if *compressed > max_compressed {
+            return Err(FetchError::LimitExceeded {
+                which: Limit::CompressedBytes,
+            });
+        }
+        if received > declared {
+            return Err(FetchError::BlobSize {
+                digest: layer.digest.clone(),
+                declared,
+                received,
+            });
+        }
+        hasher.update(&chunk);
+        if let Some(sender) = &tx
+            && sender.send(chunk).await.is_err()
+        {
+            // The reader is done (end of archive, or an error it reports).
+            tx = None;
+        }
+    }
+    drop(tx);
+    let actual = hasher.finish();
+    if actual != layer.digest {
+        return Err(FetchError::DigestMismatch {
+            expected: layer.digest.clone(),
+            actual,
+        });
+    }
+    if received != declared {
+        return Err(FetchError::BlobSize {
+            digest: layer.digest.clone(),
+            declared,
+            received,
+        });
+    }
+    Ok(())
+}
+
+/// SHA-256 or SHA-512, as the expected digest says.
+pub enum Hasher {
+    /// `sha256:`.
+    Sha256(Sha256),
+    /// `sha512:`.
+    Sha512(Sha512),
+}
+
+impl Hasher {
+    /// The hasher for `digest`'s algorithm; other algorithms are refused.
+    pub fn for_digest(digest: &str) -> Result<Self, FetchError> {
+        match digest.split_once(':') {
+            Some(("sha256", _)) => Ok(Self::Sha256(Sha256::new())),
+            Some(("sha512", _)) => Ok(Self::Sha512(Sha512::new())),
+            _ => Err(FetchError::Manifest {
+                digest: digest.to_owned(),
+                source: ManifestError::DigestAlgorithm(digest.to_owned()),
+            }),
+        }
+    }
+
+    /// `sha256:<hex>` of `data`.
+    pub fn sha256_of(data: &[u8]) -> String {
+        let mut hasher = Self::Sha256(Sha256::new());
+        hasher.update(data);
+        hasher.finish()
+    }
+
+    /// Hashes more data.
+    pub fn update(&mut self, data: &[u8]) {
+        match self {
+            Self::Sha256(hasher) => hasher.update(data),
+            Self::Sha512(hasher) => hasher.update(data),
+        }
+    }
+
+    /// `algorithm:<hex>`.
+    pub fn finish(self) -> String {
+        match self {
+            Self::Sha256(hasher) => format!("sha256:{:x}", hasher.finalize()),
+            Self::Sha512(hasher) => format!("sha512:{:x}", hasher.finalize()),
+        }
+    }
+}
+
+/// A blocking [`io::Read`] over the chunks of a blob arriving on a channel.
+/// The end of the channel is the end of the blob (the sender checks the
+/// digest; a truncated stream's layer result is discarded).
+pub struct ChunkReader {
+    rx: mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl ChunkReader {
+    /// A reader of what arrives on `rx`.
+    pub fn new(rx: mpsc::Receiver<Bytes>) -> Self {
+        Self {
+            rx,
+            current: Bytes::new(),
+        }
+    }
+}
+
+impl io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current.advance(n);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::io::Read as _;
+
+    use super::*;
+    use crate::oci::FetchErrorKind;
+
+    #[test]
+    fn hashers_follow_the_digest_algorithm() {
+        let mut sha256 = Hasher::for_digest("sha256:x").unwrap();
+        sha256.update(b"abc");
+        assert_eq!(
+            sha256.finish(),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            Hasher::sha256_of(b"abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let mut sha512 = Hasher::for_digest("sha512:x").unwrap();
+        sha512.update(b"");
+        assert!(sha512.finish().starts_with("sha512:cf83e1357eefb8bd"));
+        assert_eq!(
+            Hasher::for_digest("md5:x").err().map(|e| e.kind()),
+            Some(FetchErrorKind::Manifest)
+        );
+        assert_eq!(
+            Hasher::for_digest("nodigest").err().map(|e| e.kind()),
+            Some(FetchErrorKind::Manifest)
+        );
+    }
+
+    #[test]
+    fn chunk_reader_reassembles_the_stream() {
+        let (tx, rx) = mpsc::channel(4);
+        let writer = std::thread::spawn(move || {
+            for chunk in [&b"hel"[..], b"", b"lo wor", b"ld"] {
+                tx.blocking_send(Bytes::from_static(chunk)).unwrap();
+            }
+        });
+        let mut out = String::new();
+        ChunkReader::new(rx).read_to_string(&mut out).unwrap();
+        writer.join().unwrap();
+        assert_eq!(out, "hello world");
+    }
+}
