@@ -170,9 +170,9 @@ pub struct ServeArgs {
         default_value = "x86_64"
     )]
     pub default_arch: Arch,
-    /// Time given to in-flight requests on shutdown.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_GRACE_PERIOD", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub shutdown_grace_period: Duration,
+    /// Connections, requests, deadlines and shutdown.
+    #[command(flatten)]
+    pub serving: crate::server::ServingLimits,
     /// Log line format.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,

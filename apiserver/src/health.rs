@@ -36,6 +36,7 @@ pub struct Health {
     beats: std::sync::Mutex<Vec<Heartbeat>>,
     checks: std::sync::Mutex<Vec<(&'static str, Arc<AtomicBool>)>>,
     latched: AtomicBool,
+    shutting_down: AtomicBool,
 }
 
 /// A readiness check that some task turns on.
@@ -93,7 +94,14 @@ impl Health {
             .collect()
     }
 
-    /// The readiness checks. Once all passed together, they keep passing.
+    /// Fails readiness from now on (check `shutdown`, as kube-apiserver names it), so
+    /// that endpoints drop this replica while it still serves.
+    pub fn shut_down(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// The readiness checks. Once all passed together, they keep passing, until
+    /// [`Health::shut_down`].
     pub fn ready(&self) -> Vec<Check> {
         let latched = self.latched.load(Ordering::Acquire);
         let checks: Vec<Check> = lock(&self.checks)
@@ -105,6 +113,13 @@ impl Health {
             .collect();
         if !latched && checks.iter().all(|c| c.ok) {
             self.latched.store(true, Ordering::Release);
+        }
+        let mut checks = checks;
+        if self.shutting_down.load(Ordering::Acquire) {
+            checks.push(Check {
+                name: "shutdown",
+                ok: false,
+            });
         }
         checks
     }

@@ -147,12 +147,19 @@ async fn serve(args: ServeArgs) -> Result<()> {
         health: health.clone(),
         authn,
         authz,
-        resources: Resources::new(
+        resources: Arc::new(Resources::new(
             objects,
             cache,
             args.default_arch.clone(),
             args.architectures.clone(),
-        ),
+        )),
+        inflight: Arc::new(tokio::sync::Semaphore::new(
+            args.serving.max_requests_inflight,
+        )),
+        compute: Arc::new(tokio::sync::Semaphore::new(compute_slots(
+            args.serving.max_compute_concurrency,
+        ))),
+        request_timeout: args.serving.request_timeout,
     });
 
     let addr = std::net::SocketAddr::new(args.bind_address, args.secure_port);
@@ -183,13 +190,19 @@ async fn serve(args: ServeArgs) -> Result<()> {
             tokio::join!(resolver.watch(serving::DEFAULT_POLL_INTERVAL), count);
         }
     };
-    let server = server::serve(
-        listener,
-        tls_config,
-        app,
-        shutdown_signal(),
-        args.shutdown_grace_period,
-    );
+    let shutdown = {
+        let health = health.clone();
+        let delay = args.serving.shutdown_delay_duration;
+        async move {
+            shutdown_signal().await;
+            // Not ready first, then keep serving while endpoints drop this replica,
+            // then stop accepting and drain (kube-apiserver's order).
+            health.shut_down();
+            info!(delay = ?delay, "readiness failing; serving until the shutdown delay ends");
+            tokio::time::sleep(delay).await;
+        }
+    };
+    let server = server::serve(listener, tls_config, app, shutdown, &args.serving);
     tokio::select! {
         () = server => {
             info!("stopped");
@@ -205,6 +218,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
         () = certs_run => anyhow::bail!("the serving certificate reloader stopped"),
         () = registry_run => anyhow::bail!("the registry settings reloader stopped"),
+    }
+}
+
+/// `--max-compute-concurrency`, with 0 meaning one slot per CPU.
+fn compute_slots(configured: usize) -> usize {
+    if configured > 0 {
+        configured
+    } else {
+        std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
     }
 }
 

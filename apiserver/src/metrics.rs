@@ -93,6 +93,8 @@ pub struct Metrics {
     authentications: IntCounterVec,
     authorizations: IntCounterVec,
     cert_reloads: IntCounterVec,
+    open_connections: IntGauge,
+    refused: IntCounterVec,
     history_writes: IntCounterVec,
     history_records: IntGauge,
     retained_pulls: IntCounterVec,
@@ -262,6 +264,17 @@ impl Metrics {
             "Serving certificate reloads, by result (loaded, rejected).",
             &["result"],
         );
+        let open_connections = gauge(
+            &registry,
+            "open_connections",
+            "Client connections open (TLS handshake included).",
+        );
+        let refused = counter(
+            &registry,
+            "refused_total",
+            "Connections and requests refused by a serving limit, by limit (max_connections, max_requests_inflight, request_timeout, compute_queue).",
+            &["limit"],
+        );
         let history_writes = counter(
             &registry,
             "channel_history_writes_total",
@@ -308,11 +321,29 @@ impl Metrics {
             authentications,
             authorizations,
             cert_reloads,
+            open_connections,
+            refused,
             history_writes,
             history_records,
             retained_pulls,
             worker_panics,
         }
+    }
+
+    /// Counts a connection closed at once because the connection limits were reached.
+    pub fn connection_refused(&self) {
+        self.refused.with_label_values(&["max_connections"]).inc();
+    }
+
+    /// Counts a request refused or ended by a serving limit.
+    pub fn request_refused(&self, limit: ServingLimit) {
+        self.refused.with_label_values(&[limit.as_str()]).inc();
+    }
+
+    /// Counts an open connection until the guard is dropped.
+    pub fn connection_opened(&self) -> OpenConnection<'_> {
+        self.open_connections.inc();
+        OpenConnection(&self.open_connections)
     }
 
     /// Starts timing a request; the returned guard records when it is
@@ -452,6 +483,36 @@ fn bounded_verb(verb: &str) -> &'static str {
         "post" => "post",
         "put" => "put",
         _ => "other",
+    }
+}
+
+/// The serving limit that refused a request: the `limit` label of `refused_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServingLimit {
+    /// `--max-requests-inflight`.
+    Inflight,
+    /// `--request-timeout`.
+    Timeout,
+    /// Waiting for a compute slot outlasted the request's deadline.
+    ComputeQueue,
+}
+
+impl ServingLimit {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Inflight => "max_requests_inflight",
+            Self::Timeout => "request_timeout",
+            Self::ComputeQueue => "compute_queue",
+        }
+    }
+}
+
+/// An open connection; see [`Metrics::connection_opened`].
+pub struct OpenConnection<'a>(&'a IntGauge);
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -58,6 +58,8 @@ pub struct Peer {
     /// possession was proven by the handshake: the authenticator verifies the
     /// chain against the CAs that currently apply.
     pub chain: Option<Arc<[CertificateDer<'static>]>>,
+    /// Admitted past the connection limit: health probes only.
+    pub probe_only: bool,
 }
 
 /// One request, parsed.
@@ -286,6 +288,11 @@ impl RequestInfo {
             Target::Invalid { resource, .. } => *resource,
             Target::NotFound => RequestResource::Other,
         }
+    }
+
+    /// Health probes: never refused by a serving limit.
+    pub fn is_health(&self) -> bool {
+        matches!(self.target, Target::Health { .. })
     }
 
     /// Discovery and OpenAPI documents: the same for everyone, never secret.

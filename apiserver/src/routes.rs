@@ -6,7 +6,7 @@
 
 pub mod resources;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use elemental_changelog_apiservice::{
@@ -16,15 +16,19 @@ use elemental_changelog_apiservice::{
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::{
     authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
     authz::{Authorizer, Decision},
     health::{self, Health},
-    metrics::{Metrics, RequestResource},
-    request::{Discovery, OpenApi, Peer, Probe, RequestInfo, Target},
+    metrics::{Metrics, RequestResource, ServingLimit},
+    request::{Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},
 };
+
+/// Seconds a client is told to wait after a 429 (kube-apiserver says 1).
+const RETRY_AFTER_TOO_MANY: u32 = 1;
 
 /// Everything a request may need.
 pub struct App {
@@ -37,7 +41,13 @@ pub struct App {
     /// May they.
     pub authz: Arc<Authorizer>,
     /// The resources.
-    pub resources: resources::Resources,
+    pub resources: Arc<resources::Resources>,
+    /// Requests being answered (health probes excepted): `--max-requests-inflight`.
+    pub inflight: Arc<Semaphore>,
+    /// Computations running off the async threads: `--max-compute-concurrency`.
+    pub compute: Arc<Semaphore>,
+    /// Deadline of one request: `--request-timeout`.
+    pub request_timeout: Duration,
 }
 
 /// The response type of every handler.
@@ -57,7 +67,7 @@ impl App {
             }
         };
         let timer = self.metrics.request(info.verb(), info.metric());
-        let response = self.respond(&info, &mut parts.headers, peer).await;
+        let response = self.limited(&info, &mut parts.headers, peer).await;
         let code = response.status().as_u16();
         debug!(
             method = %info.method(),
@@ -70,6 +80,39 @@ impl App {
         );
         timer.finish(code);
         response
+    }
+
+    /// Applies the serving limits: health probes always pass; a connection admitted
+    /// past the connection limit gets nothing else; past `--max-requests-inflight`, 429;
+    /// past `--request-timeout`, 504.
+    async fn limited(
+        &self,
+        info: &RequestInfo,
+        headers: &mut HeaderMap,
+        peer: &Peer,
+    ) -> HttpResponse {
+        if info.is_health() {
+            return self.respond(info, headers, peer).await;
+        }
+        let permit = if peer.probe_only {
+            None
+        } else {
+            self.inflight.try_acquire().ok()
+        };
+        let Some(_permit) = permit else {
+            self.metrics.request_refused(ServingLimit::Inflight);
+            return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+        };
+        match tokio::time::timeout(self.request_timeout, self.respond(info, headers, peer)).await {
+            Ok(response) => response,
+            Err(_) => {
+                self.metrics.request_refused(ServingLimit::Timeout);
+                status(&StatusError::timeout(
+                    "request did not complete within the allotted timeout",
+                    None,
+                ))
+            }
+        }
     }
 
     async fn respond(
@@ -139,12 +182,47 @@ impl App {
                 "text/plain; version=0.0.4; charset=utf-8",
             ),
             Target::Resource(resource) => self
-                .resources
-                .answer(resource, accept)
+                .answer_resource(resource, accept)
+                .await
                 .unwrap_or_else(|error| status(&error)),
             Target::Invalid { error, .. } => status(error),
             Target::NotFound => status(&not_found_path(info.path())),
         }
+    }
+}
+
+impl App {
+    /// Answers a resource request. Work that grows with the data (a range of versions,
+    /// a list of summaries, a CVE search) runs on the blocking pool, at most
+    /// `--max-compute-concurrency` at once, so a flood of such requests leaves the async
+    /// threads, health probes and cheap answers alone.
+    async fn answer_resource(
+        &self,
+        resource: &Resource,
+        accept: Option<&str>,
+    ) -> Result<HttpResponse, StatusError> {
+        let heavy = match resource {
+            Resource::Changelog { params, .. } => params.from.is_some(),
+            Resource::List { .. } => true,
+            Resource::Get { .. } => false,
+        };
+        if !heavy {
+            return self.resources.answer(resource, accept);
+        }
+        // Waiting for a slot counts against the request's deadline (`limited`).
+        let Ok(permit) = self.compute.clone().acquire_owned().await else {
+            self.metrics.request_refused(ServingLimit::ComputeQueue);
+            return Err(StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+        };
+        let resources = self.resources.clone();
+        let resource = resource.clone();
+        let accept = accept.map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            resources.answer(&resource, accept.as_deref())
+        })
+        .await
+        .unwrap_or_else(|panicked| Err(StatusError::internal(&panicked)))
     }
 }
 

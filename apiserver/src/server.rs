@@ -1,6 +1,13 @@
 //! The HTTPS listener: TLS handshakes (rustls), HTTP/1.1 and HTTP/2 on the same
-//! port, graceful shutdown. Every request goes to [`crate::routes::App`] with
-//! the client certificate chain the peer presented, if any.
+//! port, bounded connections, graceful shutdown. Every request goes to
+//! [`crate::routes::App`] with the client certificate chain the peer presented, if any.
+//!
+//! What a client can make the server hold is bounded here (see [`ServingLimits`]):
+//! the TLS handshake time, the time to send a request head (which also ends idle
+//! keep-alive connections), the head's size (431 above it), HTTP/2 streams per connection
+//! and header list size, and the number of connections. Past the connection cap a few
+//! more are admitted for health probes only; past that, new connections are closed at
+//! once. In-flight requests and the per-request deadline are enforced by the app.
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -9,10 +16,13 @@ use http::{Request, Response};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
+    rt::{TokioExecutor, TokioIo, TokioTimer},
     server::{conn::auto, graceful::GracefulShutdown},
 };
-use tokio::net::TcpListener;
+use tokio::{
+    net::TcpListener,
+    sync::{OwnedSemaphorePermit, Semaphore},
+};
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
@@ -20,19 +30,98 @@ use crate::{request::Peer, routes::App};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections admitted past `--max-connections`, for health probes only.
+const PROBE_CONNECTIONS: usize = 32;
+/// How long a probe-only connection may take for its handshake, and then to send its
+/// request head: a probe sends at once, a slow client is out in a second.
+const PROBE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+/// Largest request head (request line and headers), as kube-apiserver's 1 MiB.
+pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
+/// HTTP/2 streams a connection may have open at once (Go's http2 default is 250;
+/// kube-apiserver sets 100 for the aggregator's long-lived connections).
+const MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Interval of HTTP/2 keep-alive pings, which reap dead connections.
+const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Serving limits, named after kube-apiserver's flags where they overlap.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServingLimits {
+    /// Connections served at once; past it, a few more are admitted for health probes only.
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_MAX_CONNECTIONS",
+        default_value_t = 1024
+    )]
+    pub max_connections: usize,
+    /// Requests answered at once (health probes excepted); past it, 429 with Retry-After.
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_MAX_REQUESTS_INFLIGHT",
+        default_value_t = 400
+    )]
+    pub max_requests_inflight: usize,
+    /// Deadline of one request; past it, 504.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+    /// Time a client has to send a request head; also ends idle keep-alive connections.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Changelog ranges, summary lists and CVE searches computed at once, off the async
+    /// threads (0: one per CPU).
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_MAX_COMPUTE_CONCURRENCY",
+        default_value_t = 0
+    )]
+    pub max_compute_concurrency: usize,
+    /// On SIGTERM, how long to keep serving with `/readyz` failing, so that endpoints
+    /// drop this replica before it stops accepting (kube-apiserver's flag).
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_DELAY_DURATION", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay_duration: Duration,
+    /// Then, time given to in-flight requests to finish.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_GRACE_PERIOD", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace_period: Duration,
+}
+
+impl Default for ServingLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            max_requests_inflight: 400,
+            request_timeout: Duration::from_secs(60),
+            header_read_timeout: Duration::from_secs(30),
+            max_compute_concurrency: 0,
+            shutdown_delay_duration: Duration::ZERO,
+            shutdown_grace_period: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Which connection pool a connection was admitted to.
+enum Admission {
+    /// Below the connection cap.
+    Full(#[allow(dead_code)] OwnedSemaphorePermit),
+    /// Past it: health probes only, short header timeout, no keep-alive.
+    ProbeOnly(#[allow(dead_code)] OwnedSemaphorePermit),
+}
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets in-flight
-/// requests finish for up to `grace`.
+/// requests finish for up to the limits' grace period.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,
-    grace: Duration,
+    limits: &ServingLimits,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
-    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+    let builder = Arc::new(builder(limits.header_read_timeout, true));
+    let probe_builder = Arc::new(builder_for_probes());
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let probe_connections = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
         let (tcp, addr) = tokio::select! {
@@ -47,12 +136,29 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let admission = match connections.clone().try_acquire_owned() {
+            Ok(permit) => Admission::Full(permit),
+            Err(_) => match probe_connections.clone().try_acquire_owned() {
+                Ok(permit) => Admission::ProbeOnly(permit),
+                Err(_) => {
+                    app.metrics.connection_refused();
+                    debug!(%addr, "connection limit reached; closing");
+                    continue;
+                }
+            },
+        };
         let acceptor = acceptor.clone();
         let app = app.clone();
-        let builder = builder.clone();
+        let (builder, probe_only, handshake_timeout) = match &admission {
+            Admission::Full(_) => (builder.clone(), false, HANDSHAKE_TIMEOUT),
+            Admission::ProbeOnly(_) => (probe_builder.clone(), true, PROBE_HANDSHAKE_TIMEOUT),
+        };
         let watcher = graceful.watcher();
+        let metrics = app.metrics.clone();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            let _admission = admission;
+            let _open = metrics.connection_opened();
+            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
                     debug!(%addr, %error, "TLS handshake failed");
@@ -77,6 +183,7 @@ pub async fn serve(
             let peer = Peer {
                 addr: Some(addr),
                 chain,
+                probe_only,
             };
             let service = service_fn(move |req: Request<Incoming>| {
                 let app = app.clone();
@@ -94,11 +201,37 @@ pub async fn serve(
         });
     }
     drop(listener);
-    info!(grace = ?grace, "shutting down: waiting for in-flight requests");
+    let grace = limits.shutdown_grace_period;
+    info!(grace = ?grace, "stopped accepting; waiting for in-flight requests");
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()
     {
         warn!("in-flight requests did not finish within the grace period");
     }
+}
+
+/// The HTTP/1.1 and HTTP/2 settings. hyper applies its header read timeout only when
+/// it has a timer, so one is always given.
+fn builder(header_read_timeout: Duration, keep_alive: bool) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .keep_alive(keep_alive);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX))
+        .max_pending_accept_reset_streams(Some(20))
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
+    builder
+}
+
+fn builder_for_probes() -> auto::Builder<TokioExecutor> {
+    builder(PROBE_HEADER_TIMEOUT, false)
 }

@@ -349,6 +349,21 @@ impl StatusError {
         }
     }
 
+    /// 429 as kube-apiserver's max-in-flight filter answers it, with `Retry-After`.
+    pub fn too_many_requests(retry_after: u32) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(
+                Reason::TooManyRequests,
+                "Too many requests, please try again later.".to_owned(),
+                Some(StatusDetails {
+                    retry_after_seconds: retry_after,
+                    ..StatusDetails::default()
+                }),
+            )
+        }
+    }
+
     /// 406 listing the media types that can be served.
     pub fn not_acceptable(accepted: &[&str]) -> Self {
         Self::new(

@@ -47,6 +47,12 @@ pub const PARSE_BYTES_PER_KEPT_BYTE: u64 = 16;
 /// Share of the budget one `updateinfo.xml` parse may take (the parsed
 /// advisories, as estimated while they are built).
 pub const UPDATEINFO_BUDGET_SHARE: u64 = 4;
+/// Kept files (and their parse) reserved with the working set, so that typical channel
+/// images (changelog files of some KiB) never grow their reservation: growth cannot
+/// wait (two pulls each holding part of the budget and waiting for more would wait
+/// forever), so it fails when other pulls hold the rest, and a pull that waits for its
+/// whole reservation up front is never refused for that.
+pub const KEPT_ALLOWANCE: u64 = 256 << 10;
 
 /// What the largest image `config`'s limits allow needs from the budget at
 /// once: the working set and the `updateinfo.xml` allowance while it is
@@ -366,7 +372,12 @@ impl Inner {
         let updateinfo_bytes = self.budget.bytes() / UPDATEINFO_BUDGET_SHARE;
         let memory = self
             .budget
-            .reserve("a pull", PULL_WORKING_SET + updateinfo_bytes)
+            .reserve(
+                "a pull",
+                PULL_WORKING_SET
+                    + updateinfo_bytes
+                    + KEPT_ALLOWANCE * (1 + PARSE_BYTES_PER_KEPT_BYTE),
+            )
             .await
             .map_err(FetchError::Budget)?;
         let by_digest = resolved
@@ -406,10 +417,15 @@ impl Inner {
             Some(mut memory) => {
                 // The working set is done with; parsing the files needs room.
                 let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
-                memory.shrink_to(updateinfo_bytes + kept);
-                memory
-                    .try_grow(kept * PARSE_BYTES_PER_KEPT_BYTE)
-                    .map_err(FetchError::Budget)?;
+                let parse =
+                    updateinfo_bytes + kept.max(KEPT_ALLOWANCE) * (1 + PARSE_BYTES_PER_KEPT_BYTE);
+                if parse > memory.bytes() {
+                    memory
+                        .try_grow(parse - memory.bytes())
+                        .map_err(FetchError::Budget)?;
+                } else {
+                    memory.shrink_to(parse);
+                }
                 Some(Arc::new(PulledMemory {
                     reservation: Arc::new(Mutex::new(memory)),
                     updateinfo_bytes,

@@ -438,7 +438,10 @@ impl Extractor {
                 return Err(LayerError::LimitExceeded(Limit::KeptBytes));
             }
             if let Some((memory, base)) = &mut self.memory {
-                let needed = *base + self.kept_bytes + size;
+                // The reservation came with room for typical kept files.
+                let allowance = super::fetcher::KEPT_ALLOWANCE
+                    * (1 + super::fetcher::PARSE_BYTES_PER_KEPT_BYTE);
+                let needed = *base + (self.kept_bytes + size).saturating_sub(allowance);
                 if needed > memory.bytes() {
                     memory
                         .try_grow(needed - memory.bytes())
