@@ -141,6 +141,7 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
         };
         changelog.channel = objects::channel_ref(source, &data, name);
         changelog.arch = args.arch.to_string();
+        objects::http_links_only(&mut changelog);
         match args.output {
             OutputFormat::Json => println!(
                 "{}",

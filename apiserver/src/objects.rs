@@ -3,8 +3,55 @@
 
 use elemental_changelog::{compute::QueryError, data::ChannelData};
 use elemental_changelog_apiservice::types::{
-    ChannelRef, ManagedOSVersionChangelogSummary, ObjectMeta, UnavailableReason,
+    ChannelRef, ManagedOSVersionChangelog, ManagedOSVersionChangelogSummary, ObjectMeta,
+    UnavailableReason,
 };
+
+/// Longest warning text sent in a `Warning` header (k8s.io/apiserver truncates at 4 KiB).
+const MAX_WARNING_BYTES: usize = 4096;
+
+/// Keeps only `http` and `https` links in `references[].href` (UIs render them as links;
+/// `javascript:` and the like must never reach one); says so in `warnings` when any went.
+pub fn http_links_only(changelog: &mut ManagedOSVersionChangelog) {
+    let mut dropped = 0;
+    for advisory in &mut changelog.advisories {
+        for reference in &mut advisory.references {
+            let href = reference.href.trim().to_ascii_lowercase();
+            if !(href.is_empty() || href.starts_with("http://") || href.starts_with("https://")) {
+                reference.href.clear();
+                dropped += 1;
+            }
+        }
+    }
+    if dropped > 0 {
+        changelog.warnings.push(format!(
+            "{dropped} reference link(s) that were not http(s) URLs were removed"
+        ));
+    }
+}
+
+/// A warning as the value of a `Warning` response header, in the Kubernetes format
+/// (`299 - "<text>"`): quotes and backslashes escaped, control characters dropped, the
+/// text cut at a character boundary past 4 KiB.
+pub fn warning_header(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len() + 10);
+    for c in text.chars() {
+        if escaped.len() >= MAX_WARNING_BYTES {
+            break;
+        }
+        match c {
+            '"' | '\\' => {
+                escaped.push('\\');
+                escaped.push(c);
+            }
+            c if c.is_control() => escaped.push(' '),
+            // Header values are visible ASCII; a UI reads the JSON for anything else.
+            c if !c.is_ascii() => escaped.push('?'),
+            c => escaped.push(c),
+        }
+    }
+    format!("299 - \"{escaped}\"")
+}
 
 /// Where a version's data was read: channel name, the image and digest of the snapshot.
 #[derive(Clone, Copy, Debug)]
@@ -68,4 +115,58 @@ pub fn no_data_message(source: Source<'_>, name: &str, error: &QueryError) -> St
         "channel image {} ({}) has no changelog data for ManagedOSVersion {name}: {error}",
         source.image, source.digest
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use elemental_changelog_apiservice::types::{Advisory, Reference};
+
+    use super::*;
+
+    #[test]
+    fn only_http_links_are_kept() {
+        let reference = |href: &str| Reference {
+            href: href.to_owned(),
+            ..Reference::default()
+        };
+        let mut changelog = ManagedOSVersionChangelog::new();
+        changelog.advisories.push(Advisory {
+            references: vec![
+                reference("https://www.suse.com/security/cve/CVE-2024-1/"),
+                reference("HTTP://bugzilla.suse.com/1"),
+                reference("javascript:alert(1)"),
+                reference(" data:text/html,x"),
+                reference(""),
+            ],
+            ..Advisory::default()
+        });
+        http_links_only(&mut changelog);
+        let hrefs: Vec<&str> = changelog.advisories[0]
+            .references
+            .iter()
+            .map(|r| r.href.as_str())
+            .collect();
+        assert_eq!(
+            hrefs,
+            [
+                "https://www.suse.com/security/cve/CVE-2024-1/",
+                "HTTP://bugzilla.suse.com/1",
+                "",
+                "",
+                ""
+            ]
+        );
+        assert_eq!(changelog.warnings.len(), 1, "{:?}", changelog.warnings);
+    }
+
+    #[test]
+    fn warnings_are_valid_header_values() {
+        assert_eq!(
+            warning_header(r#"files look "shifted" \ by one"#),
+            r#"299 - "files look \"shifted\" \\ by one""#
+        );
+        let odd = warning_header("a\nb\u{7f}c ü");
+        assert!(http::HeaderValue::from_str(&odd).is_ok(), "{odd}");
+        assert!(warning_header(&"x".repeat(10_000)).len() < 4200);
+    }
 }

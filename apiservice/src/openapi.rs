@@ -937,6 +937,8 @@ mod tests {
             metadata: ObjectMeta {
                 name: "v2".into(),
                 namespace: "fleet-default".into(),
+                uid: Some("7b6f0c2e-0000-4000-8000-000000000001".into()),
+                resource_version: Some("42".into()),
                 creation_timestamp: Some("2024-01-01T00:00:00Z".into()),
                 labels: [("a".to_owned(), "b".to_owned())].into(),
             },

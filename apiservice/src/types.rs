@@ -12,6 +12,12 @@ pub struct ObjectMeta {
     pub name: String,
     /// Namespace of the ManagedOSVersion.
     pub namespace: String,
+    /// UID of the ManagedOSVersion: the same on every replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// resourceVersion of the ManagedOSVersion the answer was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
     /// Creation time of the ManagedOSVersion (RFC 3339), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<String>,

@@ -899,6 +899,20 @@ async fn shifted_files_get_a_warning(bed: &TestBed, channel: &Channel) -> Result
             served.warnings
         );
     }
+    // The warnings are Warning headers too, which kubectl prints on stderr.
+    let newest = &channel.versions.last().context("no versions")?.name;
+    let path = format!(
+        "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/managedosversions/{newest}/changelog"
+    );
+    let out = bed.kubectl(&["get", "--raw", &path]).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "kubectl get --raw {path}: {stderr}");
+    ensure!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("Warning: ") && l.contains("shifted")),
+        "kubectl printed no shifted warning: {stderr:?}"
+    );
     Ok(())
 }
 

@@ -390,14 +390,22 @@ impl Resources {
         changelog.metadata = object_meta(&version);
         changelog.channel = objects::channel_ref(source, &snapshot.data, name);
         changelog.arch = arch.to_string();
-        Ok(match params.format {
+        objects::http_links_only(&mut changelog);
+        let mut response = match params.format {
             Format::Json => ok(
                 serde_json::to_vec(&changelog).unwrap_or_default(),
                 content::JSON,
             ),
             Format::Text => ok(render::text(&changelog), "text/plain; charset=utf-8"),
             Format::Markdown => ok(render::markdown(&changelog), "text/markdown; charset=utf-8"),
-        })
+        };
+        // kubectl (and client-go) print these on stderr.
+        for warning in &changelog.warnings {
+            if let Ok(value) = http::HeaderValue::from_str(&objects::warning_header(warning)) {
+                response.headers_mut().append(http::header::WARNING, value);
+            }
+        }
+        Ok(response)
     }
 
     /// `from` must name a ManagedOSVersion of the same channel.
@@ -522,6 +530,8 @@ fn object_meta(version: &ManagedOSVersion) -> ObjectMeta {
     ObjectMeta {
         name: version.name_any(),
         namespace: version.namespace().unwrap_or_default(),
+        uid: version.uid(),
+        resource_version: version.resource_version(),
         creation_timestamp: version.creation_timestamp().map(|t| t.0.to_string()),
         labels: version.labels().clone(),
     }
