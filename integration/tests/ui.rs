@@ -65,6 +65,8 @@ const NODE_DEADLINE: Duration = Duration::from_secs(300);
 const UPDATE_ENV: &str = "UPDATE_UI_FIXTURES";
 /// The fixed values run-specific ones are replaced with in fixtures.
 const FIXED_TIME: &str = "2026-01-01T00:00:00Z";
+const FIXED_UID: &str = "00000000-0000-4000-8000-000000000000";
+const FIXED_RESOURCE_VERSION: &str = "1";
 const FIXED_REGISTRY: &str = "registry.example.com";
 const FIXED_UNREACHABLE: &str = "unreachable.example.com:5000";
 
@@ -531,6 +533,10 @@ fn normalize(value: &mut Value, replacements: &[(&str, &str)]) {
             for (key, v) in map.iter_mut() {
                 if key == "creationTimestamp" && v.is_string() {
                     *v = Value::String(FIXED_TIME.to_owned());
+                } else if key == "uid" && v.is_string() {
+                    *v = Value::String(FIXED_UID.to_owned());
+                } else if key == "resourceVersion" && v.is_string() {
+                    *v = Value::String(FIXED_RESOURCE_VERSION.to_owned());
                 } else {
                     normalize(v, replacements);
                 }
