@@ -136,6 +136,11 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Answers are written whole; Nagle's algorithm would hold the last segment of
+        // each HTTP/2 frame for the peer's delayed ACK (about 40 ms).
+        if let Err(error) = tcp.set_nodelay(true) {
+            debug!(%addr, %error, "TCP_NODELAY not set");
+        }
         let admission = match connections.clone().try_acquire_owned() {
             Ok(permit) => Admission::Full(permit),
             Err(_) => match probe_connections.clone().try_acquire_owned() {
