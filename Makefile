@@ -9,7 +9,7 @@ TOOLS := target/testbed/bin
 HELM := $(TOOLS)/helm
 CHART := charts/elemental-changelog
 
-.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt
+.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt bench
 
 ## build: compile the whole workspace
 build:
@@ -30,6 +30,15 @@ server:
 ## demo: a real control plane with our server registered; Ctrl-C tears it down
 demo: deps tools server
 	$(CARGO) run --locked -p elemental-changelog-integration --bin demo
+
+## bench: this server next to kube-apiserver and nginx on the real test bed, plus memory,
+## re-sync latency and the criterion benches; writes docs/performance.md (not part of `test`;
+## BENCH_QUICK=1 for a short run, see docs/development.md#benchmarks)
+BENCH_SERVER ?= $(CURDIR)/target/release/elemental-changelog-apiserver
+bench: deps tools
+	$(CARGO) build --locked --release -p elemental-changelog-apiserver
+	$(CARGO) build --locked -p elemental-changelog-integration --bin bench
+	ELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked -p elemental-changelog-integration --bin bench
 
 ## test: every check: format, clippy, docs, chart, unit, property and end-to-end tests
 test: lint tools server

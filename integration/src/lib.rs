@@ -4,6 +4,7 @@
 //!
 //! Used by the end-to-end tests under `tests/` and by the `demo` binary.
 
+pub mod bench;
 pub mod fixtures;
 pub mod generated;
 pub mod image;
