@@ -930,6 +930,7 @@ fn perf_profile(pid: u32, load: &Load<'_>) -> Result<Option<String>> {
     let lines: Vec<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.trim_end_matches([' ', '-']))
         .take(30)
         .collect();
     Ok((report.status.success() && !lines.is_empty()).then(|| lines.join("\n")))
