@@ -536,10 +536,10 @@ async fn load_phase(
 /// Lets [`USER`] read changelogs and ConfigMaps in [`FLEET_NAMESPACE`] and
 /// [`MEMORY_NAMESPACE`].
 async fn bind_reader(bed: &TestBed) -> Result<()> {
-    let mut yaml = format!(
+    let mut yaml = String::from(
         "apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
-metadata: {{name: bench-reader}}
+metadata: {name: bench-reader}
 rules:
 - apiGroups: [changelog.elemental.cattle.io]
   resources: [managedosversions, managedosversions/changelog]
