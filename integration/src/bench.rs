@@ -547,7 +547,7 @@ rules:
 - apiGroups: [\"\"]
   resources: [configmaps]
   verbs: [get]
-"
+",
     );
     for namespace in [FLEET_NAMESPACE, MEMORY_NAMESPACE] {
         yaml.push_str(&format!(

@@ -123,6 +123,26 @@ pub struct Measured {
     pub errors: u64,
 }
 
+/// Runs a load generator with the load's headers and URL; its stdout.
+fn run(mut command: Command, load: &Load<'_>) -> Result<String> {
+    for header in load.headers {
+        command.arg("-H").arg(header);
+    }
+    let name = command.get_program().to_string_lossy().into_owned();
+    let output = command
+        .arg(load.url)
+        .output()
+        .with_context(|| format!("running {name}"))?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    ensure!(
+        output.status.success(),
+        "{name} failed ({}): {text}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(text)
+}
+
 /// Runs `wrk` (HTTP/1.1, TLS without verification) and parses its report.
 pub fn wrk(load: &Load<'_>) -> Result<Measured> {
     let mut command = Command::new("wrk");
@@ -131,17 +151,7 @@ pub fn wrk(load: &Load<'_>) -> Result<Measured> {
         .arg(format!("-c{}", load.connections))
         .arg(format!("-d{}s", load.duration.as_secs().max(1)))
         .arg("--latency");
-    for header in load.headers {
-        command.arg("-H").arg(header);
-    }
-    let output = command.arg(load.url).output().context("running wrk")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    ensure!(
-        output.status.success(),
-        "wrk failed ({}): {text}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let text = run(command, load)?;
     parse_wrk(&text).with_context(|| format!("reading wrk's report:\n{text}"))
 }
 
@@ -218,17 +228,7 @@ pub fn h2load(load: &Load<'_>, log: &Path) -> Result<Measured> {
         .arg(format!("--duration={}", load.duration.as_secs().max(1)))
         .arg("--warm-up-time=1")
         .arg(format!("--log-file={}", log.display()));
-    for header in load.headers {
-        command.arg("-H").arg(header);
-    }
-    let output = command.arg(load.url).output().context("running h2load")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    ensure!(
-        output.status.success(),
-        "h2load failed ({}): {text}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let text = run(command, load)?;
     let log_text =
         std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
     let _ = std::fs::remove_file(log);
