@@ -331,7 +331,7 @@ pub struct Results {
 pub async fn run(settings: Settings) -> Result<Results> {
     let started = Instant::now();
     load::ensure_packages()?;
-    let load_before = read_trimmed("/proc/loadavg");
+    let load_before = load_average();
     let machine = machine_facts()?;
 
     let registry = Registry::start_plain().await?;
@@ -346,7 +346,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         results.criterion = criterion(&settings)?;
     }
     results.machine = machine;
-    results.load_average = (load_before, read_trimmed("/proc/loadavg"));
+    results.load_average = (load_before, load_average());
     results.took = started.elapsed();
     Ok(results)
 }
@@ -983,6 +983,15 @@ fn read_trimmed(path: impl AsRef<Path>) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
+}
+
+/// The 1, 5 and 15 minute load averages.
+fn load_average() -> String {
+    read_trimmed("/proc/loadavg")
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn command_line(program: &str, args: &[&str]) -> String {
