@@ -9,7 +9,7 @@ TOOLS := target/testbed/bin
 HELM := $(TOOLS)/helm
 CHART := charts/elemental-changelog
 
-.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt ui-test
+.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt ui-test bench
 
 ## build: compile the whole workspace
 build:
@@ -30,6 +30,15 @@ server:
 ## demo: a real control plane with our server registered; Ctrl-C tears it down
 demo: deps tools server
 	$(CARGO) run --locked -p elemental-changelog-integration --bin demo
+
+## bench: this server next to kube-apiserver and nginx on the real test bed, plus memory,
+## re-sync latency and the criterion benches; writes docs/performance.md (not part of `test`;
+## BENCH_QUICK=1 for a short run, see docs/development.md#benchmarks)
+BENCH_SERVER ?= $(CURDIR)/target/release/elemental-changelog-apiserver
+bench: deps tools
+\t$(CARGO) build --locked --release -p elemental-changelog-apiserver
+\t$(CARGO) build --locked -p elemental-changelog-integration --bin bench
+\tELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked -p elemental-changelog-integration --bin bench
 
 ## test: every check: format, clippy, docs, chart, UI unit tests, unit, property and end-to-end tests
 ## (integration/tests/ui.rs is the UI's browser test)

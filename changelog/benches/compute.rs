@@ -1,7 +1,7 @@
 //! The computed changelog path across a generated channel of 500 versions,
 //! 800 packages each and 3000 advisories: `changelog(newest, from=oldest)`,
-//! `changelog(newest)` (from the previous version) and the summaries of all
-//! 500 versions from a cold cache.
+//! `changelog(newest)` (from the previous version), the summaries of all
+//! 500 versions from a cold cache, and parsing the 500 package lists.
 
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
@@ -12,7 +12,7 @@ use std::hint::black_box;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use elemental_changelog::channel::{ChannelEntry, EntryKind};
 use elemental_changelog::data::ChannelData;
-use elemental_changelog::packages::{Package, PackageList};
+use elemental_changelog::packages::{self, Package, PackageList};
 use elemental_changelog::rpmver::Evr;
 use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
 
@@ -127,6 +127,20 @@ fn bench(c: &mut Criterion) {
             },
             BatchSize::SmallInput,
         )
+    });
+    // The package lists of every version as an image carries them, parsed
+    // as one channel's data is (packages shared across the lists).
+    let lists: Vec<Vec<u8>> = order
+        .iter()
+        .filter_map(|n| data.version(n)?.packages.as_ref().map(PackageList::write))
+        .collect();
+    c.bench_function("parse 500 package lists of 800 packages", |b| {
+        b.iter(|| {
+            let mut interner = packages::Interner::default();
+            for list in &lists {
+                black_box(packages::parse_with(black_box(list), &mut interner).ok());
+            }
+        })
     });
     c.bench_function("summaries of 500 versions (cached)", |b| {
         b.iter(|| {

@@ -594,6 +594,7 @@ pub fn generate_updates_logs(
 ) -> Result<BTreeMap<String, Vec<u8>>, GenerateError> {
     let entries = channel::parse(channel_json).map_err(GenerateError::ChannelJson)?;
     let mut lists = BTreeMap::new();
+    let mut interner = packages::Interner::default();
     for (key, bytes) in packages {
         let name = key.strip_suffix(".packages").unwrap_or(key);
         if !entries
@@ -604,9 +605,11 @@ pub fn generate_updates_logs(
                 name: name.to_owned(),
             });
         }
-        let list = packages::parse(bytes).map_err(|source| GenerateError::Packages {
-            name: name.to_owned(),
-            source,
+        let list = packages::parse_with(bytes, &mut interner).map_err(|source| {
+            GenerateError::Packages {
+                name: name.to_owned(),
+                source,
+            }
         })?;
         lists.insert(name.to_owned(), list);
     }

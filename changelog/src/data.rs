@@ -188,6 +188,8 @@ impl ChannelData {
         let mut advisories = BTreeMap::new();
         let mut package_lists = BTreeMap::new();
         let mut updateinfo: Option<(String, Vec<Advisory>)> = None;
+        // One package per distinct line across all the lists.
+        let mut interner = packages::Interner::default();
         let kind_of = |name: &str| entries.iter().find(|e| e.name == name).map(|e| &e.kind);
         for (path, bytes) in changelogs {
             let clean = path.trim_start_matches("./").trim_start_matches('/');
@@ -220,7 +222,7 @@ impl ChannelData {
                         advisories.insert(name.to_owned(), a);
                     })
                     .map_err(FileError::Updates),
-                ChangelogFile::Packages(name) => packages::parse(&bytes)
+                ChangelogFile::Packages(name) => packages::parse_with(&bytes, &mut interner)
                     .map(|p| {
                         package_lists.insert(name.to_owned(), p);
                     })

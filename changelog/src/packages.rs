@@ -2,8 +2,15 @@
 //! one per line as `rpm -qa --qf '%{NAME}|%{EPOCH}|%{VERSION}|%{RELEASE}|%{ARCH}|%{DISTURL}|%{LICENSE}\n'`
 //! prints them (`EPOCH` is `(none)` when unset). `DISTURL` and `LICENSE` may
 //! be left out; blank lines are ignored.
+//!
+//! The lists of one channel share their packages: most packages of a
+//! version are those of the version before, so [`parse_with`] keeps one
+//! [`Package`] per distinct line across all the lists it reads through one
+//! [`Interner`], and a list holds only pointers to them.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::rpmver::{Evr, ParseEvrError};
 
@@ -64,15 +71,39 @@ pub struct Package {
 }
 
 /// The packages of one OS version, sorted by name, then architecture, then
-/// EVR.
+/// EVR. Packages are shared with the other lists parsed with the same
+/// [`Interner`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PackageList {
-    packages: Vec<Package>,
+    packages: Vec<Arc<Package>>,
+}
+
+/// Parsed packages by the line they were parsed from, shared by the
+/// package lists of one channel (see [`parse_with`]).
+#[derive(Debug, Default)]
+pub struct Interner {
+    packages: HashMap<Box<str>, Arc<Package>>,
+}
+
+impl Interner {
+    /// Distinct packages seen.
+    pub fn len(&self) -> usize {
+        self.packages.len()
+    }
+
+    /// Whether no package was seen.
+    pub fn is_empty(&self) -> bool {
+        self.packages.is_empty()
+    }
 }
 
 impl PackageList {
     /// A list from packages in any order.
-    pub fn new(mut packages: Vec<Package>) -> Self {
+    pub fn new(packages: Vec<Package>) -> Self {
+        Self::from_shared(packages.into_iter().map(Arc::new).collect())
+    }
+
+    fn from_shared(mut packages: Vec<Arc<Package>>) -> Self {
         packages.sort_by(|a, b| Self::key_cmp(a, b).then_with(|| a.evr.cmp(&b.evr)));
         Self { packages }
     }
@@ -82,7 +113,7 @@ impl PackageList {
     }
 
     /// All packages, sorted.
-    pub fn packages(&self) -> &[Package] {
+    pub fn packages(&self) -> &[Arc<Package>] {
         &self.packages
     }
 
@@ -106,7 +137,7 @@ impl PackageList {
                 p.get(i + 1)
                     .is_none_or(|b| Self::key_cmp(a, b) != Ordering::Equal)
             })
-            .map(|(_, a)| a)
+            .map(|(_, a)| a.as_ref())
     }
 
     /// The highest EVR installed of `name` on `arch`.
@@ -116,6 +147,7 @@ impl PackageList {
             .partition_point(|p| (p.name.as_str(), p.arch.as_str()) <= (name, arch));
         self.packages[..end]
             .last()
+            .map(Arc::as_ref)
             .filter(|p| p.name == name && p.arch == arch)
     }
 
@@ -128,7 +160,7 @@ impl PackageList {
             .iter()
             .enumerate()
             .filter(move |(i, a)| slice.get(i + 1).is_none_or(|b| b.arch != a.arch))
-            .map(|(_, a)| a)
+            .map(|(_, a)| a.as_ref())
     }
 
     /// Writes the list in the `rpm -qa` format [`parse`] reads.
@@ -151,12 +183,22 @@ impl PackageList {
 
 /// Parses a package list.
 pub fn parse(bytes: &[u8]) -> Result<PackageList, Error> {
+    parse_with(bytes, &mut Interner::default())
+}
+
+/// Parses a package list, sharing packages with the lists parsed before
+/// through `interner` (a line seen before is not parsed again).
+pub fn parse_with(bytes: &[u8], interner: &mut Interner) -> Result<PackageList, Error> {
     let mut packages = Vec::new();
     for (index, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let line = index + 1;
         let text = std::str::from_utf8(raw).map_err(|source| Error::NotUtf8 { line, source })?;
         let text = text.trim_end_matches('\r');
         if text.trim().is_empty() {
+            continue;
+        }
+        if let Some(known) = interner.packages.get(text) {
+            packages.push(Arc::clone(known));
             continue;
         }
         let fields: Vec<&str> = text.splitn(7, '|').collect();
@@ -177,15 +219,17 @@ pub fn parse(bytes: &[u8]) -> Result<PackageList, Error> {
             }
         }
         let epoch = Evr::parse_epoch(epoch).map_err(|source| Error::Epoch { line, source })?;
-        packages.push(Package {
+        let package = Arc::new(Package {
             name: name.trim().to_owned(),
             arch: arch.trim().to_owned(),
             evr: Evr::new(epoch, version.trim(), release.trim()),
             disturl: rest.first().map_or("", |s| s.trim()).to_owned(),
             license: rest.get(1).map_or("", |s| s.trim()).to_owned(),
         });
+        interner.packages.insert(text.into(), Arc::clone(&package));
+        packages.push(package);
     }
-    Ok(PackageList::new(packages))
+    Ok(PackageList::from_shared(packages))
 }
 
 #[cfg(test)]
@@ -246,6 +290,30 @@ mod tests {
             parse(b"\n\xff|1").unwrap_err(),
             Error::NotUtf8 { line: 2, .. }
         ));
+    }
+
+    #[test]
+    fn lists_share_the_packages_of_equal_lines() {
+        let mut interner = Interner::default();
+        let a = parse_with(
+            b"bash|(none)|5.2|1|x86_64\nvim|(none)|9|1|x86_64\n",
+            &mut interner,
+        )
+        .unwrap();
+        let b = parse_with(
+            b"vim|(none)|9|2|x86_64\nbash|(none)|5.2|1|x86_64\n",
+            &mut interner,
+        )
+        .unwrap();
+        assert_eq!(interner.len(), 3);
+        assert!(Arc::ptr_eq(&a.packages()[0], &b.packages()[0]));
+        assert!(!Arc::ptr_eq(&a.packages()[1], &b.packages()[1]));
+        assert_eq!(b.get("vim", "x86_64").unwrap().evr.release, "2");
+        // The same lines without an interner give the same lists.
+        assert_eq!(
+            parse(b"vim|(none)|9|2|x86_64\nbash|(none)|5.2|1|x86_64\n").unwrap(),
+            b
+        );
     }
 
     proptest! {

@@ -5,6 +5,7 @@
 //! Used by the end-to-end tests under `tests/` and by the `demo` binary.
 
 pub mod availability;
+pub mod bench;
 pub mod faults;
 pub mod fixtures;
 pub mod generated;

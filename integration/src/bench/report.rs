@@ -1,0 +1,432 @@
+//! `docs/performance.md` from one run's [`Results`]. Everything above
+//! [`NOTES_MARKER`] is regenerated; what follows it (people's notes, such
+//! as before/after figures of a change) is kept as it is.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::load::{Measured, Protocol, percentile};
+use super::{Cell, Results, Size, Target};
+
+/// The line after which the document is written by hand and kept.
+pub const NOTES_MARKER: &str = "<!-- Notes below this line are kept by `make bench`. -->";
+
+/// Goal: (d) throughput at least this share of (n)'s.
+pub const DIRECT_THROUGHPUT_GOAL: f64 = 0.8;
+/// Goal: (d) p99 at most this multiple of (n)'s.
+pub const DIRECT_P99_GOAL: f64 = 1.5;
+/// Goal: (b) p99 at most this multiple of (a)'s.
+pub const AGGREGATED_P99_GOAL: f64 = 1.2;
+/// Goal: RSS with no channel, MiB.
+pub const IDLE_RSS_GOAL_MIB: f64 = 20.0;
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn rate(r: f64) -> String {
+    if r >= 1000.0 {
+        format!("{:.1}k", r / 1000.0)
+    } else {
+        format!("{r:.0}")
+    }
+}
+
+fn bytes(b: f64) -> String {
+    if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**not met**" }
+}
+
+fn find(
+    cells: &[Cell],
+    size: Size,
+    protocol: Protocol,
+    gzip: bool,
+    target: Target,
+) -> Option<&Measured> {
+    cells
+        .iter()
+        .find(|c| c.size == size && c.protocol == protocol && c.gzip == gzip && c.target == target)
+        .map(|c| &c.measured)
+}
+
+/// The ratios a goal is judged on, for one row.
+struct Ratios {
+    throughput: f64,
+    direct_p99: f64,
+    aggregated_p99: f64,
+}
+
+fn ratios(cells: &[Cell], size: Size, protocol: Protocol, gzip: bool) -> Option<Ratios> {
+    let get = |t| find(cells, size, protocol, gzip, t);
+    let (a, b, d, n) = (
+        get(Target::ConfigMap)?,
+        get(Target::Aggregated)?,
+        get(Target::Direct)?,
+        get(Target::Nginx)?,
+    );
+    Some(Ratios {
+        throughput: d.requests_per_second / n.requests_per_second,
+        direct_p99: d.p99_ms / n.p99_ms,
+        aggregated_p99: b.p99_ms / a.p99_ms,
+    })
+}
+
+/// Renders the document; `notes` is the kept part of the previous one.
+pub fn render(r: &Results, notes: &str) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let s = &r.settings;
+    let _ = writeln!(w, "# Performance\n");
+    let _ = writeln!(
+        w,
+        "Written by `make bench` ({}); do not edit above the notes marker, run it again. \
+         One run on the real test bed (etcd, kube-apiserver, this server with token review and \
+         authorization on, a `docker-registry`, nginx), everything on the one machine below, \
+         the load generators included. See [development.md](development.md#benchmarks) for how \
+         it works and the settings.\n",
+        if s.quick { "quick mode" } else { "full run" }
+    );
+    let _ = writeln!(w, "## Machine\n\n| | |\n|---|---|");
+    for (k, v) in &r.machine {
+        let _ = writeln!(w, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+    let _ = writeln!(
+        w,
+        "| load average (1, 5, 15 min) before / after | {} / {} |",
+        r.load_average.0, r.load_average.1
+    );
+    let _ = writeln!(
+        w,
+        "| run | {:.1} min; cells of {} s, {} client threads, {} connections (HTTP/2: one stream per connection) |\n",
+        r.took.as_secs_f64() / 60.0,
+        s.cell.as_secs(),
+        s.threads,
+        s.connections
+    );
+    let load_note = r
+        .load_average
+        .0
+        .split_whitespace()
+        .next()
+        .and_then(|l| l.parse::<f64>().ok())
+        .filter(|l| *l > 0.5);
+    if let Some(load) = load_note {
+        let _ = writeln!(
+            w,
+            "The machine was not idle (1-minute load {load:.1} at the start): other work shares the \
+             cores, so absolute figures are low and noisy; the ratios compare cells measured one \
+             after the other under the same conditions.\n"
+        );
+    }
+
+    let _ = writeln!(
+        w,
+        "## Answers\n\n| size | request (channel of {} versions × {} packages, computed from package lists and `updateinfo.xml`) | JSON bytes |\n|---|---|---|",
+        super::ANSWER_CHANNEL.0,
+        super::ANSWER_CHANNEL.1
+    );
+    for a in &r.answers {
+        let _ = writeln!(
+            w,
+            "| {} | `{}` | {} |",
+            a.size.label(),
+            a.path(),
+            a.body.len()
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\n(a) `GET /api/v1/namespaces/fleet-default/configmaps/bench-<size>` (the ConfigMap's \
+         `data` holds the same JSON); (b) the request above through kube-apiserver; (d) the \
+         request above to this server directly; (n) `GET /<size>.json` from nginx (`gzip_static`: \
+         a `.gz` file next to it). Every request carries the same bearer token (a static-token \
+         user bound to a reader role) and `Accept: application/json`.\n"
+    );
+
+    let _ = writeln!(w, "## Throughput and latency\n");
+    if r.cells.is_empty() {
+        let _ = writeln!(w, "Not measured in this run (`BENCH_PHASES`).\n");
+    }
+    let _ = writeln!(
+        w,
+        "Each cell: requests per second, p50 / p99 latency, bytes received per response \
+         (headers included). Ratios: (d)/(n) throughput, (d)/(n) p99, (b)/(a) p99.\n"
+    );
+    for size in Size::ALL.into_iter().filter(|_| !r.cells.is_empty()) {
+        let _ = writeln!(w, "### {} answer\n", size.label());
+        let _ = write!(w, "| protocol | gzip |");
+        for t in Target::ALL {
+            let _ = write!(w, " ({}) {} |", t.letter(), t.label());
+        }
+        let _ = writeln!(w, " d/n req/s | d/n p99 | b/a p99 |");
+        let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|");
+        for protocol in [Protocol::Http1, Protocol::Http2] {
+            for gzip in [false, true] {
+                let _ = write!(
+                    w,
+                    "| {} | {} |",
+                    protocol.label(),
+                    if gzip { "yes" } else { "no" }
+                );
+                for t in Target::ALL {
+                    match find(&r.cells, size, protocol, gzip, t) {
+                        Some(m) => {
+                            let errors = if m.errors > 0 {
+                                format!(", **{} errors**", m.errors)
+                            } else {
+                                String::new()
+                            };
+                            let _ = write!(
+                                w,
+                                " {} req/s, {:.2} / {:.2} ms, {}{errors} |",
+                                rate(m.requests_per_second),
+                                m.p50_ms,
+                                m.p99_ms,
+                                bytes(m.bytes_per_response)
+                            );
+                        }
+                        None => {
+                            let _ = write!(w, " – |");
+                        }
+                    }
+                }
+                match ratios(&r.cells, size, protocol, gzip) {
+                    Some(x) => {
+                        let _ = writeln!(
+                            w,
+                            " {:.2}× | {:.2}× | {:.2}× |",
+                            x.throughput, x.direct_p99, x.aggregated_p99
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(w, " – | – | – |");
+                    }
+                }
+            }
+        }
+        let _ = writeln!(w);
+    }
+
+    let _ = writeln!(w, "## Goals\n");
+    let _ = writeln!(
+        w,
+        "| answer | protocol | gzip | (d) ≥ {DIRECT_THROUGHPUT_GOAL}× (n) req/s | (d) p99 ≤ {DIRECT_P99_GOAL}× (n) | (b) p99 ≤ {AGGREGATED_P99_GOAL}× (a) |\n|---|---|---|---|---|---|"
+    );
+    let (mut met, mut total) = (0, 0);
+    for size in Size::ALL {
+        for protocol in [Protocol::Http1, Protocol::Http2] {
+            for gzip in [false, true] {
+                let Some(x) = ratios(&r.cells, size, protocol, gzip) else {
+                    continue;
+                };
+                let checks = [
+                    x.throughput >= DIRECT_THROUGHPUT_GOAL,
+                    x.direct_p99 <= DIRECT_P99_GOAL,
+                    x.aggregated_p99 <= AGGREGATED_P99_GOAL,
+                ];
+                met += checks.iter().filter(|c| **c).count();
+                total += checks.len();
+                let _ = writeln!(
+                    w,
+                    "| {} | {} | {} | {} ({:.2}×) | {} ({:.2}×) | {} ({:.2}×) |",
+                    size.label(),
+                    protocol.label(),
+                    if gzip { "yes" } else { "no" },
+                    verdict(checks[0]),
+                    x.throughput,
+                    verdict(checks[1]),
+                    x.direct_p99,
+                    verdict(checks[2]),
+                    x.aggregated_p99
+                );
+            }
+        }
+    }
+    let _ = writeln!(w, "\n{met} of {total} latency and throughput checks met.\n");
+
+    let _ = writeln!(w, "## Re-sync → served\n");
+    let mut sorted = r.resync.clone();
+    sorted.sort();
+    if sorted.is_empty() {
+        let _ = writeln!(w, "Not measured.\n");
+    } else {
+        let _ = writeln!(
+            w,
+            "From pointing the channel at a new image (one more version) and recording the sync \
+             as the operator does, until this server serves the new version's changelog \
+             (polled every 5 ms), over {} re-syncs of a channel of {}–{} versions × 800 packages: \
+             median **{}**, min {}, p90 {}, max {}.\n",
+            sorted.len(),
+            41,
+            40 + sorted.len(),
+            ms(percentile(&sorted, 0.5)),
+            ms(sorted[0]),
+            ms(percentile(&sorted, 0.9)),
+            ms(sorted[sorted.len() - 1]),
+        );
+    }
+
+    let _ = writeln!(w, "## Memory\n");
+    let (versions, packages) = s.memory_shape;
+    let _ = writeln!(
+        w,
+        "RSS of the server process (`VmRSS` once it stops changing; peak is `VmHWM`). Memory \
+         channels: {versions} versions × {packages} packages each, every one generated from its \
+         own seed (no two share data), raw files as in the image: package lists, \
+         `updateinfo.xml` (counted uncompressed) and `channel.json`. \"Bytes per raw byte\" is \
+         (RSS − RSS with no channel) / raw bytes.\n"
+    );
+    let _ = writeln!(
+        w,
+        "| state | raw | RSS | peak | bytes per raw byte |\n|---|---|---|---|---|"
+    );
+    let _ = writeln!(
+        w,
+        "| no channel, first start | – | {:.1} MiB | {:.1} MiB | – |",
+        mib(r.idle.rss_kib),
+        mib(r.idle.peak_kib)
+    );
+    if let Some(serving) = r.serving {
+        let _ = writeln!(
+            w,
+            "| after the load and re-syncs: the answer channel ({}×{}) and the re-synced channel, caches warm | – | {:.1} MiB | {:.1} MiB | – |",
+            super::ANSWER_CHANNEL.0,
+            super::ANSWER_CHANNEL.1,
+            mib(serving.rss_kib),
+            mib(serving.peak_kib)
+        );
+    }
+    let base = r.memory_idle.unwrap_or(r.idle);
+    if r.memory_idle.is_some() && !r.memory.is_empty() && r.serving.is_some() {
+        let _ = writeln!(
+            w,
+            "| no channel, server restarted for the memory channels | – | {:.1} MiB | {:.1} MiB | – |",
+            mib(base.rss_kib),
+            mib(base.peak_kib)
+        );
+    }
+    let per_raw = |m: &super::MemoryStage| {
+        (m.rss.rss_kib.saturating_sub(base.rss_kib) as f64 * 1024.0) / m.raw_bytes as f64
+    };
+    for m in &r.memory {
+        let _ = writeln!(
+            w,
+            "| {} channel{} | {:.0} MiB | {:.1} MiB | {:.1} MiB | {:.2} |",
+            m.channels,
+            if m.channels == 1 { "" } else { "s" },
+            m.raw_bytes as f64 / 1048576.0,
+            mib(m.rss.rss_kib),
+            mib(m.rss.peak_kib),
+            per_raw(m)
+        );
+    }
+    let idle_mib = mib(r.idle.rss_kib.max(base.rss_kib));
+    let _ = writeln!(
+        w,
+        "\nGoal RSS with no channel ≤ {IDLE_RSS_GOAL_MIB} MiB: {} ({idle_mib:.1} MiB).",
+        verdict(idle_mib <= IDLE_RSS_GOAL_MIB)
+    );
+    if let Some(last) = r.memory.last() {
+        let per = per_raw(last);
+        let _ = writeln!(
+            w,
+            "Goal parsed data no larger than the raw files (≤ 1 byte per raw byte, measured as \
+             RSS growth, which also holds the operator's objects in the server's reflectors, caches \
+             and allocator slack): {} ({per:.2} with {} channels).",
+            verdict(per <= 1.0),
+            last.channels
+        );
+        let _ = writeln!(
+            w,
+            "The last memory channel was served {} after it was created.",
+            ms(last.last_served_after)
+        );
+    }
+    let _ = writeln!(w);
+
+    let _ = writeln!(w, "## Where (d) spends its time\n");
+    match &r.profile {
+        Some(p) => {
+            let _ = writeln!(
+                w,
+                "`perf record -F 999` of the server during a {} s HTTP/1.1 load of the large \
+                 answer (no gzip), `perf report --no-children --sort dso,symbol`, entries of 1 % \
+                 or more:\n\n```\n{p}\n```\n",
+                s.cell.as_secs()
+            );
+        }
+        None if r.cells.is_empty() => {
+            let _ = writeln!(w, "Not measured in this run.\n");
+        }
+        None => {
+            let _ = writeln!(w, "No profile: `perf` is missing or not allowed here.\n");
+        }
+    }
+
+    let _ = writeln!(
+        w,
+        "## Compute benchmarks\n\n`cargo bench -p elemental-changelog --bench compute` (criterion{}):\n\n| benchmark | median | mean |\n|---|---|---|",
+        if s.quick { ", quick settings" } else { "" }
+    );
+    if r.criterion.is_empty() {
+        let _ = writeln!(w, "| not run in this run | | |");
+    }
+    for (title, median, mean) in &r.criterion {
+        let _ = writeln!(w, "| {title} | {} | {} |", nanos(*median), nanos(*mean));
+    }
+    let _ = writeln!(w, "\n{NOTES_MARKER}");
+    out.push_str(notes);
+    out
+}
+
+fn nanos(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// The kept part of an existing document: everything after [`NOTES_MARKER`].
+pub fn kept_notes(existing: &str) -> &str {
+    existing
+        .split_once(NOTES_MARKER)
+        .map_or("", |(_, notes)| notes.strip_prefix('\n').unwrap_or(notes))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_notes_after_the_marker() {
+        let doc = format!("# generated\n\n{NOTES_MARKER}\n## Before/after\nkept\n");
+        assert_eq!(kept_notes(&doc), "## Before/after\nkept\n");
+        assert_eq!(kept_notes("no marker"), "");
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(nanos(1_500.0), "1.5 µs");
+        assert_eq!(nanos(2_500_000.0), "2.50 ms");
+        assert_eq!(rate(24_900.0), "24.9k");
+        assert_eq!(bytes(2048.0), "2.0 KiB");
+    }
+}
