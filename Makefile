@@ -36,9 +36,9 @@ demo: deps tools server
 ## BENCH_QUICK=1 for a short run, see docs/development.md#benchmarks)
 BENCH_SERVER ?= $(CURDIR)/target/release/elemental-changelog-apiserver
 bench: deps tools
-\t$(CARGO) build --locked --release -p elemental-changelog-apiserver
-\t$(CARGO) build --locked -p elemental-changelog-integration --bin bench
-\tELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked -p elemental-changelog-integration --bin bench
+	$(CARGO) build --locked --release -p elemental-changelog-apiserver
+	$(CARGO) build --locked -p elemental-changelog-integration --bin bench
+	ELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked -p elemental-changelog-integration --bin bench
 
 ## test: every check: format, clippy, docs, chart, UI unit tests, unit, property and end-to-end tests
 ## (integration/tests/ui.rs is the UI's browser test)
