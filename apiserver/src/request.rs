@@ -3,7 +3,7 @@
 //! labels and logs all read that one value; nothing after [`RequestInfo::parse`] looks at
 //! the raw path or query again, so what is authorized is exactly what is answered.
 //!
-//! It follows k8s.io/apiserver's `RequestInfoFactory` (see [`attributes`]): the path is
+//! It follows k8s.io/apiserver's `RequestInfoFactory` (see [`Attributes`]): the path is
 //! percent-decoded once (as Go's `url.URL.Path`) and split on `/`; a repeated query
 //! parameter counts with its **first** value (Go's `url.Values.Get`), as kube-apiserver reads
 //! it before passing the request on.
