@@ -416,13 +416,22 @@ impl Harness {
         self.cache.get(&ChannelKey::new(NS, name))
     }
 
-    /// Lets the controller and workers run until `done` holds.
+    /// Lets the controller and workers run until `done` holds. Work on the blocking
+    /// pool (parses, pruning) runs in real time whatever the paused clock says, so the
+    /// bound is real time, long enough for a loaded machine.
     async fn until(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        for _ in 0..10_000 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut turns = 0_u32;
+        while std::time::Instant::now() < deadline {
             if done(self) {
                 return;
             }
             tokio::task::yield_now().await;
+            turns += 1;
+            if turns % 256 == 0 {
+                // Let blocking-pool threads run on a busy machine.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
         }
         panic!("never happened: {what}");
     }
