@@ -428,7 +428,7 @@ impl Harness {
             }
             tokio::task::yield_now().await;
             turns += 1;
-            if turns % 256 == 0 {
+            if turns.is_multiple_of(256) {
                 // Let blocking-pool threads run on a busy machine.
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
