@@ -723,6 +723,55 @@ impl TestBed {
         Ok(())
     }
 
+    /// Stops replica `index` as a rolling update does: SIGTERM to the process; once its
+    /// `/readyz` fails, out of the proxy's endpoints for new connections (the endpoints
+    /// controller's part), its open connections left to the server's own drain; then
+    /// waits, up to `deadline`, for it to exit. Returns its exit status, when readiness
+    /// failed and when it exited, both from the SIGTERM.
+    pub async fn terminate_replica(
+        &mut self,
+        index: usize,
+        deadline: Duration,
+    ) -> Result<(std::process::ExitStatus, Duration, Duration)> {
+        let http = self.server_http(None)?;
+        let replicas = self.replicas.as_mut().context("no replicas started")?;
+        let port = *replicas.ports.get(index).context("no such replica")?;
+        let server = replicas
+            .servers
+            .get_mut(index)
+            .and_then(Option::as_mut)
+            .with_context(|| format!("replica {index} is not running"))?;
+        let sent = std::time::Instant::now();
+        server.process.terminate()?;
+        let readyz = format!("https://127.0.0.1:{port}/readyz");
+        let mut not_ready = None;
+        loop {
+            if let Some(status) = server.process.try_exit()? {
+                replicas.balancer.set_backend(index, None);
+                replicas.servers[index] = None;
+                let not_ready =
+                    not_ready.context("the replica exited before its readiness failed")?;
+                return Ok((status, not_ready, sent.elapsed()));
+            }
+            if not_ready.is_none() {
+                let ready = http
+                    .get(&readyz)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if !ready {
+                    not_ready = Some(sent.elapsed());
+                    replicas.balancer.set_backend(index, None);
+                }
+            }
+            ensure!(
+                sent.elapsed() < deadline,
+                "replica {index} still running {deadline:?} after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The replicas of [`TestBed::start_replicas`].
     pub fn replicas(&self) -> Option<&Replicas> {
         self.replicas.as_ref()

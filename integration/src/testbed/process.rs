@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use anyhow::{Context as _, Result, bail};
-use rustix::process::{Pid, Signal, kill_process_group};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 
 /// How much of a log [`Process::tail`] shows by default.
 pub const TAIL_BYTES: u64 = 6 * 1024;
@@ -99,6 +99,30 @@ impl Process {
     pub fn tail(&self, bytes: u64) -> String {
         tail_of(&self.log, bytes)
             .unwrap_or_else(|err| format!("<cannot read {}: {err}>", self.log.display()))
+    }
+
+    /// Sends SIGTERM to the process (not its group), as the kubelet stops a container.
+    pub fn terminate(&self) -> Result<()> {
+        let child = self
+            .child
+            .as_ref()
+            .with_context(|| format!("{} is not running", self.name))?;
+        let pid = Pid::from_child(child);
+        kill_process(pid, Signal::TERM).with_context(|| format!("SIGTERM to {}", self.name))
+    }
+
+    /// The exit status once the process has exited (reaping it), `None` while it runs.
+    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>> {
+        let Some(child) = self.child.as_mut() else {
+            bail!("{} was stopped", self.name)
+        };
+        let status = child
+            .try_wait()
+            .with_context(|| format!("checking on {}", self.name))?;
+        if status.is_some() {
+            self.child = None;
+        }
+        Ok(status)
     }
 
     /// Kills the whole process group and reaps the process. Idempotent.
