@@ -63,6 +63,17 @@ const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
 /// change the channel's state meanwhile; the next refresh tries again.
 const SWAP_ATTEMPTS: u32 = 4;
 
+/// Seconds a watch lasts before it is renewed. kube-rs ends a watch whose connection
+/// went silent only after its timeout (290 s by default) plus a margin; a shorter one
+/// bounds how long a half-open connection (peer or NAT state lost, no reset) can hide
+/// changes, at the cost of one watch request per minute per kind.
+pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
+
+/// The watch settings of every watch of this server.
+pub fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
+}
+
 /// Reflector stores for one kind: one store for all namespaces, or one per
 /// watched namespace (a store fed by several watches would be wiped by each
 /// watch's re-list).
@@ -368,7 +379,7 @@ where
         );
         let stream = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
+            watcher(api, watch_config()).default_backoff(),
         );
         drivers.push(Box::pin(
             async move {
