@@ -377,10 +377,7 @@ where
             resource = label,
             namespace = namespace.as_deref().unwrap_or("*")
         );
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watch_config()).default_backoff(),
-        );
+        let stream = reflector::reflector(writer, watcher(api, watch_config()).default_backoff());
         drivers.push(Box::pin(
             async move {
                 metrics.watch_synced(label, false);
