@@ -36,6 +36,9 @@ const PROBE_CONNECTIONS: usize = 32;
 /// request head: a probe sends at once, a slow client is out in a second.
 const PROBE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest life of a probe-only connection: an idle HTTP/2 connection, which the head
+/// timeout does not end, must not keep a probe slot.
+const PROBE_CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 /// Largest request head (request line and headers), as kube-apiserver's 1 MiB.
 pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
 /// HTTP/2 streams a connection may have open at once (Go's http2 default is 250;
@@ -199,8 +202,19 @@ pub async fn serve(
                     )
                 }
             });
-            let conn = builder.serve_connection(TokioIo::new(tls), service);
-            if let Err(error) = watcher.watch(conn).await {
+            let conn = watcher.watch(builder.serve_connection(TokioIo::new(tls), service));
+            let served = if probe_only {
+                match tokio::time::timeout(PROBE_CONNECTION_LIFETIME, conn).await {
+                    Ok(served) => served,
+                    Err(_) => {
+                        debug!(%addr, "probe-only connection closed at the end of its lifetime");
+                        return;
+                    }
+                }
+            } else {
+                conn.await
+            };
+            if let Err(error) = served {
                 debug!(%addr, %error, "connection ended with an error");
             }
         });

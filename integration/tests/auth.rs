@@ -11,24 +11,23 @@
 //! records every state of the APIService to prove it stays Available.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
+use elemental_changelog_integration::availability::AvailabilityWatch;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{
     APISERVICE_NAME, Ca, CertPair, FLEET_NAMESPACE, FRONT_PROXY_CN, Process, SERVER_NAMESPACE,
-    SERVICE_NAME, TestBed, TestBedOptions, tools_dir,
+    SERVICE_NAME, TestBed, TestBedOptions,
 };
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher;
-use kube::{Api, ResourceExt as _};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -986,93 +985,6 @@ fn count_in_log(bed: &TestBed, message: &str, detail: &str) -> Result<usize> {
 
 // ---------------------------------------------------------------------------
 // Availability and the aggregation controller
-
-/// Records every state of our APIService from now on.
-struct AvailabilityWatch {
-    seen: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl AvailabilityWatch {
-    fn start(bed: &TestBed) -> Self {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let api: Api<APIService> = Api::all(bed.client());
-        let config = watcher::Config::default().fields(&format!("metadata.name={APISERVICE_NAME}"));
-        let record = Arc::clone(&seen);
-        let task = tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, config));
-            while let Some(event) = events.next().await {
-                let line = match event {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => available(&o),
-                    Ok(watcher::Event::Delete(o)) => format!("deleted {}", o.name_any()),
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
-                    Err(error) => format!("watch error: {error}"),
-                };
-                if let Ok(mut seen) = record.lock() {
-                    seen.push(line);
-                }
-            }
-        });
-        Self { seen, task }
-    }
-
-    /// Fails unless every recorded state was Available, and at least one was.
-    async fn finish(self, bed: &TestBed) -> Result<()> {
-        // The state now, in case the watch has not delivered it yet.
-        let now: APIService = Api::all(bed.client()).get(APISERVICE_NAME).await?;
-        self.task.abort();
-        let mut seen = self
-            .seen
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the availability watch panicked"))?
-            .clone();
-        seen.push(available(&now));
-        ensure!(
-            seen.iter().all(|state| state == "Available=True"),
-            "the APIService was not always Available: {seen:?}"
-        );
-        Ok(())
-    }
-}
-
-fn available(apiservice: &APIService) -> String {
-    let condition = apiservice
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
-    match condition {
-        Some(c) if c.status == "True" => "Available=True".to_owned(),
-        Some(c) => format!(
-            "Available={} {}: {}",
-            c.status,
-            c.reason.as_deref().unwrap_or_default(),
-            c.message.as_deref().unwrap_or_default()
-        ),
-        None => "no Available condition".to_owned(),
-    }
-}
-
-/// kube-controller-manager's clusterrole-aggregation controller, alone
-/// (`integration/testbed/k8s/cmd/clusterrole-aggregation`), as admin.
-fn start_clusterrole_aggregation(bed: &TestBed) -> Result<Process> {
-    let binary = tools_dir().join("clusterrole-aggregation");
-    ensure!(
-        binary.is_file(),
-        "{} is missing: run integration/testbed/build.sh",
-        binary.display()
-    );
-    Process::spawn(
-        "clusterrole-aggregation",
-        &binary,
-        [
-            std::ffi::OsStr::new("--kubeconfig"),
-            bed.kubeconfig().as_os_str(),
-        ],
-        &[],
-        bed.root().join("logs/clusterrole-aggregation.log"),
-    )
-}
 
 // ---------------------------------------------------------------------------
 // Helpers

@@ -28,6 +28,7 @@ use elemental_changelog_integration::fixtures::poll;
 use elemental_changelog_integration::generated::{Change, Channel, Spec};
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::registry::Registry;
+use elemental_changelog_integration::table;
 use elemental_changelog_integration::testbed::elemental::{self, CHANNEL_LABEL};
 use elemental_changelog_integration::testbed::{
     FLEET_NAMESPACE, TestBed, TestBedOptions, server_binary,
@@ -559,46 +560,6 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
     Ok(())
 }
 
-/// kubectl's columns and rows, cut at the header's column offsets (empty
-/// cells, which kubectl prints for null, stay in place).
-fn table(out: &str) -> Result<(Vec<String>, Vec<Vec<String>>)> {
-    let mut lines = out.lines();
-    let header = lines.next().context("kubectl printed nothing")?;
-    let mut starts = Vec::new();
-    let mut names = Vec::new();
-    let mut previous = ' ';
-    for (i, c) in header.char_indices() {
-        if c != ' ' && previous == ' ' {
-            starts.push(i);
-        }
-        previous = c;
-    }
-    for (k, &start) in starts.iter().enumerate() {
-        let end = starts.get(k + 1).copied().unwrap_or(header.len());
-        names.push(header[start..end].trim().to_owned());
-    }
-    let rows = lines
-        .map(|line| {
-            starts
-                .iter()
-                .enumerate()
-                .map(|(k, &start)| {
-                    let end = starts
-                        .get(k + 1)
-                        .copied()
-                        .unwrap_or(line.len())
-                        .min(line.len());
-                    line.get(start.min(end)..end)
-                        .unwrap_or_default()
-                        .trim()
-                        .to_owned()
-                })
-                .collect()
-        })
-        .collect();
-    Ok((names, rows))
-}
-
 async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
     let channel = &fixture.main;
     let expected_counts = |name: &str| channel.position(name).map(|i| (i, channel.counts(i)));
@@ -606,7 +567,7 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
     let out = bed
         .kubectl_ok(&["get", RESOURCE, "-n", FLEET_NAMESPACE])
         .await?;
-    let (header, rows) = table(&out)?;
+    let (header, rows) = table::parse(&out)?;
     ensure!(
         header
             == [
@@ -664,7 +625,7 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
             &format!("{CHANNEL_LABEL}={}", channel.name),
         ])
         .await?;
-    let (header, rows) = table(&out)?;
+    let (header, rows) = table::parse(&out)?;
     ensure!(
         header
             == [
@@ -746,7 +707,7 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
 
     // All namespaces: a NAMESPACE column first, both copies of `gen`.
     let out = bed.kubectl_ok(&["get", RESOURCE, "-A"]).await?;
-    let (header, rows) = table(&out)?;
+    let (header, rows) = table::parse(&out)?;
     ensure!(
         header.first().map(String::as_str) == Some("NAMESPACE"),
         "{out}"
@@ -769,7 +730,7 @@ async fn kubectl_tables(bed: &TestBed, fixture: &Fixture) -> Result<()> {
             &format!("metadata.name={name}"),
         ])
         .await?;
-    let (_, rows) = table(&out)?;
+    let (_, rows) = table::parse(&out)?;
     ensure!(rows.len() == 1 && &rows[0][0] == name, "{out}");
 
     // One object as JSON: a ManagedOSVersionChangelogSummary.
