@@ -245,18 +245,21 @@ impl Authorizer {
             return Ok(Decision::Allow);
         }
         let key = ReviewKey::of(user, attributes);
-        let spec = review_spec(user, attributes);
         let cacheable = attributes.size() < MAX_CACHED_ATTRIBUTES_SIZE;
         let (authorized_ttl, unauthorized_ttl) = (self.authorized_ttl, self.unauthorized_ttl);
         let status = self
             .cache
-            .get_or_review(key, review(self.api.clone(), spec), move |status| {
-                cacheable.then_some(if status.allowed {
-                    authorized_ttl
-                } else {
-                    unauthorized_ttl
-                })
-            })
+            .get_or_review(
+                key,
+                || review(self.api.clone(), review_spec(user, attributes)),
+                move |status| {
+                    cacheable.then_some(if status.allowed {
+                        authorized_ttl
+                    } else {
+                        unauthorized_ttl
+                    })
+                },
+            )
             .await
             .map_err(AuthzError::Review)?;
         match (status.allowed, status.denied.unwrap_or_default()) {

@@ -139,6 +139,8 @@ pub type RetainedStatuses = BTreeMap<String, BTreeMap<String, RetainedStatus>>;
 pub struct Cache {
     channels: DashMap<ChannelKey, Arc<ChannelState>>,
     retained: DashMap<ChannelKey, Arc<RetainedStatuses>>,
+    /// Counts changes, for those who render from the cache ahead of requests.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// Cache totals, for metrics.
@@ -201,6 +203,17 @@ impl Cache {
         let mut entry = self.channels.entry(key.clone()).or_default();
         let new = f(Some(entry.value().as_ref()));
         *entry.value_mut() = Arc::new(new);
+        drop(entry);
+        self.changed();
+    }
+
+    /// A receiver told of every change of a channel's state.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Stores `new` as the state of `key` if the state is still `expected`
@@ -214,7 +227,7 @@ impl Cache {
     ) -> Result<Arc<ChannelState>, Option<Arc<ChannelState>>> {
         use dashmap::mapref::entry::Entry;
         let new = Arc::new(new);
-        match (self.channels.entry(key.clone()), expected) {
+        let swapped = match (self.channels.entry(key.clone()), expected) {
             (Entry::Occupied(mut entry), Some(expected)) if Arc::ptr_eq(entry.get(), expected) => {
                 entry.insert(new.clone());
                 Ok(new)
@@ -225,13 +238,18 @@ impl Cache {
             }
             (Entry::Occupied(entry), _) => Err(Some(entry.get().clone())),
             (Entry::Vacant(_), Some(_)) => Err(None),
+        };
+        if swapped.is_ok() {
+            self.changed();
         }
+        swapped
     }
 
     /// Forgets a deleted channel.
     pub fn remove(&self, key: &ChannelKey) {
         self.channels.remove(key);
         self.retained.remove(key);
+        self.changed();
     }
 
     /// Whether the retained version `name` of `key` is being rebuilt for

@@ -13,7 +13,7 @@ use elemental_changelog_apiserver::{
     health::Health,
     metrics::Metrics,
     oci::reload::{self, ReloadingFetcher},
-    routes::{App, resources::Resources},
+    routes::{App, ready::ReadyCache, resources::Resources},
     server, telemetry,
 };
 use elemental_changelog_certs::{serving, tls};
@@ -152,6 +152,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             cache,
             args.default_arch.clone(),
             args.architectures.clone(),
+            ReadyCache::new(args.serving.answer_cache_size, metrics.clone()),
         )),
         inflight: Arc::new(tokio::sync::Semaphore::new(
             args.serving.max_requests_inflight,
@@ -202,6 +203,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             tokio::time::sleep(delay).await;
         }
     };
+    let defaults_run = app.clone().keep_defaults_ready();
     let server = server::serve(listener, tls_config, app, shutdown, &args.serving);
     tokio::select! {
         () = server => {
@@ -218,6 +220,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
         () = certs_run => anyhow::bail!("the serving certificate reloader stopped"),
         () = registry_run => anyhow::bail!("the registry settings reloader stopped"),
+        () = defaults_run => anyhow::bail!("the renderer of default answers stopped"),
     }
 }
 

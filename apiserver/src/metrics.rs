@@ -99,6 +99,10 @@ pub struct Metrics {
     history_records: IntGauge,
     retained_pulls: IntCounterVec,
     worker_panics: IntCounter,
+    answer_hits: IntCounter,
+    answer_misses: IntCounter,
+    answer_bytes: IntGauge,
+    answers: IntGauge,
 }
 
 impl Default for Metrics {
@@ -303,7 +307,23 @@ impl Metrics {
         registry
             .register(Box::new(worker_panics.clone()))
             .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
+        let answer_lookups = counter(
+            &registry,
+            "answer_cache_requests_total",
+            "Answers looked up in the ready-bytes cache, by result (hit: sent as kept; miss: rendered).",
+            &["result"],
+        );
+        let answer_bytes = gauge(
+            &registry,
+            "answer_cache_bytes",
+            "Bytes of rendered answers kept (bodies, gzip forms, per-answer overhead); at most --answer-cache-size.",
+        );
+        let answers = gauge(&registry, "answer_cache_answers", "Rendered answers kept.");
         Self {
+            answer_hits: answer_lookups.with_label_values(&["hit"]),
+            answer_misses: answer_lookups.with_label_values(&["miss"]),
+            answer_bytes,
+            answers,
             registry,
             requests,
             request_duration,
@@ -452,6 +472,22 @@ impl Metrics {
     /// Counts a channel worker that panicked.
     pub fn worker_panic(&self) {
         self.worker_panics.inc();
+    }
+
+    /// Counts a lookup in the ready-bytes cache.
+    pub fn answer_cache(&self, hit: bool) {
+        if hit {
+            self.answer_hits.inc();
+        } else {
+            self.answer_misses.inc();
+        }
+    }
+
+    /// Sets the size of the ready-bytes cache.
+    pub fn answer_cache_bytes(&self, bytes: u64, answers: usize) {
+        self.answer_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.answers.set(gauge_value(answers));
     }
 
     /// The Prometheus text exposition of every metric.

@@ -4,11 +4,16 @@
 //!
 //! This API is read-only: any verb but GET (and HEAD) is a 405.
 
+pub mod ready;
 pub mod resources;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
 use bytes::Bytes;
+use dashmap::DashMap;
 use elemental_changelog_apiservice::{
     discovery, openapi,
     status::{Denied, StatusError},
@@ -19,6 +24,7 @@ use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+use self::ready::Ready;
 use crate::{
     authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
     authz::{Authorizer, Decision},
@@ -29,6 +35,9 @@ use crate::{
 
 /// Seconds a client is told to wait after a 429 (kube-apiserver says 1).
 const RETRY_AFTER_TOO_MANY: u32 = 1;
+/// How often the default answers are checked for ManagedOSVersions created since the last
+/// change of the channel data.
+const DEFAULTS_RECHECK: Duration = Duration::from_secs(10);
 
 /// Everything a request may need.
 pub struct App {
@@ -182,7 +191,7 @@ impl App {
                 "text/plain; version=0.0.4; charset=utf-8",
             ),
             Target::Resource(resource) => self
-                .answer_resource(resource, accept)
+                .answer_resource(resource, headers)
                 .await
                 .unwrap_or_else(|error| status(&error)),
             Target::Invalid { error, .. } => status(error),
@@ -192,22 +201,27 @@ impl App {
 }
 
 impl App {
-    /// Answers a resource request. Work that grows with the data (a range of versions,
-    /// a list of summaries, a CVE search) runs on the blocking pool, at most
-    /// `--max-compute-concurrency` at once, so a flood of such requests leaves the async
-    /// threads, health probes and cheap answers alone.
+    /// Answers a resource request: from ready bytes when they are kept (decided on the async
+    /// threads: a lookup, no rendering), else rendered and kept. Rendering that grows with the
+    /// data (a range of versions, a list of summaries, a CVE search) runs on the blocking
+    /// pool, at most `--max-compute-concurrency` at once, so a flood of such requests leaves
+    /// the async threads, health probes and ready answers alone.
     async fn answer_resource(
         &self,
         resource: &Resource,
-        accept: Option<&str>,
+        headers: &HeaderMap,
     ) -> Result<HttpResponse, StatusError> {
+        let accept = header_str(headers, header::ACCEPT);
+        if let Some(ready) = self.resources.kept(resource, accept)? {
+            return Ok(ready.respond(headers));
+        }
         let heavy = match resource {
             Resource::Changelog { params, .. } => params.from.is_some(),
             Resource::List { .. } => true,
             Resource::Get { .. } => false,
         };
         if !heavy {
-            return self.resources.answer(resource, accept);
+            return Ok(self.resources.answer(resource, accept)?.respond(headers));
         }
         // Waiting for a slot counts against the request's deadline (`limited`).
         let Ok(permit) = self.compute.clone().acquire_owned().await else {
@@ -217,12 +231,45 @@ impl App {
         let resources = self.resources.clone();
         let resource = resource.clone();
         let accept = accept.map(str::to_owned);
-        tokio::task::spawn_blocking(move || {
+        let answer = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             resources.answer(&resource, accept.as_deref())
         })
         .await
-        .unwrap_or_else(|panicked| Err(StatusError::internal(&panicked)))
+        .unwrap_or_else(|panicked| Err(StatusError::internal(&panicked)))?;
+        Ok(answer.respond(headers))
+    }
+
+    /// Keeps the default answer of every version ready (see
+    /// [`resources::Resources::prepare_defaults`]), in up to half of the answer cache: after
+    /// each change of the channel data, and every [`DEFAULTS_RECHECK`] for ManagedOSVersions
+    /// created since. Runs until the process ends.
+    pub async fn keep_defaults_ready(self: Arc<Self>) {
+        let mut changes = self.resources.changes();
+        loop {
+            let (_, capacity) = self.resources.kept_bytes();
+            if capacity > 0
+                && let Ok(permit) = self.compute.clone().acquire_owned().await
+            {
+                let resources = self.resources.clone();
+                let started = std::time::Instant::now();
+                let rendered = tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    resources.prepare_defaults(capacity / 2)
+                })
+                .await
+                .unwrap_or_default();
+                if rendered > 0 {
+                    debug!(
+                        rendered,
+                        millis = started.elapsed().as_millis(),
+                        "default answers rendered ahead of requests"
+                    );
+                }
+            }
+            // A change, or the recheck interval, whichever comes first.
+            let _ = tokio::time::timeout(DEFAULTS_RECHECK, changes.changed()).await;
+        }
     }
 }
 
@@ -262,34 +309,23 @@ fn not_found_path(path: &str) -> StatusError {
     error
 }
 
+/// A discovery or OpenAPI document: built once with its gzip form, answered 304 to a
+/// matching `If-None-Match`.
 fn document_response(headers: &HeaderMap, document: &'static discovery::Document) -> HttpResponse {
-    let matches = discovery::if_none_match_matches(
-        header_str(headers, header::IF_NONE_MATCH),
-        &document.etag,
-    );
-    let mut response = if matches {
-        let mut r = Response::new(Full::new(Bytes::new()));
-        *r.status_mut() = StatusCode::NOT_MODIFIED;
-        r
-    } else {
-        ok(
-            Bytes::from_static(document.body.as_slice()),
-            document.content_type,
-        )
-    };
-    let headers = response.headers_mut();
-    if let Ok(etag) = HeaderValue::from_str(&document.etag) {
-        headers.insert(header::ETAG, etag);
-    }
-    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
-    if matches {
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(document.content_type),
-        );
-    }
-    response
+    static READY: LazyLock<DashMap<usize, Arc<Ready>>> = LazyLock::new(DashMap::new);
+    // A handful of static documents, each made ready once.
+    let address = std::ptr::from_ref(document) as usize;
+    let ready = READY
+        .entry(address)
+        .or_insert_with(|| {
+            Arc::new(Ready::document(
+                &document.body,
+                document.content_type,
+                &document.etag,
+            ))
+        })
+        .clone();
+    ready.respond(headers)
 }
 
 fn health_response(checks: &[health::Check], kind: &str, verbose: bool) -> HttpResponse {

@@ -79,6 +79,12 @@ pub struct ServingLimits {
         default_value_t = 0
     )]
     pub max_compute_concurrency: usize,
+    /// Bytes of rendered answers kept ready (`32MiB`, `32Mi`; 0: none): bodies and their gzip
+    /// forms, shared by every request for the same answer until the data they came from is
+    /// replaced. Half of it at most holds each version's default changelog rendered ahead of
+    /// requests.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_ANSWER_CACHE_SIZE", default_value = "32MiB", value_parser = crate::oci::config::parse_byte_size)]
+    pub answer_cache_size: u64,
     /// On SIGTERM, how long to keep serving with `/readyz` failing, so that endpoints
     /// drop this replica before it stops accepting (kube-apiserver's flag).
     #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_DELAY_DURATION", default_value = "0s", value_parser = humantime::parse_duration)]
@@ -96,6 +102,7 @@ impl Default for ServingLimits {
             request_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             max_compute_concurrency: 0,
+            answer_cache_size: 32 << 20,
             shutdown_delay_duration: Duration::ZERO,
             shutdown_grace_period: Duration::from_secs(10),
         }

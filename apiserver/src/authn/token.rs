@@ -59,12 +59,11 @@ impl TokenAuthenticator {
     /// The user `token` identifies.
     pub(crate) async fn authenticate(&self, token: &str) -> Result<UserInfo, AuthnError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let api = self.api.clone();
-        let token = token.to_owned();
         let ttl = self.ttl;
+        let review = || review(self.api.clone(), token.to_owned());
         let answer = self
             .cache
-            .get_or_review(key, review(api, token), move |answer| match answer {
+            .get_or_review(key, review, move |answer| match answer {
                 Answer::Authenticated(_) | Answer::Unauthenticated { error: None } => Some(ttl),
                 Answer::Unauthenticated { error: Some(_) } => None,
             })

@@ -175,10 +175,12 @@ where
     }
 
     /// The unexpired answer for `key`; else the answer of the review in flight for `key`; else
-    /// the answer of `review`, started now in its own task and kept for `ttl(&answer)` when
-    /// that is `Some` non-zero duration.
-    pub(crate) async fn get_or_review<R, T>(&self, key: K, review: R, ttl: T) -> Outcome<V>
+    /// the answer of `review()`, started now in its own task and kept for `ttl(&answer)` when
+    /// that is `Some` non-zero duration. `review` is called only when a review is started, so
+    /// an answer found costs no request to build.
+    pub(crate) async fn get_or_review<F, R, T>(&self, key: K, review: F, ttl: T) -> Outcome<V>
     where
+        F: FnOnce() -> R,
         R: Future<Output = Result<V, ReviewError>> + Send + 'static,
         T: FnOnce(&V) -> Option<Duration> + Send + 'static,
     {
@@ -197,6 +199,7 @@ where
         let stored_key = key.clone();
         // The answer is stored before the review leaves the flight table, so a lookup always
         // finds one or the other.
+        let review = review();
         let work = async move {
             let outcome = review.await.map_err(Arc::new);
             if let Ok(value) = &outcome
@@ -359,17 +362,26 @@ mod tests {
         };
         let ttl = |_: &u32| Some(Duration::from_secs(10));
         assert_eq!(
-            cache.get_or_review("k", review(&reviews), ttl).await.ok(),
+            cache
+                .get_or_review("k", || review(&reviews), ttl)
+                .await
+                .ok(),
             Some(0)
         );
         tokio::time::advance(Duration::from_millis(9_999)).await;
         assert_eq!(
-            cache.get_or_review("k", review(&reviews), ttl).await.ok(),
+            cache
+                .get_or_review("k", || review(&reviews), ttl)
+                .await
+                .ok(),
             Some(0)
         );
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(
-            cache.get_or_review("k", review(&reviews), ttl).await.ok(),
+            cache
+                .get_or_review("k", || review(&reviews), ttl)
+                .await
+                .ok(),
             Some(1)
         );
     }
@@ -380,18 +392,18 @@ mod tests {
         let failed = cache
             .get_or_review(
                 "k",
-                async { Err(ReviewError::TimedOut(Duration::ZERO)) },
+                || async { Err(ReviewError::TimedOut(Duration::ZERO)) },
                 |_: &u32| Some(Duration::from_secs(10)),
             )
             .await;
         assert!(failed.is_err());
         let zero = cache
-            .get_or_review("k", async { Ok(1) }, |_: &u32| Some(Duration::ZERO))
+            .get_or_review("k", || async { Ok(1) }, |_: &u32| Some(Duration::ZERO))
             .await;
         assert_eq!(zero.ok(), Some(1));
         assert_eq!(cache.len(), 0);
         let second = cache
-            .get_or_review("k", async { Ok(2) }, |_: &u32| None)
+            .get_or_review("k", || async { Ok(2) }, |_: &u32| None)
             .await;
         assert_eq!(second.ok(), Some(2));
     }
@@ -404,7 +416,7 @@ mod tests {
         let counted = Arc::clone(&reviews);
         let first = cache.get_or_review(
             "k",
-            async move {
+            || async move {
                 counted.fetch_add(1, Ordering::SeqCst);
                 released.await.ok();
                 Ok(7)
@@ -414,7 +426,7 @@ mod tests {
         let counted = Arc::clone(&reviews);
         let second = cache.get_or_review(
             "k",
-            async move { Ok(counted.fetch_add(1, Ordering::SeqCst) + 100) },
+            || async move { Ok(counted.fetch_add(1, Ordering::SeqCst) + 100) },
             |_: &u32| None,
         );
         let (first, second, ()) = tokio::join!(first, second, async {
@@ -430,20 +442,22 @@ mod tests {
         let cache = ReviewCache::<u32, u32>::new(2);
         for (key, ttl) in [(1, 30), (2, 20), (3, 40)] {
             cache
-                .get_or_review(key, async move { Ok(key) }, move |_: &u32| {
-                    Some(Duration::from_secs(ttl))
-                })
+                .get_or_review(
+                    key,
+                    || async move { Ok(key) },
+                    move |_: &u32| Some(Duration::from_secs(ttl)),
+                )
                 .await
                 .ok();
         }
         assert_eq!(cache.len(), 2);
         // Key 2 (expiring first) was evicted: asking again reviews again.
         let again = cache
-            .get_or_review(2, async { Ok(200) }, |_: &u32| None)
+            .get_or_review(2, || async { Ok(200) }, |_: &u32| None)
             .await;
         assert_eq!(again.ok(), Some(200));
         let kept = cache
-            .get_or_review(1, async { Ok(100) }, |_: &u32| None)
+            .get_or_review(1, || async { Ok(100) }, |_: &u32| None)
             .await;
         assert_eq!(kept.ok(), Some(1));
     }

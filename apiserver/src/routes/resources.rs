@@ -4,6 +4,9 @@
 
 use std::sync::Arc;
 
+use http::{HeaderMap, HeaderValue};
+use sha2::{Digest, Sha256};
+
 use elemental_changelog::compute::QueryError;
 use elemental_changelog_apiservice::{
     Arch, RESOURCE, content,
@@ -18,7 +21,10 @@ use elemental_changelog_apiservice::{
 };
 use kube::ResourceExt;
 
-use super::{HttpResponse, ok};
+use super::{
+    HttpResponse, ok,
+    ready::{Ready, ReadyCache},
+};
 use crate::oci::FetchErrorKind;
 use crate::{
     cache::{Cache, ChannelKey, ChannelState, RetainedStatus, Snapshot},
@@ -42,6 +48,78 @@ pub struct Resources {
     cache: Arc<Cache>,
     default_arch: Arch,
     architectures: Vec<Arch>,
+    ready: ReadyCache<AnswerKey>,
+}
+
+/// What a kept answer depends on: two requests with equal keys get the same bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AnswerKey {
+    /// A changelog. The ManagedOSVersion is named by its uid and resourceVersion (its
+    /// metadata is in the answer), the snapshot holding its data by address (the answer pins
+    /// it, so the address is not reused while the answer is kept).
+    Changelog {
+        /// The ManagedOSVersion.
+        object: ObjectVersion,
+        /// Address of the [`Snapshot`].
+        snapshot: usize,
+        /// `from`.
+        from: Option<String>,
+        /// Architecture.
+        arch: Arch,
+        /// Output format.
+        format: Format,
+    },
+    /// Summaries as JSON, one (`get`) or a list: a fingerprint of every version selected and
+    /// where its data stands (object uid and resourceVersion, snapshot address or why none).
+    Summaries {
+        /// A list (or one summary).
+        list: bool,
+        /// `cve`, as asked.
+        cve: Option<String>,
+        /// Architecture.
+        arch: Arch,
+        /// SHA-256 of the selection.
+        fingerprint: [u8; 32],
+    },
+}
+
+/// A ManagedOSVersion as last seen: namespace, name, uid and resourceVersion.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectVersion {
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+impl ObjectVersion {
+    fn of(version: &ManagedOSVersion) -> Self {
+        Self {
+            namespace: version.namespace().unwrap_or_default(),
+            name: version.name_any(),
+            uid: version.uid(),
+            resource_version: version.resource_version(),
+        }
+    }
+}
+
+/// An answer: ready bytes (kept or just rendered), or a response made for this request
+/// alone (a `Table`, whose ages change with the clock).
+pub enum Answer {
+    /// Rendered once, kept in the ready-bytes cache.
+    Ready(Arc<Ready>),
+    /// Made for this request.
+    Fresh(HttpResponse),
+}
+
+impl Answer {
+    /// The response to a request with these headers (`If-None-Match`, `Accept-Encoding`).
+    pub fn respond(self, request: &HeaderMap) -> HttpResponse {
+        match self {
+            Self::Ready(ready) => ready.respond(request),
+            Self::Fresh(response) => response,
+        }
+    }
 }
 
 /// Where a version's data stands: the snapshot holding it, or why none does.
@@ -58,35 +136,72 @@ enum Lookup {
     },
 }
 
+/// A changelog request whose version, channel and snapshot are known.
+struct ChangelogRequest<'a> {
+    key: AnswerKey,
+    version: Arc<ManagedOSVersion>,
+    channel: Arc<ManagedOSVersionChannel>,
+    snapshot: Arc<Snapshot>,
+    params: &'a ChangelogParams,
+    arch: &'a Arch,
+}
+
+/// The versions a summaries request selects, each with where its data stands.
+type Selection = Vec<(Arc<ManagedOSVersion>, Lookup)>;
+
 impl Resources {
     /// Answers over the reflector stores and the cache; `architectures` are those the
-    /// channel workers read (the cache is keyed by their RPM names).
+    /// channel workers read (the cache is keyed by their RPM names). Rendered answers are
+    /// kept in `ready`.
     pub fn new(
         objects: Objects,
         cache: Arc<Cache>,
         default_arch: Arch,
         architectures: Vec<Arch>,
+        ready: ReadyCache<AnswerKey>,
     ) -> Self {
         Self {
             objects,
             cache,
             default_arch,
             architectures,
+            ready,
         }
     }
 
-    /// Answers a resource request.
-    pub fn answer(
+    /// The answer to `resource` when it is kept ready, decided without rendering anything:
+    /// `Ok(None)` means it must be rendered ([`Resources::answer`]). Errors (404, 400, 503)
+    /// are cheap and final.
+    pub fn kept(
         &self,
         resource: &Resource,
         accept: Option<&str>,
-    ) -> Result<HttpResponse, StatusError> {
+    ) -> Result<Option<Arc<Ready>>, StatusError> {
         match resource {
             Resource::Changelog {
                 namespace,
                 name,
                 params,
-            } => self.changelog(namespace, name, params, accept),
+            } => {
+                let request = self.changelog_request(namespace, name, params, accept)?;
+                Ok(self.ready.get(&request.key))
+            }
+            Resource::Get { .. } | Resource::List { .. } => Ok(None),
+        }
+    }
+
+    /// Answers a resource request, from the ready bytes when they are kept, else rendering
+    /// them (and keeping them).
+    pub fn answer(&self, resource: &Resource, accept: Option<&str>) -> Result<Answer, StatusError> {
+        match resource {
+            Resource::Changelog {
+                namespace,
+                name,
+                params,
+            } => {
+                let request = self.changelog_request(namespace, name, params, accept)?;
+                self.changelog(request).map(Answer::Ready)
+            }
             Resource::Get {
                 namespace,
                 name,
@@ -95,27 +210,147 @@ impl Resources {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.arch(params.arch.as_ref())?;
                 let version = self.version(namespace, name)?;
-                let summary = self.summary(&version, arch);
-                respond_summaries(representation, vec![summary], false)
+                let lookup = self.lookup(&version, arch);
+                self.summaries(vec![(version, lookup)], None, arch, representation, false)
             }
             Resource::List { namespace, params } => {
                 let representation = content::negotiate(accept, params.include_object)?;
-                self.summaries(namespace.as_deref(), params, representation)
+                params.fields.check_supported()?;
+                let arch = self.arch(params.arch.as_ref())?;
+                let selection = self.select(namespace.as_deref(), params, arch);
+                self.summaries(selection, params.cve.as_deref(), arch, representation, true)
             }
         }
     }
 
-    /// Summaries of the versions a list selects; with `cve`, only those fixing it.
-    fn summaries(
-        &self,
-        namespace: Option<&str>,
-        params: &ListParams,
-        representation: Representation,
-    ) -> Result<HttpResponse, StatusError> {
-        params.fields.check_supported()?;
+    /// Renders, ahead of any request, the default answer (JSON, the default architecture,
+    /// compared with the previous version) of every version with data, until `bytes` of them
+    /// are kept. Returns how many were rendered now.
+    pub fn prepare_defaults(&self, bytes: u64) -> usize {
+        let mut kept = 0u64;
+        let mut rendered = 0;
+        let params = ChangelogParams::default();
+        for version in self.objects.versions.list(None) {
+            if kept >= bytes {
+                break;
+            }
+            let (Some(namespace), name) = (version.namespace(), version.name_any()) else {
+                continue;
+            };
+            let Ok(request) = self.changelog_request(&namespace, &name, &params, None) else {
+                continue;
+            };
+            let fresh = !self.ready.contains(&request.key);
+            if let Ok(ready) = self.changelog(request) {
+                kept += ready.weight();
+                rendered += usize::from(fresh);
+            }
+        }
+        rendered
+    }
+
+    /// A receiver told of every change of the channel data.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.cache.changes()
+    }
+
+    /// Bytes of answers kept, and the most that may be.
+    pub fn kept_bytes(&self) -> (u64, u64) {
+        (self.ready.weight(), self.ready.capacity())
+    }
+
+    /// Finds what a changelog request needs: the version, its channel and snapshot; `from`
+    /// checked. Cheap: nothing is computed or rendered.
+    fn changelog_request<'a>(
+        &'a self,
+        namespace: &str,
+        name: &str,
+        params: &'a ChangelogParams,
+        accept: Option<&str>,
+    ) -> Result<ChangelogRequest<'a>, StatusError> {
+        if params.format == Format::Json {
+            // A Table of a changelog is not offered; kubectl then prints the
+            // object itself. Only types we cannot produce at all are refused.
+            content::negotiate(accept, IncludeObject::default())?;
+        }
         let arch = self.arch(params.arch.as_ref())?;
-        let mut versions: Vec<Arc<ManagedOSVersion>> = self
-            .objects
+        let version = self.version(namespace, name)?;
+        let (channel, snapshot) = match self.lookup(&version, arch) {
+            Lookup::Found { channel, snapshot } => (channel, snapshot),
+            Lookup::Unavailable { error, .. } => return Err(error),
+        };
+        if let Some(from) = &params.from {
+            self.check_from(&version, from, &channel.name_any())?;
+        }
+        let key = AnswerKey::Changelog {
+            object: ObjectVersion::of(&version),
+            snapshot: Arc::as_ptr(&snapshot) as usize,
+            from: params.from.clone(),
+            arch: arch.clone(),
+            format: params.format,
+        };
+        Ok(ChangelogRequest {
+            key,
+            version,
+            channel,
+            snapshot,
+            params,
+            arch,
+        })
+    }
+
+    /// The changelog's ready bytes, rendered unless kept.
+    fn changelog(&self, request: ChangelogRequest<'_>) -> Result<Arc<Ready>, StatusError> {
+        let ChangelogRequest {
+            key,
+            version,
+            channel,
+            snapshot,
+            params,
+            arch,
+        } = request;
+        self.ready.get_or_render(key, || {
+            let name = version.name_any();
+            let channel_name = channel.name_any();
+            let source = source(&channel_name, &snapshot);
+            let mut changelog = snapshot
+                .data
+                .changelog(&name, params.from.as_deref())
+                .map_err(|e| query_error(&name, source, &e))?;
+            changelog.metadata = object_meta(&version);
+            changelog.channel = objects::channel_ref(source, &snapshot.data, &name);
+            changelog.arch = arch.to_string();
+            objects::http_links_only(&mut changelog);
+            let (body, content_type) = match params.format {
+                Format::Json => (
+                    serde_json::to_vec(&changelog).map_err(|e| StatusError::internal(&e))?,
+                    content::JSON,
+                ),
+                Format::Text => (
+                    render::text(&changelog).into_bytes(),
+                    "text/plain; charset=utf-8",
+                ),
+                Format::Markdown => (
+                    render::markdown(&changelog).into_bytes(),
+                    "text/markdown; charset=utf-8",
+                ),
+            };
+            // kubectl (and client-go) print these on stderr.
+            let warnings = changelog
+                .warnings
+                .iter()
+                .filter_map(|w| HeaderValue::from_str(&objects::warning_header(w)).ok())
+                .collect();
+            Ok(Ready::answer(body, content_type)
+                .with_warnings(warnings)
+                .pinned(&[&snapshot]))
+        })
+    }
+
+    /// The versions a list selects (namespace, label and field selectors), each with where
+    /// its data stands.
+    fn select(&self, namespace: Option<&str>, params: &ListParams, arch: &Arch) -> Selection {
+        self.objects
             .versions
             .list(namespace)
             .into_iter()
@@ -125,12 +360,48 @@ impl Resources {
                     .fields
                     .matches(&v.name_any(), v.namespace().as_deref().unwrap_or_default())
             })
-            .collect();
-        if let Some(cve) = &params.cve {
-            versions = self.fixing(versions, cve, arch);
+            .map(|v| {
+                let lookup = self.lookup(&v, arch);
+                (v, lookup)
+            })
+            .collect()
+    }
+
+    /// Summaries of `selection` (with `cve`, only the versions fixing it, first fix first).
+    /// JSON is kept ready; a Table is made for each request.
+    fn summaries(
+        &self,
+        selection: Selection,
+        cve: Option<&str>,
+        arch: &Arch,
+        representation: Representation,
+        list: bool,
+    ) -> Result<Answer, StatusError> {
+        let render = |selection: Selection| {
+            let selection = match cve {
+                Some(cve) => fixing(selection, cve),
+                None => selection,
+            };
+            let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
+            respond_summaries(representation, items, list)
+        };
+        if !matches!(representation, Representation::Json) {
+            let (body, content_type) = render(selection)?;
+            return Ok(Answer::Fresh(ok(body, content_type)));
         }
-        let items = versions.iter().map(|v| self.summary(v, arch)).collect();
-        respond_summaries(representation, items, true)
+        let key = AnswerKey::Summaries {
+            list,
+            cve: cve.map(str::to_owned),
+            arch: arch.clone(),
+            fingerprint: fingerprint(&selection),
+        };
+        self.ready
+            .get_or_render(key, || {
+                let pins: Vec<Arc<Snapshot>> = snapshots_of(&selection);
+                let (body, content_type) = render(selection)?;
+                Ok(Ready::answer(body, content_type).pinned(&pins.iter().collect::<Vec<_>>()))
+            })
+            .map(Answer::Ready)
     }
 
     /// The architecture asked for (the default when none), if this server reads it.
@@ -162,250 +433,91 @@ impl Resources {
     /// Finds the snapshot that holds `version`'s data for `arch`, or says why
     /// there is none.
     fn lookup(&self, version: &ManagedOSVersion, arch: &Arch) -> Lookup {
-        let arch = arch.as_str();
         let name = version.name_any();
         let namespace = version.namespace().unwrap_or_default();
-        let unavailable = |channel_name: Option<String>, image: Option<String>, reason, error| {
-            Lookup::Unavailable {
-                channel_name,
-                image,
-                reason,
-                error,
-            }
-        };
         let Some(channel_name) = version.channel_name().map(str::to_owned) else {
-            return unavailable(
+            return Lookup::no_channel(
                 None,
-                None,
-                UnavailableReason::NoChannel,
-                not_found_because(
-                    &name,
-                    "NoChannel",
-                    format!(
-                        "ManagedOSVersion {namespace}/{name} has no channel (no controller owner reference nor elemental.cattle.io/channel label)"
-                    ),
+                &name,
+                format!(
+                    "ManagedOSVersion {namespace}/{name} has no channel (no controller owner reference nor elemental.cattle.io/channel label)"
                 ),
             );
         };
         let Some(channel) = self.objects.channels.get(&namespace, &channel_name) else {
-            return unavailable(
-                Some(channel_name.clone()),
-                None,
-                UnavailableReason::NoChannel,
-                not_found_because(
-                    &name,
-                    "NoChannel",
-                    format!(
-                        "ManagedOSVersionChannel {namespace}/{channel_name} of ManagedOSVersion {name} does not exist"
-                    ),
-                ),
+            let message = format!(
+                "ManagedOSVersionChannel {namespace}/{channel_name} of ManagedOSVersion {name} does not exist"
             );
+            return Lookup::no_channel(Some(channel_name), &name, message);
         };
-        let image = channel.image().map(str::to_owned);
-        let state = self.cache.get(&ChannelKey::new(&namespace, &channel_name));
+        let key = ChannelKey::new(&namespace, &channel_name);
+        let state = self.cache.get(&key);
         let snapshot = state
             .as_ref()
-            .and_then(|s| s.archs.get(arch))
+            .and_then(|s| s.archs.get(arch.as_str()))
             .and_then(|a| a.snapshot.clone());
-        if let Some(snapshot) = snapshot {
-            if snapshot.data.version(&name).is_some() {
-                return Lookup::Found { channel, snapshot };
+        match snapshot {
+            Some(snapshot) if snapshot.data.version(&name).is_some() => {
+                Lookup::Found { channel, snapshot }
             }
-            // A version an older image listed (the channel history says which), while
-            // that image is pulled again or after pulling it failed: never a 404.
-            let key = ChannelKey::new(&namespace, &channel_name);
-            match self.cache.retained_status(&key, arch, &name) {
-                Some(RetainedStatus::Rebuilding { image: older }) => {
-                    let mut error = StatusError::service_unavailable(
-                        format!(
-                            "the changelog data of ManagedOSVersion {namespace}/{name} is being read again from {older}, an earlier image of channel {channel_name}"
-                        ),
-                        Some(RETRY_AFTER_NOT_FETCHED),
-                    );
-                    add_cause(&mut error, &name, "NotFetched");
-                    return unavailable(
-                        Some(channel_name),
-                        image,
-                        UnavailableReason::NotFetched,
-                        error,
-                    );
-                }
-                Some(RetainedStatus::Failed {
-                    image: older,
-                    failure,
-                }) => {
-                    let mut error = StatusError::service_unavailable(
-                        format!(
-                            "ManagedOSVersion {namespace}/{name} is listed only by {older}, an earlier image of channel {channel_name}: {} ({}); the server keeps retrying",
-                            failure.kind.public_message(),
-                            failure.kind
-                        ),
-                        None,
-                    );
-                    add_cause(&mut error, &name, "FetchFailed");
-                    return unavailable(
-                        Some(channel_name),
-                        image,
-                        UnavailableReason::FetchFailed,
-                        error,
-                    );
-                }
-                None => {}
-            }
-            if !version.spec.type_.is_empty()
-                && !version.spec.type_.eq_ignore_ascii_case("container")
-            {
-                return unavailable(
-                    Some(channel_name),
-                    image,
-                    UnavailableReason::NoChangelogData,
-                    not_found_because(
-                        &name,
-                        "NoChangelogData",
-                        format!(
-                            "ManagedOSVersion {name} is of type {:?}: changelogs exist for container (OS) versions only",
-                            version.spec.type_
-                        ),
-                    ),
-                );
-            }
-            return unavailable(
-                Some(channel_name),
-                image,
-                UnavailableReason::NoChangelogData,
-                not_found_because(
-                    &name,
-                    "NoChangelogData",
-                    format!(
-                        "channel image {} ({}) has no changelog data for ManagedOSVersion {name}",
-                        snapshot.image, snapshot.digest
-                    ),
-                ),
-            );
-        }
-        let Some(image) = image else {
-            return unavailable(
-                Some(channel_name.clone()),
-                None,
-                UnavailableReason::ChannelHasNoImage,
-                not_found_because(
-                    &name,
-                    "ChannelHasNoImage",
-                    format!(
-                        "ManagedOSVersionChannel {namespace}/{channel_name} has no image (type {:?}), so it carries no changelog data",
-                        channel.spec.type_
-                    ),
-                ),
-            );
-        };
-        match state.as_deref() {
-            Some(ChannelState {
-                attempted: true,
-                archs,
-                ..
-            }) => {
-                let failure = archs.get(arch).and_then(|a| a.last_error.clone());
-                if failure
-                    .as_ref()
-                    .is_some_and(|f| f.kind == NO_MATCHING_PLATFORM)
-                {
-                    // The image is fine; it just has nothing for this architecture.
-                    return unavailable(
-                        Some(channel_name),
-                        Some(image.clone()),
-                        UnavailableReason::NoChangelogData,
-                        not_found_because(
-                            &name,
-                            "NoChangelogData",
-                            format!("channel image {image} has no linux/{arch} image"),
-                        ),
-                    );
-                }
-                let message = match failure {
-                    // The registry's own words (bodies, token realms) stay in the
-                    // logs and the metric label; callers get the kind.
-                    Some(f) => format!(
-                        "channel image {image} for {arch}: {} ({}); the server keeps retrying",
-                        f.kind.public_message(),
-                        f.kind
-                    ),
-                    None => format!("channel image {image} has no data for {arch} yet"),
-                };
-                // No Retry-After: clients such as kubectl would silently retry
-                // for minutes what needs an operator's attention.
-                let mut error = StatusError::service_unavailable(message, None);
-                add_cause(&mut error, &name, "FetchFailed");
-                unavailable(
-                    Some(channel_name),
-                    Some(image),
-                    UnavailableReason::FetchFailed,
-                    error,
-                )
-            }
-            _ => {
-                let mut error = StatusError::service_unavailable(
-                    format!(
-                        "the changelog data of channel {namespace}/{channel_name} (image {image}) is not fetched yet"
-                    ),
-                    Some(RETRY_AFTER_NOT_FETCHED),
-                );
-                add_cause(&mut error, &name, "NotFetched");
-                unavailable(
-                    Some(channel_name),
-                    Some(image),
-                    UnavailableReason::NotFetched,
-                    error,
-                )
-            }
+            Some(snapshot) => self.not_in_snapshot(version, &key, &channel, &snapshot, arch),
+            None => not_fetched(version, &key, &channel, state.as_deref(), arch),
         }
     }
 
-    fn changelog(
+    /// Why a version that the channel's snapshot does not hold has no data: an older image
+    /// of the channel lists it (being read again, or failing), or it has none.
+    fn not_in_snapshot(
         &self,
-        namespace: &str,
-        name: &str,
-        params: &ChangelogParams,
-        accept: Option<&str>,
-    ) -> Result<HttpResponse, StatusError> {
-        if params.format == Format::Json {
-            // A Table of a changelog is not offered; kubectl then prints the
-            // object itself. Only types we cannot produce at all are refused.
-            content::negotiate(accept, IncludeObject::default())?;
-        }
-        let arch = self.arch(params.arch.as_ref())?;
-        let version = self.version(namespace, name)?;
-        let (channel, snapshot) = match self.lookup(&version, arch) {
-            Lookup::Found { channel, snapshot } => (channel, snapshot),
-            Lookup::Unavailable { error, .. } => return Err(error),
-        };
-        let channel_name = channel.name_any();
-        if let Some(from) = &params.from {
-            self.check_from(&version, from, &channel_name)?;
-        }
-        let source = source(&channel_name, &snapshot);
-        let mut changelog = snapshot
-            .data
-            .changelog(name, params.from.as_deref())
-            .map_err(|e| query_error(name, source, &e))?;
-        changelog.metadata = object_meta(&version);
-        changelog.channel = objects::channel_ref(source, &snapshot.data, name);
-        changelog.arch = arch.to_string();
-        objects::http_links_only(&mut changelog);
-        let mut response = match params.format {
-            Format::Json => ok(
-                serde_json::to_vec(&changelog).unwrap_or_default(),
-                content::JSON,
+        version: &ManagedOSVersion,
+        key: &ChannelKey,
+        channel: &ManagedOSVersionChannel,
+        snapshot: &Snapshot,
+        arch: &Arch,
+    ) -> Lookup {
+        let name = version.name_any();
+        let (namespace, channel_name) = (&key.namespace, &key.name);
+        let image = channel.image().map(str::to_owned);
+        // A version an older image listed (the channel history says which), while
+        // that image is pulled again or after pulling it failed: never a 404.
+        let (message, reason, retry) = match self.cache.retained_status(key, arch.as_str(), &name) {
+            Some(RetainedStatus::Rebuilding { image: older }) => (
+                format!(
+                    "the changelog data of ManagedOSVersion {namespace}/{name} is being read again from {older}, an earlier image of channel {channel_name}"
+                ),
+                UnavailableReason::NotFetched,
+                Some(RETRY_AFTER_NOT_FETCHED),
             ),
-            Format::Text => ok(render::text(&changelog), "text/plain; charset=utf-8"),
-            Format::Markdown => ok(render::markdown(&changelog), "text/markdown; charset=utf-8"),
-        };
-        // kubectl (and client-go) print these on stderr.
-        for warning in &changelog.warnings {
-            if let Ok(value) = http::HeaderValue::from_str(&objects::warning_header(warning)) {
-                response.headers_mut().append(http::header::WARNING, value);
+            Some(RetainedStatus::Failed {
+                image: older,
+                failure,
+            }) => (
+                format!(
+                    "ManagedOSVersion {namespace}/{name} is listed only by {older}, an earlier image of channel {channel_name}: {} ({}); the server keeps retrying",
+                    failure.kind.public_message(),
+                    failure.kind
+                ),
+                UnavailableReason::FetchFailed,
+                None,
+            ),
+            None => {
+                let message = if !version.spec.type_.is_empty()
+                    && !version.spec.type_.eq_ignore_ascii_case("container")
+                {
+                    format!(
+                        "ManagedOSVersion {name} is of type {:?}: changelogs exist for container (OS) versions only",
+                        version.spec.type_
+                    )
+                } else {
+                    format!(
+                        "channel image {} ({}) has no changelog data for ManagedOSVersion {name}",
+                        snapshot.image, snapshot.digest
+                    )
+                };
+                return Lookup::no_data(channel_name, image, &name, message);
             }
-        }
-        Ok(response)
+        };
+        Lookup::unavailable(channel_name, image, &name, reason, message, retry)
     }
 
     /// `from` must name a ManagedOSVersion of the same channel.
@@ -432,73 +544,253 @@ impl Resources {
             ))),
         }
     }
+}
 
-    fn summary(&self, version: &ManagedOSVersion, arch: &Arch) -> ManagedOSVersionChangelogSummary {
+/// Why a version whose channel has no snapshot for `arch` has no data: the channel has no
+/// image, the image has nothing for `arch`, fetching failed, or it is not fetched yet.
+fn not_fetched(
+    version: &ManagedOSVersion,
+    key: &ChannelKey,
+    channel: &ManagedOSVersionChannel,
+    state: Option<&ChannelState>,
+    arch: &Arch,
+) -> Lookup {
+    let name = version.name_any();
+    let (namespace, channel_name) = (&key.namespace, &key.name);
+    let Some(image) = channel.image().map(str::to_owned) else {
+        let message = format!(
+            "ManagedOSVersionChannel {namespace}/{channel_name} has no image (type {:?}), so it carries no changelog data",
+            channel.spec.type_
+        );
+        return Lookup::unavailable_404(
+            Some(channel_name.clone()),
+            None,
+            &name,
+            UnavailableReason::ChannelHasNoImage,
+            message,
+        );
+    };
+    let Some(ChannelState {
+        attempted: true,
+        archs,
+        ..
+    }) = state
+    else {
+        let message = format!(
+            "the changelog data of channel {namespace}/{channel_name} (image {image}) is not fetched yet"
+        );
+        return Lookup::unavailable(
+            channel_name,
+            Some(image),
+            &name,
+            UnavailableReason::NotFetched,
+            message,
+            Some(RETRY_AFTER_NOT_FETCHED),
+        );
+    };
+    let arch = arch.as_str();
+    let failure = archs.get(arch).and_then(|a| a.last_error.clone());
+    if failure
+        .as_ref()
+        .is_some_and(|f| f.kind == NO_MATCHING_PLATFORM)
+    {
+        // The image is fine; it just has nothing for this architecture.
+        let message = format!("channel image {image} has no linux/{arch} image");
+        return Lookup::no_data(channel_name, Some(image), &name, message);
+    }
+    let message = match failure {
+        // The registry's own words (bodies, token realms) stay in the
+        // logs and the metric label; callers get the kind.
+        Some(f) => format!(
+            "channel image {image} for {arch}: {} ({}); the server keeps retrying",
+            f.kind.public_message(),
+            f.kind
+        ),
+        None => format!("channel image {image} has no data for {arch} yet"),
+    };
+    // No Retry-After: clients such as kubectl would silently retry
+    // for minutes what needs an operator's attention.
+    Lookup::unavailable(
+        channel_name,
+        Some(image),
+        &name,
+        UnavailableReason::FetchFailed,
+        message,
+        None,
+    )
+}
+
+impl Lookup {
+    /// A 404: the version has no channel (`NoChannel`).
+    fn no_channel(channel_name: Option<String>, name: &str, message: String) -> Self {
+        Self::unavailable_404(
+            channel_name,
+            None,
+            name,
+            UnavailableReason::NoChannel,
+            message,
+        )
+    }
+
+    /// A 404: the data has nothing for the version (`NoChangelogData`).
+    fn no_data(channel_name: &str, image: Option<String>, name: &str, message: String) -> Self {
+        Self::unavailable_404(
+            Some(channel_name.to_owned()),
+            image,
+            name,
+            UnavailableReason::NoChangelogData,
+            message,
+        )
+    }
+
+    fn unavailable_404(
+        channel_name: Option<String>,
+        image: Option<String>,
+        name: &str,
+        reason: UnavailableReason,
+        message: String,
+    ) -> Self {
+        let error = not_found_because(name, reason_str(reason), message);
+        Self::Unavailable {
+            channel_name,
+            image,
+            reason,
+            error,
+        }
+    }
+
+    /// A 503: the data is not there yet, or fetching it failed.
+    fn unavailable(
+        channel_name: &str,
+        image: Option<String>,
+        name: &str,
+        reason: UnavailableReason,
+        message: String,
+        retry_after: Option<u32>,
+    ) -> Self {
+        let mut error = StatusError::service_unavailable(message, retry_after);
+        add_cause(&mut error, name, reason_str(reason));
+        Self::Unavailable {
+            channel_name: Some(channel_name.to_owned()),
+            image,
+            reason,
+            error,
+        }
+    }
+}
+
+/// The `reason` of a `Status` cause for an unavailable version.
+fn reason_str(reason: UnavailableReason) -> &'static str {
+    match reason {
+        UnavailableReason::NoChannel => "NoChannel",
+        UnavailableReason::ChannelHasNoImage => "ChannelHasNoImage",
+        UnavailableReason::NotFetched => "NotFetched",
+        UnavailableReason::NoChangelogData => "NoChangelogData",
+        UnavailableReason::FetchFailed => "FetchFailed",
+    }
+}
+
+/// The summary of a version, from where its data stands.
+fn summary(version: &ManagedOSVersion, lookup: &Lookup) -> ManagedOSVersionChangelogSummary {
+    match lookup {
+        Lookup::Found { channel, snapshot } => objects::summary(
+            source(&channel.name_any(), snapshot),
+            &snapshot.data,
+            &version.name_any(),
+            object_meta(version),
+            &version.spec.version,
+        ),
+        Lookup::Unavailable {
+            channel_name,
+            image,
+            reason,
+            error,
+        } => {
+            let mut summary = ManagedOSVersionChangelogSummary::new();
+            summary.metadata = object_meta(version);
+            summary.version = version.spec.version.clone();
+            summary.channel.name = channel_name.clone().unwrap_or_default();
+            summary.channel.image = image.clone();
+            summary.reason = Some(*reason);
+            summary.message = Some(error.message.clone());
+            summary
+        }
+    }
+}
+
+/// The versions of `selection` whose changelog fixes `cve`, oldest first: by namespace and
+/// channel, then the channel data's own order (`created`, then version), so the first is the
+/// first fix.
+fn fixing(selection: Selection, cve: &str) -> Selection {
+    let mut hits: Vec<(ChannelPosition, (Arc<ManagedOSVersion>, Lookup))> = Vec::new();
+    for (version, lookup) in selection {
         let name = version.name_any();
-        match self.lookup(version, arch) {
-            Lookup::Found { channel, snapshot } => objects::summary(
-                source(&channel.name_any(), &snapshot),
-                &snapshot.data,
-                &name,
-                object_meta(version),
-                &version.spec.version,
-            ),
-            Lookup::Unavailable {
-                channel_name,
-                image,
-                reason,
-                error,
-            } => {
-                let mut summary = ManagedOSVersionChangelogSummary::new();
-                summary.metadata = object_meta(version);
-                summary.version = version.spec.version.clone();
-                summary.channel.name = channel_name.unwrap_or_default();
-                summary.channel.image = image;
-                summary.reason = Some(reason);
-                summary.message = Some(error.message);
-                summary
-            }
+        if let Lookup::Found { snapshot, .. } = &lookup
+            && snapshot.data.fixes_cve(&name, cve)
+        {
+            let position = snapshot.data.order().iter().position(|n| *n == name);
+            let key = (
+                version.namespace(),
+                version.channel_name().map(str::to_owned),
+                position.unwrap_or(usize::MAX),
+            );
+            hits.push((key, (version, lookup)));
         }
     }
+    hits.sort_by(|a, b| a.0.cmp(&b.0));
+    hits.into_iter().map(|(_, hit)| hit).collect()
+}
 
-    /// The versions whose changelog fixes `cve`, oldest first (by channel
-    /// order: `created`, then version), so the first is the first fix.
-    fn fixing(
-        &self,
-        versions: Vec<Arc<ManagedOSVersion>>,
-        cve: &str,
-        arch: &Arch,
-    ) -> Vec<Arc<ManagedOSVersion>> {
-        // By namespace and channel, then the channel data's own order
-        // (`created`, then version).
-        let mut hits: Vec<(ChannelPosition, Arc<ManagedOSVersion>)> = Vec::new();
-        for version in versions {
-            let name = version.name_any();
-            if let Lookup::Found { snapshot, .. } = self.lookup(&version, arch)
-                && snapshot.data.fixes_cve(&name, cve)
-            {
-                let position = snapshot.data.order().iter().position(|n| *n == name);
-                let key = (
-                    version.namespace(),
-                    version.channel_name().map(str::to_owned),
-                    position.unwrap_or(usize::MAX),
-                );
-                hits.push((key, version));
+/// What the summaries of `selection` depend on, hashed: each version's identity and
+/// resourceVersion, and the snapshot holding its data or why there is none.
+fn fingerprint(selection: &Selection) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(bytes);
+    };
+    for (version, lookup) in selection {
+        field(version.namespace().unwrap_or_default().as_bytes());
+        field(version.name_any().as_bytes());
+        field(version.uid().unwrap_or_default().as_bytes());
+        field(version.resource_version().unwrap_or_default().as_bytes());
+        match lookup {
+            Lookup::Found { channel, snapshot } => {
+                field(b"found");
+                field(channel.name_any().as_bytes());
+                field(&(Arc::as_ptr(snapshot) as usize).to_le_bytes());
+            }
+            Lookup::Unavailable { error, .. } => {
+                field(b"unavailable");
+                field(&error.to_json());
             }
         }
-        hits.sort_by(|a, b| a.0.cmp(&b.0));
-        hits.into_iter().map(|(_, v)| v).collect()
     }
+    hash.finalize().into()
+}
+
+/// The distinct snapshots `selection` reads.
+fn snapshots_of(selection: &Selection) -> Vec<Arc<Snapshot>> {
+    let mut snapshots: Vec<Arc<Snapshot>> = Vec::new();
+    for (_, lookup) in selection {
+        if let Lookup::Found { snapshot, .. } = lookup
+            && !snapshots.iter().any(|s| Arc::ptr_eq(s, snapshot))
+        {
+            snapshots.push(snapshot.clone());
+        }
+    }
+    snapshots
 }
 
 /// Where a version stands: namespace, channel, index in the channel's order.
 type ChannelPosition = (Option<String>, Option<String>, usize);
 
+/// The body and content type of summaries in `representation`.
 fn respond_summaries(
     representation: Representation,
     items: Vec<ManagedOSVersionChangelogSummary>,
     list: bool,
-) -> Result<HttpResponse, StatusError> {
+) -> Result<(Vec<u8>, &'static str), StatusError> {
     let content_type = representation.content_type();
     let body = match representation {
         Representation::Table {
@@ -523,7 +815,7 @@ fn respond_summaries(
         },
     };
     let body = body.map_err(|e| StatusError::internal(&e))?;
-    Ok(ok(body, content_type))
+    Ok((body, content_type))
 }
 
 fn object_meta(version: &ManagedOSVersion) -> ObjectMeta {

@@ -85,7 +85,10 @@ fn discovery_documents_have_an_etag_and_answer_304_to_it() {
         header(&response, header::CONTENT_TYPE),
         Some(document.content_type)
     );
-    assert_eq!(header(&response, header::VARY), Some("Accept"));
+    assert_eq!(
+        header(&response, header::VARY),
+        Some("Accept, Accept-Encoding")
+    );
     assert_eq!(body(response), document.body);
 
     let weak = format!("W/{}", document.etag);

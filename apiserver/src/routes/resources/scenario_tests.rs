@@ -176,6 +176,7 @@ impl World {
             cache.clone(),
             arch(default_arch),
             archs.iter().map(|a| arch(a)).collect(),
+            ReadyCache::new(4 << 20, Arc::new(crate::metrics::Metrics::new())),
         );
         Self {
             channels,
@@ -292,13 +293,30 @@ impl World {
         query: &str,
         accept: Option<&str>,
     ) -> Result<HttpResponse, StatusError> {
+        self.request_with(path, query, accept, &HeaderMap::new())
+    }
+
+    /// [`World::request`] with request headers, answered as the routes do: kept bytes when
+    /// there are, else rendered.
+    fn request_with(
+        &self,
+        path: &str,
+        query: &str,
+        accept: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Result<HttpResponse, StatusError> {
         let uri = format!("{path}?{query}");
         let info = crate::request::RequestInfo::parse(
             &http::Method::GET,
             &uri.parse().unwrap_or_else(|e| panic!("{uri}: {e}")),
         )?;
         match info.target() {
-            crate::request::Target::Resource(resource) => self.resources.answer(resource, accept),
+            crate::request::Target::Resource(resource) => {
+                match self.resources.kept(resource, accept)? {
+                    Some(ready) => Ok(ready.respond(headers)),
+                    None => Ok(self.resources.answer(resource, accept)?.respond(headers)),
+                }
+            }
             crate::request::Target::Invalid { error, .. } => Err(error.clone()),
             other => panic!("{uri} is not a resource request: {other:?}"),
         }
@@ -984,4 +1002,170 @@ fn retained_versions_being_rebuilt_are_not_fetched_yet_never_not_found() {
 
     w.cache.set_retained_statuses(&key, BTreeMap::new());
     assert_eq!(error(w.changelog(NS, rebuilt, "")).code(), 404);
+}
+
+fn header_of(response: &HttpResponse, name: header::HeaderName) -> &str {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+/// The resource a GET of `uri` asks for.
+fn resource_of(uri: &str) -> Resource {
+    let info = crate::request::RequestInfo::parse(
+        &http::Method::GET,
+        &uri.parse().unwrap_or_else(|e| panic!("{uri}: {e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    match info.target() {
+        crate::request::Target::Resource(resource) => resource.clone(),
+        other => panic!("{uri} is not a resource request: {other:?}"),
+    }
+}
+
+fn changelog_path(namespace: &str, name: &str) -> String {
+    format!("{BASE}/namespaces/{namespace}/managedosversions/{name}/changelog")
+}
+
+#[test]
+fn answers_are_rendered_once_and_sent_as_kept() {
+    let w = World::new();
+    let path = changelog_path(NS, NEWEST);
+    let resource = resource_of(&format!("{path}?from={OLDEST}"));
+    assert!(
+        w.resources
+            .kept(&resource, None)
+            .unwrap_or_else(|e| panic!("{e:?}"))
+            .is_none()
+    );
+    let first = w
+        .request(&path, &format!("from={OLDEST}"), None)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let kept = w
+        .resources
+        .kept(&resource, None)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let kept = kept.unwrap_or_else(|| panic!("the answer is kept after the first request"));
+    let etag = header_of(&first, header::ETAG).to_owned();
+    assert!(etag.starts_with('"'), "{etag}");
+    assert_eq!(
+        header_of(&first, header::CACHE_CONTROL),
+        "no-cache, private"
+    );
+    assert_eq!(body(first), kept.body().to_vec());
+    // A conditional request for the same answer is a 304 without a body.
+    let mut conditional = HeaderMap::new();
+    conditional.insert(
+        header::IF_NONE_MATCH,
+        etag.parse().unwrap_or_else(|e| panic!("{e}")),
+    );
+    let again = w
+        .request_with(&path, &format!("from={OLDEST}"), None, &conditional)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert!(body(again).is_empty());
+    // gzip when accepted, and it is the same JSON.
+    let mut gzip = HeaderMap::new();
+    gzip.insert(
+        header::ACCEPT_ENCODING,
+        "gzip".parse().unwrap_or_else(|e| panic!("{e}")),
+    );
+    let compressed = w
+        .request_with(&path, &format!("from={OLDEST}"), None, &gzip)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(header_of(&compressed, header::CONTENT_ENCODING), "gzip");
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&body(compressed)[..]),
+        &mut json,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(json, kept.body().to_vec());
+}
+
+#[test]
+fn a_new_snapshot_or_object_is_never_answered_from_old_bytes() {
+    let mut w = World::new();
+    let before = w.changelog_json(NS, NEWEST, "");
+    assert_eq!(before["channel"]["digest"], DIGEST);
+    // The channel's image moves on: the next answer comes from the new snapshot.
+    let newer = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+    w.cache.update(&ChannelKey::new(NS, "sl-micro"), |_| {
+        fetched(IMAGE, Some(snapshot(IMAGE, newer, sl_micro_data())), None)
+    });
+    let after = w.changelog_json(NS, NEWEST, "");
+    assert_eq!(after["channel"]["digest"], newer);
+    // The ManagedOSVersion changes (labels, resourceVersion): so does the answer's metadata.
+    let mut changed = mov(NS, NEWEST, "sl-micro", "v2.2.0-3.12");
+    changed.metadata.resource_version = Some("42".into());
+    changed
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("team".into(), "a".into());
+    w.version(changed);
+    let relabelled = w.changelog_json(NS, NEWEST, "");
+    assert_eq!(relabelled["metadata"]["labels"]["team"], "a");
+    assert_eq!(relabelled["metadata"]["resourceVersion"], "42");
+}
+
+#[test]
+fn lists_follow_new_versions_and_new_data() {
+    let mut w = World::new();
+    let first = w.list_names(
+        Some(NS),
+        "labelSelector=elemental.cattle.io/channel%3Dsl-micro",
+    );
+    assert_eq!(first.len(), 5, "{first:?}");
+    w.version(mov(NS, "base-v2.2.0-3.14-os", "sl-micro", "v2.2.0-3.14"));
+    let second = w.list_names(
+        Some(NS),
+        "labelSelector=elemental.cattle.io/channel%3Dsl-micro",
+    );
+    assert!(
+        second.contains(&format!("{NS}/base-v2.2.0-3.14-os")),
+        "{second:?}"
+    );
+    // The pending channel's data arrives: its summary says so at once.
+    let pending = |w: &World| w.get(NS, "pending-v1", "")["reason"].clone();
+    assert_eq!(pending(&w), "NotFetched");
+    w.cache.update(&ChannelKey::new(NS, "pending"), |_| {
+        fetched(
+            "registry.example.com/pending:1",
+            None,
+            Some("manifest unknown"),
+        )
+    });
+    assert_eq!(pending(&w), "FetchFailed");
+}
+
+#[test]
+fn default_answers_are_ready_before_the_first_request() {
+    let w = World::new();
+    let rendered = w.resources.prepare_defaults(u64::MAX);
+    // Every version of a channel with data for it: sl-micro (3 in NS, 2 in OTHER_NS, one
+    // retained) and flaky.
+    assert!(rendered >= 5, "{rendered}");
+    for (namespace, name) in [
+        (NS, NEWEST),
+        (NS, MIDDLE),
+        (OTHER_NS, NEWEST),
+        (NS, "flaky-os"),
+    ] {
+        let resource = resource_of(&changelog_path(namespace, name));
+        assert!(
+            w.resources
+                .kept(&resource, None)
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .is_some(),
+            "{namespace}/{name}"
+        );
+    }
+    // A second pass finds them all kept.
+    assert_eq!(w.resources.prepare_defaults(u64::MAX), 0);
+    // Within a bound, it stops.
+    let small = World::new();
+    assert_eq!(small.resources.prepare_defaults(1), 1);
 }

@@ -1,0 +1,426 @@
+//! Ready bytes: an answer rendered once, kept with its `ETag` and its gzip form, and sent as
+//! is to every client that asks for it until the data it came from is replaced.
+//!
+//! [`Ready`] is one rendered answer; [`ReadyCache`] keeps them, bounded in bytes
+//! (`--answer-cache-size`), with concurrent misses of one answer rendered once.
+
+use std::{
+    hash::Hash,
+    io::Write,
+    sync::{Arc, Weak},
+};
+
+use bytes::Bytes;
+use flate2::{Compression, write::GzEncoder};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use http_body_util::Full;
+use quick_cache::{Weighter, sync::Cache};
+use sha2::{Digest, Sha256};
+
+use super::HttpResponse;
+use crate::{cache::Snapshot, metrics::Metrics};
+
+/// Bodies smaller than this are not compressed: the gzip header and trailer cost more than
+/// they save.
+const GZIP_MIN_BYTES: usize = 512;
+/// What a kept answer costs besides its bytes (the entry, its key, header values).
+const ENTRY_OVERHEAD: u64 = 512;
+/// `Cache-Control` of answers that depend on who asks (what kube-apiserver sends).
+const PRIVATE: HeaderValue = HeaderValue::from_static("no-cache, private");
+
+/// One answer, ready to send: the body, its gzip form when that is smaller, their `ETag`s,
+/// and the headers that go with them.
+#[derive(Debug)]
+pub struct Ready {
+    body: Bytes,
+    gzip: Option<Bytes>,
+    etag: HeaderValue,
+    gzip_etag: HeaderValue,
+    content_type: HeaderValue,
+    cache_control: HeaderValue,
+    vary: HeaderValue,
+    warnings: Box<[HeaderValue]>,
+    /// The snapshots this answer was rendered from. Their addresses are part of the cache key;
+    /// holding them weakly keeps the addresses from being reused while the answer is kept,
+    /// without keeping their data alive.
+    pins: Box<[Weak<Snapshot>]>,
+}
+
+impl Ready {
+    /// A private (per-user) answer: `Cache-Control: no-cache, private`, varying with the
+    /// encoding asked for.
+    pub fn answer(body: Vec<u8>, content_type: &'static str) -> Self {
+        Self::new(body, content_type, PRIVATE, "Accept-Encoding")
+    }
+
+    /// A discovery or OpenAPI document: public, varying with `Accept` too. Its `ETag` is the
+    /// document's own (kube-openapi's hash for OpenAPI v3), so clients keep theirs.
+    pub fn document(body: &[u8], content_type: &'static str, etag: &str) -> Self {
+        let mut ready = Self::new(
+            body.to_vec(),
+            content_type,
+            HeaderValue::from_static("public"),
+            "Accept, Accept-Encoding",
+        );
+        if let Ok(value) = HeaderValue::from_str(etag) {
+            ready.etag = value;
+            ready.gzip_etag = gzip_etag(etag.trim_matches('"'));
+        }
+        ready
+    }
+
+    fn new(
+        body: Vec<u8>,
+        content_type: &'static str,
+        cache_control: HeaderValue,
+        vary: &'static str,
+    ) -> Self {
+        let hash = Sha256::digest(&body);
+        let tag: String = hash[..12].iter().map(|b| format!("{b:02x}")).collect();
+        let gzip = compress(&body);
+        Self {
+            body: Bytes::from(body),
+            gzip,
+            etag: HeaderValue::from_str(&format!("\"{tag}\"")).unwrap_or(PRIVATE),
+            gzip_etag: gzip_etag(&tag),
+            content_type: HeaderValue::from_static(content_type),
+            cache_control,
+            vary: HeaderValue::from_static(vary),
+            warnings: Box::default(),
+            pins: Box::default(),
+        }
+    }
+
+    /// Adds `Warning` header values, sent with every response of this answer.
+    #[must_use]
+    pub fn with_warnings(mut self, warnings: Vec<HeaderValue>) -> Self {
+        self.warnings = warnings.into_boxed_slice();
+        self
+    }
+
+    /// Records the snapshots the answer was rendered from (see [`AnswerKey`]s' addresses).
+    #[must_use]
+    pub fn pinned(mut self, snapshots: &[&Arc<Snapshot>]) -> Self {
+        self.pins = snapshots.iter().map(|s| Arc::downgrade(s)).collect();
+        self
+    }
+
+    /// Bytes kept for this answer.
+    pub fn weight(&self) -> u64 {
+        let gzip = self.gzip.as_ref().map_or(0, Bytes::len);
+        (self.body.len() + gzip) as u64 + ENTRY_OVERHEAD
+    }
+
+    /// Whether every snapshot it was rendered from is still alive somewhere.
+    fn pins_alive(&self) -> bool {
+        self.pins.iter().all(|p| p.strong_count() > 0)
+    }
+
+    /// The response to a request with these headers: `304 Not Modified` when `If-None-Match`
+    /// names this answer, the gzip form when `Accept-Encoding` allows it, else the body.
+    /// Nothing is formatted or copied: the header values and bytes are shared.
+    pub fn respond(&self, request: &HeaderMap) -> HttpResponse {
+        let gzip = self
+            .gzip
+            .as_ref()
+            .filter(|_| accepts_gzip(request.get(header::ACCEPT_ENCODING)));
+        let etag = if gzip.is_some() {
+            &self.gzip_etag
+        } else {
+            &self.etag
+        };
+        let not_modified = request
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .any(|v| self.matches(v));
+        let mut response = if not_modified {
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r
+        } else {
+            Response::new(Full::new(gzip.unwrap_or(&self.body).clone()))
+        };
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, self.content_type.clone());
+        headers.insert(header::ETAG, etag.clone());
+        headers.insert(header::CACHE_CONTROL, self.cache_control.clone());
+        headers.insert(header::VARY, self.vary.clone());
+        if gzip.is_some() && !not_modified {
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        for warning in &self.warnings {
+            headers.append(header::WARNING, warning.clone());
+        }
+        response
+    }
+
+    /// Whether an `If-None-Match` value names this answer (weak comparison, either encoding).
+    fn matches(&self, value: &HeaderValue) -> bool {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        value.split(',').map(str::trim).any(|candidate| {
+            let candidate = candidate.strip_prefix("W/").unwrap_or(candidate).as_bytes();
+            candidate == b"*"
+                || candidate == self.etag.as_bytes()
+                || candidate == self.gzip_etag.as_bytes()
+        })
+    }
+
+    /// The body (uncompressed).
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+}
+
+fn gzip_etag(tag: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{tag}-gzip\"")).unwrap_or(PRIVATE)
+}
+
+/// The gzip form of `body`, when it is worth sending.
+fn compress(body: &[u8]) -> Option<Bytes> {
+    if body.len() < GZIP_MIN_BYTES {
+        return None;
+    }
+    let mut encoder = GzEncoder::new(Vec::with_capacity(body.len() / 4), Compression::default());
+    encoder.write_all(body).ok()?;
+    let gzip = encoder.finish().ok()?;
+    (gzip.len() < body.len()).then(|| Bytes::from(gzip))
+}
+
+/// Whether an `Accept-Encoding` value allows gzip (`gzip` or `*`, with a non-zero `q`).
+pub fn accepts_gzip(value: Option<&HeaderValue>) -> bool {
+    let Some(value) = value.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    value.split(',').any(|coding| {
+        let mut parts = coding.split(';').map(str::trim);
+        let name = parts.next().unwrap_or_default();
+        let zero = parts.any(|p| {
+            p.strip_prefix("q=")
+                .and_then(|q| q.parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        (name.eq_ignore_ascii_case("gzip") || name == "*") && !zero
+    })
+}
+
+#[derive(Clone)]
+struct ByBytes;
+
+impl<K> Weighter<K, Arc<Ready>> for ByBytes {
+    fn weight(&self, _key: &K, ready: &Arc<Ready>) -> u64 {
+        ready.weight()
+    }
+}
+
+/// Rendered answers by what they depend on, at most `capacity` bytes in all (bodies, gzip
+/// forms and a fixed overhead per answer). An answer whose snapshot was replaced is never
+/// found again (the key names the snapshot) and is evicted first.
+pub struct ReadyCache<K> {
+    answers: Option<Cache<K, Arc<Ready>, ByBytes>>,
+    metrics: Arc<Metrics>,
+}
+
+impl<K: Eq + Hash + Clone> ReadyCache<K> {
+    /// A cache of at most `capacity` bytes; 0 keeps nothing (every answer is rendered).
+    pub fn new(capacity: u64, metrics: Arc<Metrics>) -> Self {
+        // Answers are typically a few KiB; the estimate only sizes the tables.
+        let estimated = usize::try_from(capacity / 8192)
+            .unwrap_or(usize::MAX)
+            .max(16);
+        Self {
+            answers: (capacity > 0).then(|| Cache::with_weighter(estimated, capacity, ByBytes)),
+            metrics,
+        }
+    }
+
+    /// The answer kept for `key`, if any.
+    pub fn get(&self, key: &K) -> Option<Arc<Ready>> {
+        let found = self
+            .answers
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .filter(|r| r.pins_alive());
+        if found.is_some() {
+            self.metrics.answer_cache(true);
+        }
+        found
+    }
+
+    /// The answer kept for `key`, or the one `render` makes (kept). Concurrent callers with
+    /// one key wait for one render; errors are not kept.
+    pub fn get_or_render<E>(
+        &self,
+        key: K,
+        render: impl FnOnce() -> Result<Ready, E>,
+    ) -> Result<Arc<Ready>, E> {
+        let Some(answers) = &self.answers else {
+            self.metrics.answer_cache(false);
+            return render().map(Arc::new);
+        };
+        let mut rendered = false;
+        let answer = answers.get_or_insert_with(&key, || {
+            rendered = true;
+            render().map(Arc::new)
+        })?;
+        self.metrics.answer_cache(!rendered);
+        self.metrics
+            .answer_cache_bytes(answers.weight(), answers.len());
+        Ok(answer)
+    }
+
+    /// Whether an answer is kept for `key` (no metric counted).
+    pub fn contains(&self, key: &K) -> bool {
+        self.answers
+            .as_ref()
+            .and_then(|a| a.peek(key))
+            .is_some_and(|r| r.pins_alive())
+    }
+
+    /// Bytes kept.
+    pub fn weight(&self) -> u64 {
+        self.answers.as_ref().map_or(0, Cache::weight)
+    }
+
+    /// Most bytes kept.
+    pub fn capacity(&self) -> u64 {
+        self.answers.as_ref().map_or(0, Cache::capacity)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn request(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    fn json(bytes: usize) -> Vec<u8> {
+        let mut body = b"{\"items\":[".to_vec();
+        while body.len() < bytes {
+            body.extend_from_slice(b"{\"name\":\"kernel-default\",\"version\":\"6.4.0\"},");
+        }
+        body.extend_from_slice(b"{}]}");
+        body
+    }
+
+    #[test]
+    fn gzip_only_when_accepted_and_smaller() {
+        let ready = Ready::answer(json(4096), "application/json");
+        let plain = ready.respond(&request(&[]));
+        assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
+        let gzip = ready.respond(&request(&[("accept-encoding", "br, gzip;q=0.8")]));
+        assert_eq!(gzip.headers()[header::CONTENT_ENCODING], "gzip");
+        assert_ne!(gzip.headers()[header::ETAG], plain.headers()[header::ETAG]);
+        let refused = ready.respond(&request(&[("accept-encoding", "gzip;q=0, identity")]));
+        assert!(refused.headers().get(header::CONTENT_ENCODING).is_none());
+        let small = Ready::answer(b"{}".to_vec(), "application/json");
+        let answer = small.respond(&request(&[("accept-encoding", "gzip")]));
+        assert!(answer.headers().get(header::CONTENT_ENCODING).is_none());
+    }
+
+    #[test]
+    fn the_gzip_form_decompresses_to_the_body() {
+        use std::io::Read;
+        let ready = Ready::answer(json(10_000), "application/json");
+        let mut decoded = Vec::new();
+        flate2::read::GzDecoder::new(&ready.gzip.as_ref().unwrap()[..])
+            .read_to_end(&mut decoded)
+            .unwrap();
+        assert_eq!(decoded, ready.body().as_ref());
+    }
+
+    #[test]
+    fn if_none_match_answers_304_for_either_etag() {
+        let ready = Ready::answer(json(4096), "application/json");
+        let etag = ready.etag.to_str().unwrap().to_owned();
+        let gzip_etag = ready.gzip_etag.to_str().unwrap().to_owned();
+        for value in [
+            etag.clone(),
+            format!("W/{gzip_etag}"),
+            format!("\"x\", {etag}"),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::IF_NONE_MATCH, value.parse().unwrap());
+            let response = ready.respond(&headers);
+            assert_eq!(response.status(), StatusCode::NOT_MODIFIED, "{value}");
+            assert_eq!(response.headers()[header::ETAG], etag.as_str());
+        }
+        let other = ready.respond(&request(&[("if-none-match", "\"other\"")]));
+        assert_eq!(other.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn different_bodies_have_different_etags() {
+        let a = Ready::answer(b"{\"a\":1}".to_vec(), "application/json");
+        let b = Ready::answer(b"{\"a\":2}".to_vec(), "application/json");
+        assert_ne!(a.etag, b.etag);
+        assert_eq!(
+            a.etag,
+            Ready::answer(b"{\"a\":1}".to_vec(), "application/json").etag
+        );
+    }
+
+    #[test]
+    fn warnings_go_with_every_response() {
+        let ready = Ready::answer(b"{}".to_vec(), "application/json")
+            .with_warnings(vec![HeaderValue::from_static("299 - \"a\"")]);
+        for _ in 0..2 {
+            let response = ready.respond(&request(&[]));
+            assert_eq!(response.headers()[header::WARNING], "299 - \"a\"");
+        }
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_bytes_and_renders_once() {
+        let metrics = Arc::new(Metrics::new());
+        let cache = ReadyCache::new(64 * 1024, metrics);
+        let mut renders = 0;
+        for _ in 0..3 {
+            cache
+                .get_or_render::<()>(1u32, || {
+                    renders += 1;
+                    Ok(Ready::answer(json(2048), "application/json"))
+                })
+                .unwrap();
+        }
+        assert_eq!(renders, 1);
+        for key in 2..200u32 {
+            cache
+                .get_or_render::<()>(key, || Ok(Ready::answer(json(2048), "application/json")))
+                .unwrap();
+        }
+        assert!(cache.weight() <= 64 * 1024, "{}", cache.weight());
+        let failed = cache.get_or_render(500u32, || Err("no"));
+        assert_eq!(failed.unwrap_err(), "no");
+        assert!(!cache.contains(&500));
+    }
+
+    #[test]
+    fn an_answer_of_a_dropped_snapshot_is_not_found() {
+        let metrics = Arc::new(Metrics::new());
+        let cache = ReadyCache::new(1 << 20, metrics);
+        let snapshot = Arc::new(Snapshot {
+            image: "i".into(),
+            digest: "d".into(),
+            platform: None,
+            data: Arc::default(),
+            fetched_at: jiff::Timestamp::UNIX_EPOCH,
+        });
+        cache
+            .get_or_render::<()>(1u32, || {
+                Ok(Ready::answer(b"{}".to_vec(), "application/json").pinned(&[&snapshot]))
+            })
+            .unwrap();
+        assert!(cache.get(&1).is_some());
+        drop(snapshot);
+        assert!(cache.get(&1).is_none());
+    }
+}
