@@ -211,6 +211,9 @@ async fn changelogs_from_channel_images() -> Result<()> {
         let mut stable = precomputed_advisories(&bed, &registry).await?;
         eprintln!("precomputed advisories: {:?}", step.elapsed());
         let step = Instant::now();
+        ready_bytes_through_the_aggregator(&bed).await?;
+        eprintln!("ready bytes: {:?}", step.elapsed());
+        let step = Instant::now();
         namespaces_never_mix(&bed, &registry).await?;
         eprintln!("namespaces: {:?}", step.elapsed());
         let step = Instant::now();
@@ -308,6 +311,74 @@ async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<Op
         }
     }
     Ok(channel)
+}
+
+/// Answers are kept ready: through kube-apiserver's aggregator, a client that accepts gzip gets
+/// the gzip form of exactly the JSON others get, an `If-None-Match` naming the answer gets a
+/// 304, and the server counts the repeated requests as hits of its answer cache.
+async fn ready_bytes_through_the_aggregator(bed: &TestBed) -> Result<()> {
+    use std::io::Read as _;
+    let path = format!(
+        "{}?from=stable-v1-1",
+        changelog_path(FLEET_NAMESPACE, "stable-v1-3")
+    );
+    let url = format!("{}{path}", bed.apiserver_url());
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    let plain = http.get(&url).send().await?;
+    ensure!(plain.status() == 200, "{}", plain.status());
+    let etag = plain
+        .headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .context("no ETag through the aggregator")?
+        .to_owned();
+    ensure!(plain.headers().get("content-encoding").is_none());
+    let json = plain.bytes().await?.to_vec();
+    let _: ManagedOSVersionChangelog = serde_json::from_slice(&json)?;
+
+    let compressed = http
+        .get(&url)
+        .header("accept-encoding", "gzip")
+        .send()
+        .await?;
+    ensure!(compressed.status() == 200, "{}", compressed.status());
+    let encoding = compressed
+        .headers()
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    ensure!(
+        encoding == "gzip",
+        "content-encoding {encoding:?} through the aggregator"
+    );
+    let gzip = compressed.bytes().await?.to_vec();
+    ensure!(
+        gzip.len() < json.len(),
+        "gzip {} >= json {}",
+        gzip.len(),
+        json.len()
+    );
+    let mut decoded = Vec::new();
+    flate2::read::GzDecoder::new(&gzip[..]).read_to_end(&mut decoded)?;
+    ensure!(decoded == json, "the gzip form is not the JSON answer");
+
+    let conditional = http.get(&url).header("if-none-match", &etag).send().await?;
+    ensure!(
+        conditional.status() == 304,
+        "If-None-Match {etag}: {}",
+        conditional.status()
+    );
+    ensure!(conditional.bytes().await?.is_empty());
+
+    let text = metrics(bed).await?;
+    let hits = metric(
+        &text,
+        "elemental_changelog_answer_cache_requests_total",
+        &[("result", "hit")],
+    );
+    ensure!(hits >= 2.0, "answer cache hits {hits}");
+    Ok(())
 }
 
 /// The same channel and version names in another namespace, with other
