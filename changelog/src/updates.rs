@@ -28,6 +28,17 @@ pub enum Error {
         /// Position in the array (from 0).
         index: usize,
     },
+    /// More advisories than the file's size allows ([`MIN_BYTES_PER_ADVISORY`]): each costs
+    /// a few hundred bytes of memory, so a file of tiny ones would cost many times its size.
+    #[error(
+        "{count} advisories in {bytes} bytes: at most one per {MIN_BYTES_PER_ADVISORY} bytes (or {FREE_ADVISORIES}) are read"
+    )]
+    TooDense {
+        /// Advisories in the file.
+        count: usize,
+        /// Its size.
+        bytes: usize,
+    },
     /// `date` is neither unix seconds nor a timestamp.
     #[error("advisory {id} has an invalid date {value}")]
     Date {
@@ -170,15 +181,33 @@ pub(crate) fn normalize_epoch(epoch: &str) -> Option<String> {
     (!epoch.is_empty() && epoch != "0" && epoch != "(none)").then(|| epoch.to_owned())
 }
 
-/// Parses an `updates.log`.
+/// Fewest bytes of file per advisory, on average, beyond [`FREE_ADVISORIES`]. Real
+/// advisories take several hundred bytes of JSON each (an id, a title, a description,
+/// references, packages); the parsed advisory costs about 300 bytes besides its strings, so
+/// memory stays within about three times the file's size.
+pub const MIN_BYTES_PER_ADVISORY: usize = 160;
+/// Advisories a file may have whatever its size.
+pub const FREE_ADVISORIES: usize = 1024;
+
+/// Parses an `updates.log`. The array is split into the raw text of each advisory first
+/// (borrowed from `bytes`), and each is read straight into its type: the memory this takes
+/// besides the file is the advisories built, not a `serde_json::Value` tree of the whole
+/// file (up to 16 bytes per byte of JSON).
 pub fn parse(bytes: &[u8]) -> Result<Vec<Advisory>, Error> {
-    let items: Vec<serde_json::Value> = serde_json::from_slice(bytes).map_err(Error::Json)?;
+    let items: Vec<&serde_json::value::RawValue> =
+        serde_json::from_slice(bytes).map_err(Error::Json)?;
+    if items.len() > FREE_ADVISORIES.max(bytes.len() / MIN_BYTES_PER_ADVISORY) {
+        return Err(Error::TooDense {
+            count: items.len(),
+            bytes: bytes.len(),
+        });
+    }
     items
         .into_iter()
         .enumerate()
         .map(|(index, item)| {
-            let raw: RawAdvisory =
-                serde_json::from_value(item).map_err(|source| Error::Advisory { index, source })?;
+            let raw: RawAdvisory = serde_json::from_str(item.get())
+                .map_err(|source| Error::Advisory { index, source })?;
             if raw.id.trim().is_empty() {
                 return Err(Error::EmptyId { index });
             }
@@ -211,7 +240,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Advisory>, Error> {
                     arch: p.arch,
                 })
                 .collect();
-            Ok(with_cves_and_bugs(Advisory {
+            let mut advisory = with_cves_and_bugs(Advisory {
                 id: raw.id,
                 type_: raw.type_,
                 severity: Severity::parse(&raw.severity),
@@ -222,9 +251,20 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Advisory>, Error> {
                 references,
                 description: raw.description,
                 packages,
-            }))
+            });
+            // Lists read from text grow by doubling (and `collect` reuses their buffers):
+            // kept for the life of the data, they are trimmed to what they hold.
+            advisory.references.shrink_to_fit();
+            advisory.packages.shrink_to_fit();
+            advisory.cves.shrink_to_fit();
+            advisory.bugs.shrink_to_fit();
+            Ok(advisory)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .map(|mut advisories| {
+            advisories.shrink_to_fit();
+            advisories
+        })
 }
 
 /// Writes advisories in upstream's `updates.log` shape (`date` as a string
@@ -338,6 +378,13 @@ mod tests {
     #[test]
     fn rejects_bad_input() {
         assert!(matches!(parse(b"{}").unwrap_err(), Error::Json(_)));
+        let tiny = format!("[{}]", vec![r#"{"id":"a"}"#; FREE_ADVISORIES + 1].join(","));
+        assert!(matches!(
+            parse(tiny.as_bytes()).unwrap_err(),
+            Error::TooDense { count, .. } if count == FREE_ADVISORIES + 1
+        ));
+        let allowed = format!("[{}]", vec![r#"{"id":"a"}"#; FREE_ADVISORIES].join(","));
+        assert_eq!(parse(allowed.as_bytes()).unwrap().len(), FREE_ADVISORIES);
         assert!(matches!(
             parse(b"[1]").unwrap_err(),
             Error::Advisory { index: 0, .. }

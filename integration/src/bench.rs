@@ -354,7 +354,20 @@ pub async fn run(settings: Settings) -> Result<Results> {
 async fn on_bed(bed: &mut TestBed, registry: &Registry, settings: &Settings) -> Result<Results> {
     bind_reader(bed).await?;
     let mut flags = registry.server_flags()?;
-    flags.extend(["--architecture".to_owned(), "x86_64".to_owned()]);
+    // The memory channels (500 versions × 800 packages, each version's package list
+    // generated from its own seed) keep more than the default --max-kept-size (24MiB);
+    // the budget holds four times the kept bytes.
+    flags.extend(
+        [
+            "--architecture",
+            "x86_64",
+            "--max-kept-size",
+            "128MiB",
+            "--memory-budget",
+            "1GiB",
+        ]
+        .map(str::to_owned),
+    );
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_server(&flags).await?;
     let mut results = Results {

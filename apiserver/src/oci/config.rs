@@ -43,9 +43,9 @@ pub struct RegistryArgs {
     /// Largest `channel.json` or `changelogs/*` file accepted, e.g. `32MiB`.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_FILE_SIZE", default_value = "32MiB", value_parser = parse_byte_size)]
     pub max_file_size: u64,
-    /// Most bytes of channel data kept from one image (all kept files together), e.g. `6MiB`.
-    /// The memory budget must hold 17 times this plus a quarter of itself.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "6MiB", value_parser = parse_byte_size)]
+    /// Most bytes of channel data kept from one image (all kept files together), e.g. `24MiB`.
+    /// The memory budget must hold 4 times this plus a quarter of itself.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "24MiB", value_parser = parse_byte_size)]
     pub max_kept_size: u64,
     /// Memory that pulls and parses of channel images may hold in all (`160MiB`, `160Mi`): they
     /// wait while it is spent, and what could never fit is refused. Size it from the container's

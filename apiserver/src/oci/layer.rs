@@ -60,7 +60,7 @@ impl Default for FetchLimits {
             max_uncompressed_bytes: 512 * 1024 * 1024,
             max_entries: 100_000,
             max_file_bytes: 32 * 1024 * 1024,
-            max_kept_bytes: 6 * 1024 * 1024,
+            max_kept_bytes: 24 * 1024 * 1024,
             max_layers: 128,
             max_index_manifests: 256,
         }
