@@ -383,14 +383,15 @@ impl Resources {
             self.check_from(&version, from, &channel_name)?;
         }
         let source = source(&channel_name, &snapshot);
-        let mut changelog = snapshot
-            .data
-            .changelog(name, params.from.as_deref())
-            .map_err(|e| query_error(name, source, &e))?;
-        changelog.metadata = object_meta(&version);
-        changelog.channel = objects::channel_ref(source, &snapshot.data, name);
-        changelog.arch = arch.to_string();
-        objects::http_links_only(&mut changelog);
+        let changelog = objects::changelog(
+            source,
+            &snapshot.data,
+            name,
+            params.from.as_deref(),
+            object_meta(&version),
+            arch,
+        )
+        .map_err(|e| query_error(name, source, &e))?;
         let mut response = match params.format {
             Format::Json => ok(
                 serde_json::to_vec(&changelog).unwrap_or_default(),
