@@ -15,7 +15,7 @@ const MAX_WARNING_BYTES: usize = 4096;
 
 /// Keeps only `http` and `https` links in `references[].href` (UIs render them as links;
 /// `javascript:` and the like must never reach one); says so in `warnings` when any went.
-pub fn http_links_only(changelog: &mut ManagedOSVersionChangelog) {
+fn http_links_only(changelog: &mut ManagedOSVersionChangelog) {
     let mut dropped = 0;
     for advisory in &mut changelog.advisories {
         for reference in &mut advisory.references {

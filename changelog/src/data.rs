@@ -315,11 +315,6 @@ impl ChannelData {
         &self.problems
     }
 
-    /// Whether any version has changelog data (files or package lists).
-    pub fn has_changelog_data(&self) -> bool {
-        self.versions.values().any(|v| v.has_changelog_data())
-    }
-
     /// Carries over versions of `previous` (the data of an older image of the
     /// same channel) that this data lacks, when they had changelog data and
     /// `keep(name)` says so (their ManagedOSVersion still exists). They are
@@ -433,7 +428,6 @@ mod tests {
             problems[3],
             "changelogs/updateinfo.xml.gz: ignored: changelogs/updateinfo.xml is used"
         );
-        assert!(data.has_changelog_data());
     }
 
     #[test]

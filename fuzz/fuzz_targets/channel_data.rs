@@ -354,7 +354,6 @@ struct Input {
 }
 
 fn query_everything(data: &ChannelData, extra_cve: &str) {
-    let _ = data.has_changelog_data();
     let data = IndexedChannel::new(data.clone());
     let order = data.order();
     assert_eq!(order.len(), data.data().versions().len());
