@@ -205,11 +205,9 @@ impl GenAdvisory {
             type_: self.type_().to_owned(),
             severity: self.severity(),
             title: "t".to_owned(),
-            issued: self.issued().map(|s| {
-                jiff::Timestamp::from_second(s)
-                    .expect("in range")
-                    .to_string()
-            }),
+            issued: self
+                .issued()
+                .map(|s| jiff::Timestamp::from_second(s).expect("in range")),
             cves,
             bugs,
             references,
