@@ -13,7 +13,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use dashmap::DashMap;
-use elemental_changelog::data::ChannelData;
+use elemental_changelog::compute::IndexedChannel;
 use jiff::Timestamp;
 
 use crate::oci::FetchErrorKind;
@@ -53,8 +53,8 @@ pub struct Snapshot {
     /// Platform chosen from an image index; `None` for a single-platform
     /// image, whose data serves every architecture.
     pub platform: Option<String>,
-    /// Parsed content.
-    pub data: Arc<ChannelData>,
+    /// Parsed content, indexed for the queries.
+    pub data: Arc<IndexedChannel>,
     /// When it was pulled.
     pub fetched_at: Timestamp,
 }
@@ -102,7 +102,7 @@ impl ChannelState {
     fn counts(&self) -> (usize, usize, usize) {
         let mut out = (0, 0, 0);
         for snapshot in self.archs.values().filter_map(|a| a.snapshot.as_ref()) {
-            for version in snapshot.data.versions().values() {
+            for version in snapshot.data.data().versions().values() {
                 out.0 += 1;
                 out.1 += version.advisories.as_ref().map_or(0, Vec::len);
                 out.2 += usize::from(version.retained_from.is_some());
@@ -171,10 +171,11 @@ fn without_retained(state: &ChannelState, keep: &dyn Fn(&str) -> bool) -> Option
             arch.snapshot = Some(pruned.clone());
             continue;
         }
-        let mut data = snapshot.data.as_ref().clone();
+        let mut data = snapshot.data.data().as_ref().clone();
         if !data.drop_retained(keep) {
             continue;
         }
+        let data = IndexedChannel::new(data);
         data.precompute_summaries();
         let pruned = Arc::new(Snapshot {
             image: snapshot.image.clone(),

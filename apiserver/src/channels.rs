@@ -875,7 +875,7 @@ async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) ->
                         image: image.to_owned(),
                         digest,
                         platform,
-                        data: Arc::new(data),
+                        data: Arc::new(elemental_changelog::compute::IndexedChannel::new(data)),
                         fetched_at: now,
                     };
                     ArchState {

@@ -5,8 +5,8 @@
 use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf};
 
 use elemental_changelog::{
-    compute::{GenerateError, QueryError, generate_updates_logs},
-    data::{ChannelData, DataError},
+    compute::{GenerateError, IndexedChannel, QueryError, generate_updates_logs},
+    data::{ChannelData, DataError, FileProblem},
     updateinfo,
 };
 use elemental_changelog_apiservice::{
@@ -83,20 +83,41 @@ pub enum CliError {
 /// `inspect`: pulls the image and prints what the server would serve.
 pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
     telemetry::init(args.log_format);
-    let fetcher =
-        Fetcher::new(args.registry.to_config().map_err(CliError::Registry)?).map_err(|source| {
-            CliError::Fetch {
-                image: args.image.clone(),
-                source,
-            }
-        })?;
+    let Some(image) = pull(&args).await? else {
+        // Without a known digest the fetcher always pulls.
+        return Ok(());
+    };
+    let source = Source {
+        channel: "",
+        image: &args.image,
+        digest: &image.digest,
+    };
+    match &args.version {
+        Some(name) => print_changelog(&args, source, &image.data, name),
+        None => print_summaries(&args, source, &image),
+    }
+}
+
+/// An image `inspect` pulled and parsed.
+struct Inspected {
+    digest: String,
+    platform: Option<String>,
+    compressed_bytes: u64,
+    data: IndexedChannel,
+}
+
+/// Pulls and parses the image as the server does; `None` when nothing was pulled.
+async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
+    let fetch_error = |source| CliError::Fetch {
+        image: args.image.clone(),
+        source,
+    };
+    let fetcher = Fetcher::new(args.registry.to_config().map_err(CliError::Registry)?)
+        .map_err(fetch_error)?;
     let fetched = fetcher
         .fetch(&args.image, args.arch.as_str(), None)
         .await
-        .map_err(|source| CliError::Fetch {
-            image: args.image.clone(),
-            source,
-        })?;
+        .map_err(fetch_error)?;
     let Fetched::Pulled {
         digest,
         files,
@@ -106,8 +127,7 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
         ..
     } = fetched
     else {
-        // Without a known digest the fetcher always pulls.
-        return Ok(());
+        return Ok(None);
     };
     // Parsed in the memory the pull reserved for it, as the server does.
     let turn = match &memory {
@@ -122,37 +142,55 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
             image: args.image.clone(),
             source,
         })?;
-    let source = Source {
-        channel: "",
-        image: &args.image,
-        digest: &digest,
+    Ok(Some(Inspected {
+        digest,
+        platform,
+        compressed_bytes,
+        data: IndexedChannel::new(data),
+    }))
+}
+
+/// `inspect --version`: one changelog, as the server answers it.
+fn print_changelog(
+    args: &InspectArgs,
+    source: Source<'_>,
+    data: &IndexedChannel,
+    name: &str,
+) -> Result<(), CliError> {
+    let metadata = ObjectMeta {
+        name: name.to_owned(),
+        ..ObjectMeta::default()
     };
-
-    if let Some(name) = &args.version {
-        let mut changelog = data
-            .changelog(name, args.from.as_deref())
-            .map_err(|source| CliError::Query {
-                name: name.clone(),
-                source,
-            })?;
-        changelog.metadata = ObjectMeta {
-            name: name.clone(),
-            ..ObjectMeta::default()
-        };
-        changelog.channel = objects::channel_ref(source, &data, name);
-        changelog.arch = args.arch.to_string();
-        objects::http_links_only(&mut changelog);
-        match args.output {
-            OutputFormat::Json => println!(
-                "{}",
-                serde_json::to_string_pretty(&changelog).map_err(CliError::Json)?
-            ),
-            OutputFormat::Text => print!("{}", render::text(&changelog)),
-        }
-        return Ok(());
+    let changelog = objects::changelog(
+        source,
+        data,
+        name,
+        args.from.as_deref(),
+        metadata,
+        &args.arch,
+    )
+    .map_err(|source| CliError::Query {
+        name: name.to_owned(),
+        source,
+    })?;
+    match args.output {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&changelog).map_err(CliError::Json)?
+        ),
+        OutputFormat::Text => print!("{}", render::text(&changelog)),
     }
+    Ok(())
+}
 
-    let summaries: Vec<ManagedOSVersionChangelogSummary> = data
+/// `inspect` without `--version`: the summary of every version, oldest first.
+fn print_summaries(
+    args: &InspectArgs,
+    source: Source<'_>,
+    image: &Inspected,
+) -> Result<(), CliError> {
+    let summaries: Vec<ManagedOSVersionChangelogSummary> = image
+        .data
         .order()
         .iter()
         .map(|name| {
@@ -160,17 +198,18 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
                 name: name.clone(),
                 ..ObjectMeta::default()
             };
-            objects::summary(source, &data, name, metadata, "")
+            objects::summary(source, &image.data, name, metadata, "")
         })
         .collect();
+    let problems = image.data.data().problems();
     match args.output {
         OutputFormat::Json => {
             let out = serde_json::json!({
                 "image": args.image,
-                "digest": digest,
-                "platform": platform,
-                "compressedBytes": compressed_bytes,
-                "problems": data.problems().iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "digest": image.digest,
+                "platform": image.platform,
+                "compressedBytes": image.compressed_bytes,
+                "problems": problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "versions": summaries,
             });
             println!(
@@ -180,7 +219,13 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
         }
         OutputFormat::Text => print!(
             "{}",
-            inspect_text(&args.image, &digest, platform.as_deref(), &data, &summaries)
+            inspect_text(
+                &args.image,
+                &image.digest,
+                image.platform.as_deref(),
+                problems,
+                &summaries
+            )
         ),
     }
     Ok(())
@@ -190,7 +235,7 @@ fn inspect_text(
     image: &str,
     digest: &str,
     platform: Option<&str>,
-    data: &ChannelData,
+    problems: &[FileProblem],
     summaries: &[ManagedOSVersionChangelogSummary],
 ) -> String {
     let mut out = String::new();
@@ -202,7 +247,7 @@ fn inspect_text(
         platform.unwrap_or("single-platform image")
     );
     let _ = writeln!(out, "versions: {} (oldest first)", summaries.len());
-    for problem in data.problems() {
+    for problem in problems {
         let _ = writeln!(out, "rejected: {problem}");
     }
     let _ = writeln!(out);

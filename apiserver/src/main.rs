@@ -1,11 +1,13 @@
 //! `elemental-changelog-apiserver`: serves Elemental OS changelogs through the
 //! Kubernetes aggregation layer; `inspect` and `compute` help channel builders.
 
-use std::{process::ExitCode, sync::Arc};
+use std::{path::Path, process::ExitCode, sync::Arc};
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use elemental_changelog_apiserver::{
+    authn::Authenticator,
+    authz::Authorizer,
     cache::Cache,
     channels::{self, RefreshSettings, history::ConfigMapHistory},
     cli,
@@ -18,6 +20,7 @@ use elemental_changelog_apiserver::{
 };
 use elemental_changelog_certs::{serving, tls};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::Semaphore;
 use tracing::{error, info, warn};
 
 fn main() -> ExitCode {
@@ -51,69 +54,16 @@ fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     telemetry::init(args.log_format);
-    anyhow::ensure!(
-        args.architectures.contains(&args.default_arch),
-        "--default-arch {} is not one of --architecture {}",
-        args.default_arch,
-        args.architectures
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    check_default_arch(&args)?;
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
-
-    let source = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(cert), Some(key)) => serving::CertSource::Files {
-            cert: cert.clone(),
-            key: key.clone(),
-        },
-        _ => serving::CertSource::SelfSigned {
-            dir: args.cert_dir.clone(),
-            hosts: args.self_signed_hosts.clone(),
-        },
-    };
-    let files = source.prepare().context("serving certificate")?;
-    let resolver = Arc::new(serving::ReloadingResolver::new(files).context("serving certificate")?);
+    let resolver = certificate_resolver(&args)?;
     let tls_config = Arc::new(tls::server_config(resolver.clone()).context("TLS configuration")?);
-
-    let kube_config = match &args.kubeconfig {
-        Some(path) => {
-            // kube's errors repeat their source and quote YAML snippets over
-            // several lines; the first line says it all.
-            let first_line = |e: &dyn std::fmt::Display| e.to_string().lines().next().unwrap_or_default().to_owned();
-            let text = std::fs::read_to_string(path).with_context(|| format!("kubeconfig {}", path.display()))?;
-            let kubeconfig = Kubeconfig::from_yaml(&text)
-                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {}", path.display(), first_line(&e)))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {}", path.display(), first_line(&e)))?
-        }
-        None => kube::Config::infer().await.context("no kubeconfig: neither --kubeconfig, $KUBECONFIG, ~/.kube/config nor in-cluster configuration")?,
-    };
-    let client = kube::Client::try_from(kube_config).context("Kubernetes client")?;
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
 
     let fetcher = Arc::new(ReloadingFetcher::new(args.registry.clone())?);
     let registry_run = fetcher.clone().watch(reload::DEFAULT_RELOAD_INTERVAL);
     let cache = Arc::new(Cache::default());
-    let history = match &args.history_namespace {
-        Some(namespace) => {
-            info!(%namespace, configmap = %args.history_configmap, "channel history kept in the cluster");
-            Some(Arc::new(ConfigMapHistory::new(
-                client.clone(),
-                namespace,
-                &args.history_configmap,
-                metrics.clone(),
-            )))
-        }
-        None => {
-            warn!(
-                "no --history-namespace (POD_NAMESPACE): retained versions live only in this replica's memory"
-            );
-            None
-        }
-    };
     let (objects, channels_run) = channels::start(
         client.clone(),
         &args.namespaces,
@@ -124,11 +74,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         RefreshSettings {
             interval: args.refresh_interval,
             architectures: args.architectures.iter().map(ToString::to_string).collect(),
-            history,
+            history: history(&args, &client, &metrics),
         },
     );
-
-    let authn = Arc::new(elemental_changelog_apiserver::authn::Authenticator::new(
+    let authn = Arc::new(Authenticator::new(
         client.clone(),
         &args.authn,
         metrics.clone(),
@@ -136,12 +85,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let authn_run = authn
         .clone()
         .run(health.ready_flag("authentication-config"));
-    let authz = Arc::new(elemental_changelog_apiserver::authz::Authorizer::new(
-        client.clone(),
-        &args.authz,
-        metrics.clone(),
-    ));
-
+    let authz = Arc::new(Authorizer::new(client, &args.authz, metrics.clone()));
     let app = Arc::new(App {
         metrics: metrics.clone(),
         health: health.clone(),
@@ -154,10 +98,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
             args.architectures.clone(),
             ReadyCache::new(args.serving.answer_cache_size, metrics.clone()),
         )),
-        inflight: Arc::new(tokio::sync::Semaphore::new(
-            args.serving.max_requests_inflight,
-        )),
-        compute: Arc::new(tokio::sync::Semaphore::new(compute_slots(
+        inflight: Arc::new(Semaphore::new(args.serving.max_requests_inflight)),
+        compute: Arc::new(Semaphore::new(compute_slots(
             args.serving.max_compute_concurrency,
         ))),
         request_timeout: args.serving.request_timeout,
@@ -168,43 +110,40 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening on {addr}"))?;
     info!(%addr, version = env!("CARGO_PKG_VERSION"), "serving");
-
-    let certs_run = {
-        let mut status = resolver.status();
-        let metrics = metrics.clone();
-        let resolver = resolver.clone();
-        async move {
-            let count = async move {
-                let (mut reloads, mut failures) = (0, 0);
-                while status.changed().await.is_ok() {
-                    let now = status.borrow_and_update().clone();
-                    for _ in reloads..now.reloads {
-                        metrics.cert_reload("loaded");
-                    }
-                    for _ in failures..now.failures {
-                        metrics.cert_reload("rejected");
-                    }
-                    (reloads, failures) = (now.reloads, now.failures);
-                }
-                std::future::pending::<()>().await;
-            };
-            tokio::join!(resolver.watch(serving::DEFAULT_POLL_INTERVAL), count);
-        }
-    };
-    let shutdown = {
-        let health = health.clone();
-        let delay = args.serving.shutdown_delay_duration;
-        async move {
-            shutdown_signal().await;
-            // Not ready first, then keep serving while endpoints drop this replica,
-            // then stop accepting and drain (kube-apiserver's order).
-            health.shut_down();
-            info!(delay = ?delay, "readiness failing; serving until the shutdown delay ends");
-            tokio::time::sleep(delay).await;
-        }
-    };
+    let certs_run = reload_certificates(resolver, metrics);
+    let shutdown = shutdown(health, args.serving.shutdown_delay_duration);
     let defaults_run = app.clone().keep_defaults_ready();
     let server = server::serve(listener, tls_config, app, shutdown, &args.serving);
+    let loops = Loops {
+        channels_run,
+        authn_run,
+        certs_run,
+        registry_run,
+        defaults_run,
+    };
+    supervise(server, loops).await
+}
+
+/// Runs the server and the loops that keep its inputs current until the server
+/// stops; a loop that stops first is an error.
+async fn supervise<C, A, T, R, D>(
+    server: impl Future<Output = ()>,
+    loops: Loops<C, A, T, R, D>,
+) -> Result<()>
+where
+    C: Future<Output = ()>,
+    A: Future<Output = ()>,
+    T: Future<Output = ()>,
+    R: Future<Output = ()>,
+    D: Future<Output = ()>,
+{
+    let Loops {
+        channels_run,
+        authn_run,
+        certs_run,
+        registry_run,
+        defaults_run,
+    } = loops;
     tokio::select! {
         () = server => {
             info!("stopped");
@@ -222,6 +161,125 @@ async fn serve(args: ServeArgs) -> Result<()> {
         () = registry_run => anyhow::bail!("the registry settings reloader stopped"),
         () = defaults_run => anyhow::bail!("the renderer of default answers stopped"),
     }
+}
+
+/// The loops that run next to the server for as long as it serves.
+struct Loops<C, A, T, R, D> {
+    /// Reflectors and channel workers.
+    channels_run: C,
+    /// The authentication configuration watch.
+    authn_run: A,
+    /// The serving certificate reloader.
+    certs_run: T,
+    /// The registry settings reloader.
+    registry_run: R,
+    /// The renderer of default answers.
+    defaults_run: D,
+}
+
+/// `--default-arch` must be one of `--architecture`.
+fn check_default_arch(args: &ServeArgs) -> Result<()> {
+    anyhow::ensure!(
+        args.architectures.contains(&args.default_arch),
+        "--default-arch {} is not one of --architecture {}",
+        args.default_arch,
+        args.architectures
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    Ok(())
+}
+
+/// The serving certificate: the files given, else a self-signed one.
+fn certificate_resolver(args: &ServeArgs) -> Result<Arc<serving::ReloadingResolver>> {
+    let source = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => serving::CertSource::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => serving::CertSource::SelfSigned {
+            dir: args.cert_dir.clone(),
+            hosts: args.self_signed_hosts.clone(),
+        },
+    };
+    let files = source.prepare().context("serving certificate")?;
+    Ok(Arc::new(
+        serving::ReloadingResolver::new(files).context("serving certificate")?,
+    ))
+}
+
+/// The Kubernetes client: from `--kubeconfig`, else as kubectl finds one.
+async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
+    let kube_config = match kubeconfig {
+        Some(path) => {
+            // kube's errors repeat their source and quote YAML snippets over
+            // several lines; the first line says it all.
+            let first_line = |e: &dyn std::fmt::Display| e.to_string().lines().next().unwrap_or_default().to_owned();
+            let text = std::fs::read_to_string(path).with_context(|| format!("kubeconfig {}", path.display()))?;
+            let kubeconfig = Kubeconfig::from_yaml(&text)
+                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {}", path.display(), first_line(&e)))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {}", path.display(), first_line(&e)))?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig: neither --kubeconfig, $KUBECONFIG, ~/.kube/config nor in-cluster configuration")?,
+    };
+    kube::Client::try_from(kube_config).context("Kubernetes client")
+}
+
+/// Where the channel history is kept: a ConfigMap with `--history-namespace`, else nowhere.
+fn history(
+    args: &ServeArgs,
+    client: &kube::Client,
+    metrics: &Arc<Metrics>,
+) -> Option<Arc<ConfigMapHistory>> {
+    let Some(namespace) = &args.history_namespace else {
+        warn!(
+            "no --history-namespace (POD_NAMESPACE): retained versions live only in this replica's memory"
+        );
+        return None;
+    };
+    info!(%namespace, configmap = %args.history_configmap, "channel history kept in the cluster");
+    Some(Arc::new(ConfigMapHistory::new(
+        client.clone(),
+        namespace,
+        &args.history_configmap,
+        metrics.clone(),
+    )))
+}
+
+/// Reloads the serving certificate when its files change and counts the
+/// reloads; never completes.
+async fn reload_certificates(resolver: Arc<serving::ReloadingResolver>, metrics: Arc<Metrics>) {
+    let mut status = resolver.status();
+    let count = async move {
+        let (mut reloads, mut failures) = (0, 0);
+        while status.changed().await.is_ok() {
+            let now = status.borrow_and_update().clone();
+            for _ in reloads..now.reloads {
+                metrics.cert_reload("loaded");
+            }
+            for _ in failures..now.failures {
+                metrics.cert_reload("rejected");
+            }
+            (reloads, failures) = (now.reloads, now.failures);
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::join!(resolver.watch(serving::DEFAULT_POLL_INTERVAL), count);
+}
+
+/// Completes when the server should stop accepting: after SIGTERM or SIGINT
+/// and the shutdown delay.
+async fn shutdown(health: Arc<Health>, delay: std::time::Duration) {
+    shutdown_signal().await;
+    // Not ready first, then keep serving while endpoints drop this replica,
+    // then stop accepting and drain (kube-apiserver's order).
+    health.shut_down();
+    info!(delay = ?delay, "readiness failing; serving until the shutdown delay ends");
+    tokio::time::sleep(delay).await;
 }
 
 /// `--max-compute-concurrency`, with 0 meaning one slot per CPU.

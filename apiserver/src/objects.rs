@@ -1,10 +1,13 @@
 //! The API objects built from channel data, one builder each, shared by the server's handlers
 //! ([`crate::routes::resources`]) and the CLI ([`crate::cli`]), so both say the same thing.
 
-use elemental_changelog::{compute::QueryError, data::ChannelData};
-use elemental_changelog_apiservice::types::{
-    ChannelRef, ManagedOSVersionChangelog, ManagedOSVersionChangelogSummary, ObjectMeta,
-    UnavailableReason,
+use elemental_changelog::compute::{IndexedChannel, QueryError};
+use elemental_changelog_apiservice::{
+    arch::Arch,
+    types::{
+        ChannelRef, ManagedOSVersionChangelog, ManagedOSVersionChangelogSummary, ObjectMeta,
+        UnavailableReason,
+    },
 };
 
 /// Longest warning text sent in a `Warning` header (k8s.io/apiserver truncates at 4 KiB).
@@ -12,7 +15,7 @@ const MAX_WARNING_BYTES: usize = 4096;
 
 /// Keeps only `http` and `https` links in `references[].href` (UIs render them as links;
 /// `javascript:` and the like must never reach one); says so in `warnings` when any went.
-pub fn http_links_only(changelog: &mut ManagedOSVersionChangelog) {
+fn http_links_only(changelog: &mut ManagedOSVersionChangelog) {
     let mut dropped = 0;
     for advisory in &mut changelog.advisories {
         for reference in &mut advisory.references {
@@ -66,7 +69,7 @@ pub struct Source<'a> {
 
 /// The `channel` of an answer about version `name`: the digest is the one the version was
 /// read from, which for a version retained from an earlier image is that image's.
-pub fn channel_ref(source: Source<'_>, data: &ChannelData, name: &str) -> ChannelRef {
+pub fn channel_ref(source: Source<'_>, data: &IndexedChannel, name: &str) -> ChannelRef {
     let retained_from = data.version(name).and_then(|v| v.retained_from.clone());
     ChannelRef {
         name: source.channel.to_owned(),
@@ -80,7 +83,7 @@ pub fn channel_ref(source: Source<'_>, data: &ChannelData, name: &str) -> Channe
 /// ManagedOSVersion's `spec.version` (empty: the channel entry's version is used).
 pub fn summary(
     source: Source<'_>,
-    data: &ChannelData,
+    data: &IndexedChannel,
     name: &str,
     metadata: ObjectMeta,
     spec_version: &str,
@@ -107,6 +110,32 @@ pub fn summary(
         }
     }
     summary
+}
+
+/// The changelog of version `name` compared with `from` (default: the previous version)
+/// for `arch`, from the data that holds it: the whole object, its links http(s) only.
+pub fn changelog(
+    source: Source<'_>,
+    data: &IndexedChannel,
+    name: &str,
+    from: Option<&str>,
+    metadata: ObjectMeta,
+    arch: &Arch,
+) -> Result<ManagedOSVersionChangelog, QueryError> {
+    let computed = data.changelog(name, from)?;
+    let mut changelog = ManagedOSVersionChangelog::new();
+    changelog.metadata = metadata;
+    changelog.channel = channel_ref(source, data, name);
+    changelog.arch = arch.to_string();
+    changelog.version = computed.version;
+    changelog.from = computed.from;
+    changelog.source = computed.source;
+    changelog.summary = computed.summary;
+    changelog.advisories = computed.advisories;
+    changelog.packages = computed.packages;
+    changelog.warnings = computed.warnings;
+    http_links_only(&mut changelog);
+    Ok(changelog)
 }
 
 /// Why the data of `source` gives no changelog for `name`.

@@ -9,7 +9,7 @@
 //! more are admitted for health probes only; past that, new connections are closed at
 //! once. In-flight requests and the per-request deadline are enforced by the app.
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -17,13 +17,17 @@ use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto, graceful::GracefulShutdown},
+    server::{
+        conn::auto,
+        graceful::{GracefulShutdown, Watcher},
+    },
 };
+use rustls::pki_types::CertificateDer;
 use tokio::{
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore},
 };
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use tracing::{debug, info, warn};
 
 use crate::{request::Peer, routes::App};
@@ -126,12 +130,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     limits: &ServingLimits,
 ) {
+    let gate = Gate::new(limits);
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
-    let builder = Arc::new(builder(limits.header_read_timeout, true));
-    let probe_builder = Arc::new(builder_for_probes());
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
-    let probe_connections = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
         let (tcp, addr) = tokio::select! {
@@ -151,80 +152,18 @@ pub async fn serve(
         if let Err(error) = tcp.set_nodelay(true) {
             debug!(%addr, %error, "TCP_NODELAY not set");
         }
-        let admission = match connections.clone().try_acquire_owned() {
-            Ok(permit) => Admission::Full(permit),
-            Err(_) => match probe_connections.clone().try_acquire_owned() {
-                Ok(permit) => Admission::ProbeOnly(permit),
-                Err(_) => {
-                    app.metrics.connection_refused();
-                    debug!(%addr, "connection limit reached; closing");
-                    continue;
-                }
-            },
+        let Some(admission) = gate.admit() else {
+            app.metrics.connection_refused();
+            debug!(%addr, "connection limit reached; closing");
+            continue;
         };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        let (builder, probe_only, handshake_timeout) = match &admission {
-            Admission::Full(_) => (builder.clone(), false, HANDSHAKE_TIMEOUT),
-            Admission::ProbeOnly(_) => (probe_builder.clone(), true, PROBE_HANDSHAKE_TIMEOUT),
+        let connection = Connection {
+            tcp,
+            addr,
+            builder: gate.builder(&admission),
+            admission,
         };
-        let watcher = graceful.watcher();
-        let metrics = app.metrics.clone();
-        tokio::spawn(async move {
-            let _admission = admission;
-            let _open = metrics.connection_opened();
-            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => {
-                    debug!(%addr, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    debug!(%addr, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let chain = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .filter(|chain| !chain.is_empty())
-                .map(|chain| {
-                    chain
-                        .iter()
-                        .map(|c| c.clone().into_owned())
-                        .collect::<Arc<[_]>>()
-                });
-            let peer = Peer {
-                addr: Some(addr),
-                chain,
-                probe_only,
-            };
-            let service = service_fn(move |req: Request<Incoming>| {
-                let app = app.clone();
-                let peer = peer.clone();
-                async move {
-                    Ok::<Response<Full<Bytes>>, std::convert::Infallible>(
-                        app.handle(req, &peer).await,
-                    )
-                }
-            });
-            let conn = watcher.watch(builder.serve_connection(TokioIo::new(tls), service));
-            let served = if probe_only {
-                match tokio::time::timeout(PROBE_CONNECTION_LIFETIME, conn).await {
-                    Ok(served) => served,
-                    Err(_) => {
-                        debug!(%addr, "probe-only connection closed at the end of its lifetime");
-                        return;
-                    }
-                }
-            } else {
-                conn.await
-            };
-            if let Err(error) = served {
-                debug!(%addr, %error, "connection ended with an error");
-            }
-        });
+        tokio::spawn(connection.serve(acceptor.clone(), app.clone(), graceful.watcher()));
     }
     drop(listener);
     let grace = limits.shutdown_grace_period;
@@ -235,6 +174,118 @@ pub async fn serve(
     {
         warn!("in-flight requests did not finish within the grace period");
     }
+}
+
+/// The connection cap with its probe-only overflow, and the HTTP settings of each.
+struct Gate {
+    connections: Arc<Semaphore>,
+    probe_connections: Arc<Semaphore>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    probe_builder: Arc<auto::Builder<TokioExecutor>>,
+}
+
+impl Gate {
+    fn new(limits: &ServingLimits) -> Self {
+        Self {
+            connections: Arc::new(Semaphore::new(limits.max_connections)),
+            probe_connections: Arc::new(Semaphore::new(PROBE_CONNECTIONS)),
+            builder: Arc::new(builder(limits.header_read_timeout, true)),
+            probe_builder: Arc::new(builder_for_probes()),
+        }
+    }
+
+    /// A slot for one more connection; `None` when both pools are full.
+    fn admit(&self) -> Option<Admission> {
+        if let Ok(permit) = self.connections.clone().try_acquire_owned() {
+            return Some(Admission::Full(permit));
+        }
+        let permit = self.probe_connections.clone().try_acquire_owned().ok()?;
+        Some(Admission::ProbeOnly(permit))
+    }
+
+    fn builder(&self, admission: &Admission) -> Arc<auto::Builder<TokioExecutor>> {
+        match admission {
+            Admission::Full(_) => self.builder.clone(),
+            Admission::ProbeOnly(_) => self.probe_builder.clone(),
+        }
+    }
+}
+
+/// An accepted TCP connection and the pool slot it holds while it lives.
+struct Connection {
+    tcp: TcpStream,
+    addr: SocketAddr,
+    admission: Admission,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+}
+
+impl Connection {
+    /// The TLS handshake, then HTTP until the connection ends (a probe-only one
+    /// at the end of its lifetime at the latest).
+    async fn serve(self, acceptor: TlsAcceptor, app: Arc<App>, watcher: Watcher) {
+        // `admission` holds the pool slot until the connection ends.
+        let Self {
+            tcp,
+            addr,
+            admission,
+            builder,
+        } = self;
+        let probe_only = matches!(admission, Admission::ProbeOnly(_));
+        let metrics = app.metrics.clone();
+        let _open = metrics.connection_opened();
+        let handshake_timeout = if probe_only {
+            PROBE_HANDSHAKE_TIMEOUT
+        } else {
+            HANDSHAKE_TIMEOUT
+        };
+        let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(error)) => {
+                debug!(%addr, %error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                debug!(%addr, "TLS handshake timed out");
+                return;
+            }
+        };
+        let peer = Peer {
+            addr: Some(addr),
+            chain: peer_chain(&tls),
+            probe_only,
+        };
+        let service = service_fn(move |req: Request<Incoming>| {
+            let app = app.clone();
+            let peer = peer.clone();
+            async move {
+                Ok::<Response<Full<Bytes>>, std::convert::Infallible>(app.handle(req, &peer).await)
+            }
+        });
+        let conn = watcher.watch(builder.serve_connection(TokioIo::new(tls), service));
+        let served = if probe_only {
+            match tokio::time::timeout(PROBE_CONNECTION_LIFETIME, conn).await {
+                Ok(served) => served,
+                Err(_) => {
+                    debug!(%addr, "probe-only connection closed at the end of its lifetime");
+                    return;
+                }
+            }
+        } else {
+            conn.await
+        };
+        if let Err(error) = served {
+            debug!(%addr, %error, "connection ended with an error");
+        }
+    }
+}
+
+/// The certificate chain the client presented, if any.
+fn peer_chain(tls: &TlsStream<TcpStream>) -> Option<Arc<[CertificateDer<'static>]>> {
+    tls.get_ref()
+        .1
+        .peer_certificates()
+        .filter(|chain| !chain.is_empty())
+        .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
 }
 
 /// The HTTP/1.1 and HTTP/2 settings. hyper applies its header read timeout only when

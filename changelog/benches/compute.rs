@@ -11,6 +11,7 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use elemental_changelog::channel::{ChannelEntry, EntryKind};
+use elemental_changelog::compute::IndexedChannel;
 use elemental_changelog::data::ChannelData;
 use elemental_changelog::packages::{self, Package, PackageList};
 use elemental_changelog::rpmver::Evr;
@@ -20,7 +21,7 @@ const VERSIONS: usize = 500;
 const PACKAGES: usize = 800;
 const ADVISORIES: usize = 3000;
 
-fn generate() -> ChannelData {
+fn generate() -> IndexedChannel {
     let per_version = ADVISORIES / VERSIONS;
     let arch = |p: usize| {
         if p.is_multiple_of(5) {
@@ -97,7 +98,12 @@ fn generate() -> ChannelData {
             created: jiff::Timestamp::from_second(1_700_000_000 + (v as i64) * 3600).ok(),
         });
     }
-    ChannelData::from_parts(entries, BTreeMap::new(), lists, Some(updateinfo))
+    IndexedChannel::new(ChannelData::from_parts(
+        entries,
+        BTreeMap::new(),
+        lists,
+        Some(updateinfo),
+    ))
 }
 
 fn bench(c: &mut Criterion) {
@@ -118,7 +124,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("summaries of 500 versions (cold)", |b| {
         b.iter_batched(
-            || data.clone(),
+            || IndexedChannel::new(data.data().clone()),
             |fresh| {
                 for name in fresh.order().to_vec() {
                     black_box(fresh.summary(&name).ok());

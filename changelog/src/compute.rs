@@ -2,15 +2,16 @@
 //! changelogs between two versions, summaries and "which versions fix this
 //! CVE", and the generator of precomputed `updates.log` files.
 //!
-//! The rules are described in `docs/channel-image-format.md`.
+//! [`IndexedChannel`] puts the version order and the cached summaries on top
+//! of the parsed data; [`crate::data`] knows nothing of them. The rules are
+//! described in `docs/channel-image-format.md`.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use elemental_changelog_apiservice::types::{
-    Advisory, ChangelogSummary, ManagedOSVersionChangelog, PackageChange, PackageChanges, Severity,
-    Source, VersionRef,
+    Advisory, ChangelogSummary, PackageChange, PackageChanges, Severity, Source, VersionRef,
 };
 use jiff::Timestamp;
 
@@ -95,9 +96,38 @@ struct Cached {
     cves: BTreeSet<String>,
 }
 
-/// Order and caches of a [`ChannelData`], built on first use.
+/// The changelog of one version compared with an older one: what the
+/// channel data says. The server's API object adds the object metadata, the
+/// channel and the architecture to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Changelog {
+    /// The version's `version` in `channel.json`.
+    pub version: String,
+    /// The older version compared against; `None` for the oldest version.
+    pub from: Option<VersionRef>,
+    /// Where the advisories came from.
+    pub source: Source,
+    /// Counts.
+    pub summary: ChangelogSummary,
+    /// Advisories, newest first.
+    pub advisories: Vec<Advisory>,
+    /// Package differences, when both versions have package lists.
+    pub packages: Option<PackageChanges>,
+    /// Remarks about the data for the reader.
+    pub warnings: Vec<String>,
+}
+
+/// The data of one channel image with its version order and cached
+/// summaries, built on first use: the queries the server answers.
 #[derive(Debug)]
-pub(crate) struct Index {
+pub struct IndexedChannel {
+    data: Arc<ChannelData>,
+    index: OnceLock<Index>,
+}
+
+/// Order and caches of a [`ChannelData`].
+#[derive(Debug)]
+struct Index {
     /// Version names, oldest first.
     order: Vec<String>,
     position: HashMap<String, usize>,
@@ -133,7 +163,7 @@ fn issued(a: &Advisory) -> Option<Timestamp> {
 }
 
 impl Index {
-    pub(crate) fn new(versions: &BTreeMap<String, Arc<VersionData>>) -> Self {
+    fn new(versions: &BTreeMap<String, Arc<VersionData>>) -> Self {
         let all_created = versions.values().all(|v| v.entry.created.is_some());
         let mut order: Vec<&Arc<VersionData>> = versions.values().collect();
         order.sort_by(|a, b| version_cmp(&a.entry, &b.entry, all_created));
@@ -281,7 +311,29 @@ fn summarize(
     (summary, cves)
 }
 
-impl ChannelData {
+impl IndexedChannel {
+    /// Indexes `data` (the order and summaries are computed on first use).
+    pub fn new(data: impl Into<Arc<ChannelData>>) -> Self {
+        Self {
+            data: data.into(),
+            index: OnceLock::new(),
+        }
+    }
+
+    /// The parsed data.
+    pub fn data(&self) -> &Arc<ChannelData> {
+        &self.data
+    }
+
+    /// One version by name.
+    pub fn version(&self, name: &str) -> Option<&Arc<VersionData>> {
+        self.data.version(name)
+    }
+
+    fn index(&self) -> &Index {
+        self.index.get_or_init(|| Index::new(self.data.versions()))
+    }
+
     /// Version names, oldest first: by `created`, then RPM order of
     /// `version` (a leading `v` stripped), then name. When some version
     /// lacks `created`, the version string decides first.
@@ -289,7 +341,7 @@ impl ChannelData {
         &self.index().order
     }
 
-    /// The version just before `name` in [`ChannelData::order`].
+    /// The version just before `name` in [`IndexedChannel::order`].
     pub fn previous(&self, name: &str) -> Result<Option<VersionRef>, QueryError> {
         let pos = self.position(name)?;
         Ok(pos.checked_sub(1).map(|p| self.version_ref(p)))
@@ -314,7 +366,7 @@ impl ChannelData {
     fn at(&self, pos: usize) -> &VersionData {
         let name = &self.index().order[pos];
         // Every name of the order is a key of `versions`.
-        &self.versions()[name]
+        &self.data.versions()[name]
     }
 
     fn version_ref(&self, pos: usize) -> VersionRef {
@@ -326,7 +378,7 @@ impl ChannelData {
     }
 
     fn shipped(&self) -> Option<&HashMap<String, Vec<Shipped>>> {
-        let updateinfo = self.updateinfo()?;
+        let updateinfo = self.data.updateinfo()?;
         Some(self.index().shipped.get_or_init(|| {
             let mut map: HashMap<String, Vec<Shipped>> = HashMap::new();
             for (i, a) in updateinfo.iter().enumerate() {
@@ -351,7 +403,7 @@ impl ChannelData {
         &self,
         pairs: &[(Option<&Package>, Option<&Package>)],
     ) -> Vec<&Advisory> {
-        let (Some(shipped), Some(updateinfo)) = (self.shipped(), self.updateinfo()) else {
+        let (Some(shipped), Some(updateinfo)) = (self.shipped(), self.data.updateinfo()) else {
             return Vec::new();
         };
         let mut seen = HashSet::new();
@@ -379,6 +431,9 @@ impl ChannelData {
         out
     }
 
+    /// The default changelog of `pos` (compared with the previous version),
+    /// or, when `explicit`, the one compared with `from`. Raw data (package
+    /// lists and `updateinfo`) wins over precomputed files.
     fn outcome(
         &self,
         pos: usize,
@@ -393,25 +448,53 @@ impl ChannelData {
             Some(pair_packages(old, new))
         });
         let packages = pairs.as_deref().map(package_changes);
-        let no_data = || QueryError::NoData {
-            name: version.entry.name.clone(),
-        };
-        let mut warnings = Vec::new();
-
-        if let Some(pairs) = &pairs
-            && self.updateinfo().is_some()
+        let no_updateinfo = "the channel image has no updateinfo: only package changes are listed";
+        let oldest =
+            "this is the oldest version of the channel: there is nothing to compare it with";
+        let (source, advisories, warnings) = if let Some(pairs) = &pairs
+            && self.data.updateinfo().is_some()
         {
             let mut advisories = self.computed_advisories(pairs);
             sort_newest_first(&mut advisories);
-            return Ok(Outcome {
-                from,
-                source: Source::Computed,
-                advisories,
-                packages,
-                warnings,
+            (Source::Computed, advisories, Vec::new())
+        } else if let Some((advisories, warnings)) = self.precomputed(pos, from, explicit) {
+            (Source::Precomputed, advisories, warnings)
+        } else if packages.is_some() {
+            (Source::Computed, Vec::new(), vec![no_updateinfo.to_owned()])
+        } else if from.is_none() && version.packages.is_some() {
+            (Source::Computed, Vec::new(), vec![oldest.to_owned()])
+        } else {
+            return Err(QueryError::NoData {
+                name: version.entry.name.clone(),
             });
-        }
+        };
+        Ok(Outcome {
+            from,
+            source,
+            advisories,
+            packages,
+            warnings,
+        })
+    }
 
+    /// The advisories of the precomputed files from `from` (exclusive, when
+    /// `explicit`) to `pos`, newest first, and the warnings about them;
+    /// `None` when no file in that range exists or raw data should answer.
+    fn precomputed(
+        &self,
+        pos: usize,
+        from: Option<usize>,
+        explicit: bool,
+    ) -> Option<(Vec<&Advisory>, Vec<String>)> {
+        // The oldest version's shifted file is empty only because of
+        // upstream's bug: with raw data, it is not served either.
+        let raw_oldest = from.is_none()
+            && self.at(pos).packages.is_some()
+            && self.data.updateinfo().is_some()
+            && self.looks_shifted();
+        if raw_oldest {
+            return None;
+        }
         let range = match from {
             Some(f) if explicit => f + 1..pos + 1,
             _ => pos..pos + 1,
@@ -427,57 +510,21 @@ impl ChannelData {
                 None => missing.push(v.entry.name.as_str()),
             }
         }
-        // The oldest version's shifted file is empty only because of
-        // upstream's bug: with raw data, it is not served either.
-        let raw_oldest = from.is_none()
-            && version.packages.is_some()
-            && self.updateinfo().is_some()
-            && self.looks_shifted();
-        if missing.len() < count && !raw_oldest {
-            if !missing.is_empty() {
-                warnings.push(format!(
-                    "the channel image has no changelog data for {}; their advisories are missing",
-                    missing.join(", ")
-                ));
-            }
-            if self.looks_shifted() {
-                warnings.push(SHIFTED_WARNING.to_owned());
-            }
-            sort_newest_first(&mut advisories);
-            return Ok(Outcome {
-                from,
-                source: Source::Precomputed,
-                advisories,
-                packages,
-                warnings,
-            });
+        if missing.len() == count {
+            return None;
         }
-        if packages.is_some() {
-            warnings.push(
-                "the channel image has no updateinfo: only package changes are listed".to_owned(),
-            );
-            return Ok(Outcome {
-                from,
-                source: Source::Computed,
-                advisories: Vec::new(),
-                packages,
-                warnings,
-            });
+        let mut warnings = Vec::new();
+        if !missing.is_empty() {
+            warnings.push(format!(
+                "the channel image has no changelog data for {}; their advisories are missing",
+                missing.join(", ")
+            ));
         }
-        if from.is_none() && version.packages.is_some() {
-            warnings.push(
-                "this is the oldest version of the channel: there is nothing to compare it with"
-                    .to_owned(),
-            );
-            return Ok(Outcome {
-                from,
-                source: Source::Computed,
-                advisories: Vec::new(),
-                packages: None,
-                warnings,
-            });
+        if self.looks_shifted() {
+            warnings.push(SHIFTED_WARNING.to_owned());
         }
-        Err(no_data())
+        sort_newest_first(&mut advisories);
+        Some((advisories, warnings))
     }
 
     fn resolve(
@@ -507,26 +554,20 @@ impl ChannelData {
     }
 
     /// The changelog of version `name` compared with `from` (default: the
-    /// previous version of the channel). Fills `version`, `from`, `source`,
-    /// `summary`, `advisories` (newest first), `packages` and `warnings`;
-    /// the caller fills `metadata`, `channel` and `arch`.
-    pub fn changelog(
-        &self,
-        name: &str,
-        from: Option<&str>,
-    ) -> Result<ManagedOSVersionChangelog, QueryError> {
+    /// previous version of the channel).
+    pub fn changelog(&self, name: &str, from: Option<&str>) -> Result<Changelog, QueryError> {
         let (pos, f) = self.resolve(name, from)?;
         let outcome = self.outcome(pos, f, from.is_some())?;
         let (summary, _) = summarize(&outcome.advisories, outcome.packages.as_ref());
-        let mut changelog = ManagedOSVersionChangelog::new();
-        changelog.version = self.at(pos).entry.version.clone();
-        changelog.from = outcome.from.map(|p| self.version_ref(p));
-        changelog.source = outcome.source;
-        changelog.summary = summary;
-        changelog.advisories = outcome.advisories.into_iter().cloned().collect();
-        changelog.packages = outcome.packages;
-        changelog.warnings = outcome.warnings;
-        Ok(changelog)
+        Ok(Changelog {
+            version: self.at(pos).entry.version.clone(),
+            from: outcome.from.map(|p| self.version_ref(p)),
+            source: outcome.source,
+            summary,
+            advisories: outcome.advisories.into_iter().cloned().collect(),
+            packages: outcome.packages,
+            warnings: outcome.warnings,
+        })
     }
 
     fn cached(&self, name: &str) -> Result<&Cached, QueryError> {
@@ -557,7 +598,7 @@ impl ChannelData {
     }
 
     /// Computes and caches the summary of every version, so that later
-    /// [`ChannelData::summary`] and [`ChannelData::fixes_cve`] calls are
+    /// [`IndexedChannel::summary`] and [`IndexedChannel::fixes_cve`] calls are
     /// lookups. Worth calling once off the request path after building the
     /// data (tens of milliseconds for 500 versions of 800 packages).
     pub fn precompute_summaries(&self) {
@@ -582,7 +623,7 @@ impl ChannelData {
 ///
 /// For each container version, oldest first: the advisories whose packages
 /// moved between the previous version's package list and its own (see
-/// [`ChannelData::changelog`]); when either list is missing but both
+/// [`IndexedChannel::changelog`]); when either list is missing but both
 /// versions have `created`, the advisories issued after the previous
 /// version's `created` and not after its own (upstream's date window, with
 /// the bounds the right way round). The oldest version gets an empty file;
@@ -613,7 +654,12 @@ pub fn generate_updates_logs(
         })?;
         lists.insert(name.to_owned(), list);
     }
-    let data = ChannelData::from_parts(entries, BTreeMap::new(), lists, Some(updateinfo.to_vec()));
+    let data = IndexedChannel::new(ChannelData::from_parts(
+        entries,
+        BTreeMap::new(),
+        lists,
+        Some(updateinfo.to_vec()),
+    ));
     let mut files = BTreeMap::new();
     for (pos, name) in data.order().iter().enumerate() {
         let advisories: Vec<&Advisory> = match pos.checked_sub(1) {

@@ -2,12 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use elemental_changelog_apiservice::types::Advisory;
 
 use crate::channel::{self, ChannelEntry, EntryKind};
-use crate::compute::Index;
 use crate::packages::{self, PackageList};
 use crate::{updateinfo, updates};
 
@@ -109,26 +108,24 @@ impl VersionData {
     }
 }
 
-/// The parsed content of one channel image for one architecture. Immutable
-/// once built (apart from [`ChannelData::retain_from`]); the version order
-/// and summaries are computed on first use and cached.
+/// The parsed content of one channel image for one architecture: versions,
+/// `updateinfo` and the files that were not used. Nothing more: the version
+/// order and the queries are [`crate::compute::IndexedChannel`]'s.
 #[derive(Debug, Default)]
 pub struct ChannelData {
     versions: BTreeMap<String, Arc<VersionData>>,
     updateinfo: Option<Arc<Vec<Advisory>>>,
     problems: Vec<FileProblem>,
-    index: OnceLock<Index>,
 }
 
 impl Clone for ChannelData {
-    /// Shares the version data; the clone computes its own caches (and,
-    /// since [`FileProblem`] is not `Clone`, has no problems recorded).
+    /// Shares the version data (and, since [`FileProblem`] is not `Clone`,
+    /// has no problems recorded).
     fn clone(&self) -> Self {
         Self {
             versions: self.versions.clone(),
             updateinfo: self.updateinfo.clone(),
             problems: Vec::new(),
-            index: OnceLock::new(),
         }
     }
 }
@@ -154,6 +151,76 @@ fn classify(path: &str) -> Option<ChangelogFile<'_>> {
     rest.strip_suffix(".packages").map(ChangelogFile::Packages)
 }
 
+/// A path in an image without a leading `/` or `./`.
+fn clean_path(path: &str) -> &str {
+    path.trim_start_matches("./").trim_start_matches('/')
+}
+
+/// Whether `channel.json` has a `container` entry `name` (only those have
+/// changelogs).
+fn container_entry(entries: &[ChannelEntry], name: &str) -> Result<(), FileError> {
+    match entries.iter().find(|e| e.name == name).map(|e| &e.kind) {
+        None => Err(FileError::UnknownVersion {
+            name: name.to_owned(),
+        }),
+        Some(EntryKind::Container) => Ok(()),
+        Some(kind) => Err(FileError::NotAContainer {
+            name: name.to_owned(),
+            kind: kind.as_str().to_owned(),
+        }),
+    }
+}
+
+/// The files of `changelogs/` parsed so far.
+#[derive(Default)]
+struct ChangelogFiles {
+    advisories: BTreeMap<String, Vec<Advisory>>,
+    packages: BTreeMap<String, PackageList>,
+    /// The path of the `updateinfo.xml` used, and its advisories.
+    updateinfo: Option<(String, Vec<Advisory>)>,
+    problems: Vec<FileProblem>,
+    /// One package per distinct line across all the lists.
+    interner: packages::Interner,
+}
+
+impl ChangelogFiles {
+    /// Parses one file of `changelogs/` into its place, or records why it
+    /// is not used. Files of other names are ignored.
+    fn add(
+        &mut self,
+        entries: &[ChannelEntry],
+        path: String,
+        bytes: &[u8],
+        limits: updateinfo::Limits,
+    ) {
+        let clean = clean_path(&path);
+        let result = match classify(clean) {
+            None => Ok(()),
+            Some(ChangelogFile::Updates(name)) => container_entry(entries, name).and_then(|()| {
+                let advisories = updates::parse(bytes).map_err(FileError::Updates)?;
+                self.advisories.insert(name.to_owned(), advisories);
+                Ok(())
+            }),
+            Some(ChangelogFile::Packages(name)) => container_entry(entries, name).and_then(|()| {
+                let list =
+                    packages::parse_with(bytes, &mut self.interner).map_err(FileError::Packages)?;
+                self.packages.insert(name.to_owned(), list);
+                Ok(())
+            }),
+            Some(ChangelogFile::UpdateInfo) => match &self.updateinfo {
+                Some((used, _)) => Err(FileError::DuplicateUpdateInfo { used: used.clone() }),
+                None => updateinfo::decoder_for(clean, bytes)
+                    .and_then(|r| updateinfo::parse(r, limits))
+                    .map(|a| self.updateinfo = Some((path.clone(), a)))
+                    .map_err(FileError::UpdateInfo),
+            },
+        };
+        if let Err(error) = result {
+            self.problems.push(FileProblem { path, error });
+        }
+    }
+}
+
 impl ChannelData {
     /// Builds the data of an image from its files: `channel.json` and
     /// `changelogs/*` (a leading `/` or `./` is ignored; other files are
@@ -174,7 +241,7 @@ impl ChannelData {
         let mut channel_json = None;
         let mut changelogs = Vec::new();
         for (path, bytes) in files {
-            let clean = path.trim_start_matches("./").trim_start_matches('/');
+            let clean = clean_path(&path);
             if clean == "channel.json" {
                 channel_json = Some(bytes);
             } else if clean.starts_with("changelogs/") {
@@ -183,69 +250,17 @@ impl ChannelData {
         }
         let channel_json = channel_json.ok_or(DataError::MissingChannelJson)?;
         let entries = channel::parse(&channel_json).map_err(DataError::ChannelJson)?;
-
-        let mut problems = Vec::new();
-        let mut advisories = BTreeMap::new();
-        let mut package_lists = BTreeMap::new();
-        let mut updateinfo: Option<(String, Vec<Advisory>)> = None;
-        // One package per distinct line across all the lists.
-        let mut interner = packages::Interner::default();
-        let kind_of = |name: &str| entries.iter().find(|e| e.name == name).map(|e| &e.kind);
+        let mut parsed = ChangelogFiles::default();
         for (path, bytes) in changelogs {
-            let clean = path.trim_start_matches("./").trim_start_matches('/');
-            let Some(file) = classify(clean) else {
-                continue;
-            };
-            let name = match file {
-                ChangelogFile::Updates(name) | ChangelogFile::Packages(name) => Some(name),
-                ChangelogFile::UpdateInfo => None,
-            };
-            if let Some(name) = name {
-                let problem = match kind_of(name) {
-                    None => Some(FileError::UnknownVersion {
-                        name: name.to_owned(),
-                    }),
-                    Some(EntryKind::Container) => None,
-                    Some(kind) => Some(FileError::NotAContainer {
-                        name: name.to_owned(),
-                        kind: kind.as_str().to_owned(),
-                    }),
-                };
-                if let Some(error) = problem {
-                    problems.push(FileProblem { path, error });
-                    continue;
-                }
-            }
-            let result = match file {
-                ChangelogFile::Updates(name) => updates::parse(&bytes)
-                    .map(|a| {
-                        advisories.insert(name.to_owned(), a);
-                    })
-                    .map_err(FileError::Updates),
-                ChangelogFile::Packages(name) => packages::parse_with(&bytes, &mut interner)
-                    .map(|p| {
-                        package_lists.insert(name.to_owned(), p);
-                    })
-                    .map_err(FileError::Packages),
-                ChangelogFile::UpdateInfo => match &updateinfo {
-                    Some((used, _)) => Err(FileError::DuplicateUpdateInfo { used: used.clone() }),
-                    None => updateinfo::decoder_for(clean, &bytes[..])
-                        .and_then(|r| updateinfo::parse(r, limits))
-                        .map(|a| updateinfo = Some((path.clone(), a)))
-                        .map_err(FileError::UpdateInfo),
-                },
-            };
-            if let Err(error) = result {
-                problems.push(FileProblem { path, error });
-            }
+            parsed.add(&entries, path, &bytes, limits);
         }
         let mut data = Self::from_parts(
             entries,
-            advisories,
-            package_lists,
-            updateinfo.map(|(_, a)| a),
+            parsed.advisories,
+            parsed.packages,
+            parsed.updateinfo.map(|(_, a)| a),
         );
-        data.problems = problems;
+        data.problems = parsed.problems;
         Ok(data)
     }
 
@@ -277,7 +292,6 @@ impl ChannelData {
             versions,
             updateinfo: updateinfo.map(Arc::new),
             problems: Vec::new(),
-            index: OnceLock::new(),
         }
     }
 
@@ -301,11 +315,6 @@ impl ChannelData {
         &self.problems
     }
 
-    /// Whether any version has changelog data (files or package lists).
-    pub fn has_changelog_data(&self) -> bool {
-        self.versions.values().any(|v| v.has_changelog_data())
-    }
-
     /// Carries over versions of `previous` (the data of an older image of the
     /// same channel) that this data lacks, when they had changelog data and
     /// `keep(name)` says so (their ManagedOSVersion still exists). They are
@@ -317,7 +326,6 @@ impl ChannelData {
         previous_digest: &str,
         keep: impl Fn(&str) -> bool,
     ) {
-        let mut changed = false;
         for (name, old) in &previous.versions {
             if self.versions.contains_key(name) || !old.has_changelog_data() || !keep(name) {
                 continue;
@@ -330,10 +338,6 @@ impl ChannelData {
                 Arc::new(data)
             };
             self.versions.insert(name.clone(), data);
-            changed = true;
-        }
-        if changed {
-            self.index = OnceLock::new();
         }
     }
 
@@ -343,16 +347,7 @@ impl ChannelData {
         let before = self.versions.len();
         self.versions
             .retain(|name, v| v.retained_from.is_none() || keep(name));
-        let changed = self.versions.len() != before;
-        if changed {
-            self.index = OnceLock::new();
-        }
-        changed
-    }
-
-    /// The cached order and summaries.
-    pub(crate) fn index(&self) -> &Index {
-        self.index.get_or_init(|| Index::new(&self.versions))
+        self.versions.len() != before
     }
 }
 
@@ -433,7 +428,6 @@ mod tests {
             problems[3],
             "changelogs/updateinfo.xml.gz: ignored: changelogs/updateinfo.xml is used"
         );
-        assert!(data.has_changelog_data());
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! under `/changelogs/`: precomputed advisories per version ([`updates`]),
 //! package lists per version ([`packages`]) and a repodata
 //! `updateinfo.xml` ([`updateinfo`]). [`data::ChannelData`] holds the parsed
-//! content of one image for one architecture and answers the queries in
-//! [`compute`]. Package versions are ordered by [`rpmver`]. Nothing here does
-//! I/O: callers pass bytes or readers in.
+//! content of one image for one architecture; [`compute::IndexedChannel`]
+//! orders its versions and answers the queries (the layering is one-way:
+//! `compute` builds on `data`, never the reverse). Package versions are
+//! ordered by [`rpmver`]. Nothing here does I/O: callers pass bytes or
+//! readers in.
 
 pub mod channel;
 pub mod compute;

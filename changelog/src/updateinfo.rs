@@ -11,7 +11,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
 use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
-use quick_xml::events::{BytesStart, Event};
+use quick_xml::events::{BytesRef, BytesStart, Event};
 
 use crate::updates::{normalize_epoch, parse_issued_str, with_cves_and_bugs};
 
@@ -238,12 +238,37 @@ pub fn decoder_for<'a, R: Read + 'a>(
     })
 }
 
+/// A text element of an `<update>`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Field {
     Id,
     Title,
     Severity,
     Description,
+}
+
+impl Field {
+    const ALL: [Field; 4] = [Field::Id, Field::Title, Field::Severity, Field::Description];
+
+    /// Its element name.
+    fn tag(self) -> &'static [u8] {
+        match self {
+            Field::Id => b"id",
+            Field::Title => b"title",
+            Field::Severity => b"severity",
+            Field::Description => b"description",
+        }
+    }
+
+    /// Where its text goes.
+    fn slot(self, b: &mut Builder) -> &mut String {
+        match self {
+            Field::Id => &mut b.id,
+            Field::Title => &mut b.title,
+            Field::Severity => &mut b.severity,
+            Field::Description => &mut b.description,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -258,9 +283,54 @@ struct Builder {
     packages: Vec<AdvisoryPackage>,
 }
 
+/// What a parse has read so far.
+#[derive(Default)]
+struct State {
+    /// Advisories, in file order.
+    advisories: Vec<Advisory>,
+    /// Their positions by id.
+    by_id: HashMap<String, usize>,
+    /// The `<update>` being read.
+    current: Option<Builder>,
+    /// The text element of `current` being read, and its text so far.
+    field: Option<Field>,
+    text: String,
+    /// `<update>` elements finished.
+    updates_seen: usize,
+}
+
+fn reference_from(mut attributes: HashMap<Vec<u8>, String>) -> Reference {
+    let mut take = |k: &[u8]| attributes.remove(k).unwrap_or_default();
+    Reference {
+        id: take(b"id"),
+        type_: take(b"type"),
+        href: take(b"href"),
+        title: take(b"title"),
+    }
+}
+
+fn package_from(mut attributes: HashMap<Vec<u8>, String>) -> AdvisoryPackage {
+    let epoch = attributes
+        .get(b"epoch".as_slice())
+        .and_then(|e| normalize_epoch(e));
+    let mut take = |k: &[u8]| attributes.remove(k).unwrap_or_default();
+    AdvisoryPackage {
+        name: take(b"name"),
+        epoch,
+        version: take(b"version"),
+        release: take(b"release"),
+        arch: take(b"arch"),
+    }
+}
+
+/// Events between two looks at the clock.
+const EVENTS_PER_CLOCK_CHECK: u32 = 1024;
+
 struct Parser<R> {
     reader: quick_xml::Reader<Counting<R>>,
     limits: Limits,
+    /// Events read, for the clock checks.
+    events: u32,
     /// Estimated memory of what was parsed so far.
     memory: u64,
     packages: usize,
@@ -340,165 +410,138 @@ impl<R: BufRead> Parser<R> {
     }
 
     fn parse(mut self) -> Result<Vec<Advisory>, Error> {
-        /// Events between two looks at the clock.
-        const EVENTS_PER_CLOCK_CHECK: u32 = 1024;
-        let mut events = 0u32;
         let mut buf = Vec::new();
-        let mut advisories: Vec<Advisory> = Vec::new();
-        let mut by_id: HashMap<String, usize> = HashMap::new();
-        let mut current: Option<Builder> = None;
-        let mut field: Option<Field> = None;
-        let mut text = String::new();
-        let mut updates_seen = 0usize;
+        let mut state = State::default();
         loop {
-            buf.clear();
-            events = events.wrapping_add(1);
-            if events.is_multiple_of(EVENTS_PER_CLOCK_CHECK) && Instant::now() > self.deadline {
-                return Err(Error::TooSlow {
-                    limit: self.limits.max_duration,
-                });
-            }
-            if buf.capacity() as u64 > self.limits.max_element_bytes.saturating_mul(2) {
-                buf = Vec::new();
-            }
-            self.reader.get_mut().since_event = 0;
-            let event = self
-                .reader
-                .read_event_into(&mut buf)
-                .map_err(|e| self.xml_error(e))?;
-            match event {
-                Event::Start(ref e) | Event::Empty(ref e) => {
-                    let empty = matches!(event, Event::Empty(_));
-                    match (e.local_name().as_ref(), current.as_mut()) {
-                        (b"update", None) => {
-                            let mut attrs = self.attributes(e)?;
-                            let builder = Builder {
-                                type_: attrs.remove(b"type".as_slice()).unwrap_or_default(),
-                                ..Builder::default()
-                            };
-                            if empty {
-                                return Err(Error::MissingId {
-                                    index: updates_seen,
-                                });
-                            }
-                            current = Some(builder);
-                        }
-                        (name, Some(b)) => {
-                            let f = match name {
-                                b"id" => Some(Field::Id),
-                                b"title" => Some(Field::Title),
-                                b"severity" => Some(Field::Severity),
-                                b"description" => Some(Field::Description),
-                                _ => None,
-                            };
-                            if let Some(f) = f {
-                                if !empty {
-                                    field = Some(f);
-                                    text.clear();
-                                }
-                                continue;
-                            }
-                            match name {
-                                b"issued" => {
-                                    b.issued = self.attributes(e)?.remove(b"date".as_slice());
-                                }
-                                b"reference" => {
-                                    let mut a = self.attributes(e)?;
-                                    let mut take = |k: &[u8]| a.remove(k).unwrap_or_default();
-                                    let reference = Reference {
-                                        id: take(b"id"),
-                                        type_: take(b"type"),
-                                        href: take(b"href"),
-                                        title: take(b"title"),
-                                    };
-                                    // Also the CVE and bug ids derived from it.
-                                    self.charge(2 * reference_cost(&reference))?;
-                                    b.references.push(reference);
-                                }
-                                b"package" => {
-                                    let mut a = self.attributes(e)?;
-                                    let epoch =
-                                        a.get(b"epoch".as_slice()).and_then(|e| normalize_epoch(e));
-                                    let mut take = |k: &[u8]| a.remove(k).unwrap_or_default();
-                                    let package = AdvisoryPackage {
-                                        name: take(b"name"),
-                                        epoch,
-                                        version: take(b"version"),
-                                        release: take(b"release"),
-                                        arch: take(b"arch"),
-                                    };
-                                    self.count_package(&b.id, b.packages.len() + 1)?;
-                                    self.charge(package_cost(&package))?;
-                                    b.packages.push(package);
-                                }
-                                _ => {}
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                Event::Text(ref t) if field.is_some() => {
+            match self.next_event(&mut buf)? {
+                Event::Start(ref e) => self.start(&mut state, e, false)?,
+                Event::Empty(ref e) => self.start(&mut state, e, true)?,
+                Event::Text(ref t) if state.field.is_some() => {
                     let s = t.xml_content().map_err(|e| self.xml_error(e.into()))?;
-                    self.charge(s.len() as u64)?;
-                    text.push_str(&s);
+                    self.push_text(&mut state.text, &s)?;
                 }
-                Event::CData(ref t) if field.is_some() => {
+                Event::CData(ref t) if state.field.is_some() => {
                     let s = t.decode().map_err(|e| self.xml_error(e.into()))?;
-                    self.charge(s.len() as u64)?;
-                    text.push_str(&s);
+                    self.push_text(&mut state.text, &s)?;
                 }
-                Event::GeneralRef(ref r) if field.is_some() => {
-                    self.charge(8)?;
-                    if let Some(c) = r.resolve_char_ref().map_err(|e| self.xml_error(e))? {
-                        text.push(c);
-                    } else {
-                        let name = r.decode().map_err(|e| self.xml_error(e.into()))?;
-                        match quick_xml::escape::resolve_predefined_entity(&name) {
-                            Some(s) => text.push_str(s),
-                            None => {
-                                text.push('&');
-                                text.push_str(&name);
-                                text.push(';');
-                            }
-                        }
-                    }
+                Event::GeneralRef(ref r) if state.field.is_some() => {
+                    self.push_reference(&mut state.text, r)?;
                 }
-                Event::End(ref e) => {
-                    let name = e.local_name();
-                    if let (Some(f), Some(b)) = (field, current.as_mut()) {
-                        let target = match f {
-                            Field::Id => (name.as_ref() == b"id").then_some(&mut b.id),
-                            Field::Title => (name.as_ref() == b"title").then_some(&mut b.title),
-                            Field::Severity => {
-                                (name.as_ref() == b"severity").then_some(&mut b.severity)
-                            }
-                            Field::Description => {
-                                (name.as_ref() == b"description").then_some(&mut b.description)
-                            }
-                        };
-                        if let Some(target) = target {
-                            *target = std::mem::take(&mut text);
-                            field = None;
-                        }
-                    }
-                    if name.as_ref() == b"update"
-                        && let Some(b) = current.take()
-                    {
-                        field = None;
-                        let index = updates_seen;
-                        updates_seen += 1;
-                        self.finish(b, index, &mut advisories, &mut by_id)?;
-                    }
-                }
-                Event::Eof => {
-                    if current.is_some() {
-                        return Err(Error::Truncated);
-                    }
-                    return Ok(advisories);
-                }
+                Event::End(ref e) => self.end(&mut state, e.local_name().as_ref())?,
+                Event::Eof if state.current.is_some() => return Err(Error::Truncated),
+                Event::Eof => return Ok(state.advisories),
                 _ => {}
             }
         }
+    }
+
+    /// The next event, within the time and element-size limits.
+    fn next_event<'b>(&mut self, buf: &'b mut Vec<u8>) -> Result<Event<'b>, Error> {
+        buf.clear();
+        self.events = self.events.wrapping_add(1);
+        if self.events.is_multiple_of(EVENTS_PER_CLOCK_CHECK) && Instant::now() > self.deadline {
+            return Err(Error::TooSlow {
+                limit: self.limits.max_duration,
+            });
+        }
+        if buf.capacity() as u64 > self.limits.max_element_bytes.saturating_mul(2) {
+            *buf = Vec::new();
+        }
+        self.reader.get_mut().since_event = 0;
+        self.reader
+            .read_event_into(buf)
+            .map_err(|e| self.xml_error(e))
+    }
+
+    /// A start (or empty) tag: an `<update>`, or an element inside one.
+    fn start(&mut self, state: &mut State, e: &BytesStart<'_>, empty: bool) -> Result<(), Error> {
+        let name = e.local_name();
+        let Some(b) = state.current.as_mut() else {
+            if name.as_ref() == b"update" {
+                let mut attrs = self.attributes(e)?;
+                if empty {
+                    return Err(Error::MissingId {
+                        index: state.updates_seen,
+                    });
+                }
+                state.current = Some(Builder {
+                    type_: attrs.remove(b"type".as_slice()).unwrap_or_default(),
+                    ..Builder::default()
+                });
+            }
+            return Ok(());
+        };
+        if let Some(field) = Field::ALL.into_iter().find(|f| f.tag() == name.as_ref()) {
+            if !empty {
+                state.field = Some(field);
+                state.text.clear();
+            }
+            return Ok(());
+        }
+        match name.as_ref() {
+            b"issued" => b.issued = self.attributes(e)?.remove(b"date".as_slice()),
+            b"reference" => {
+                let reference = reference_from(self.attributes(e)?);
+                // Also the CVE and bug ids derived from it.
+                self.charge(2 * reference_cost(&reference))?;
+                b.references.push(reference);
+            }
+            b"package" => {
+                let package = package_from(self.attributes(e)?);
+                self.count_package(&b.id, b.packages.len() + 1)?;
+                self.charge(package_cost(&package))?;
+                b.packages.push(package);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Text of the element being read.
+    fn push_text(&mut self, text: &mut String, s: &str) -> Result<(), Error> {
+        self.charge(s.len() as u64)?;
+        text.push_str(s);
+        Ok(())
+    }
+
+    /// A character or entity reference in the element being read; an
+    /// unknown entity is kept as written.
+    fn push_reference(&mut self, text: &mut String, r: &BytesRef<'_>) -> Result<(), Error> {
+        self.charge(8)?;
+        if let Some(c) = r.resolve_char_ref().map_err(|e| self.xml_error(e))? {
+            text.push(c);
+            return Ok(());
+        }
+        let name = r.decode().map_err(|e| self.xml_error(e.into()))?;
+        match quick_xml::escape::resolve_predefined_entity(&name) {
+            Some(s) => text.push_str(s),
+            None => {
+                text.push('&');
+                text.push_str(&name);
+                text.push(';');
+            }
+        }
+        Ok(())
+    }
+
+    /// An end tag: a text element's value is stored, an `<update>` becomes
+    /// an advisory.
+    fn end(&mut self, state: &mut State, name: &[u8]) -> Result<(), Error> {
+        if let (Some(field), Some(b)) = (state.field, state.current.as_mut())
+            && name == field.tag()
+        {
+            *field.slot(b) = std::mem::take(&mut state.text);
+            state.field = None;
+        }
+        if name == b"update"
+            && let Some(b) = state.current.take()
+        {
+            state.field = None;
+            let index = state.updates_seen;
+            state.updates_seen += 1;
+            self.finish(b, index, &mut state.advisories, &mut state.by_id)?;
+        }
+        Ok(())
     }
 
     fn hash_of(&self, p: &AdvisoryPackage) -> u64 {
@@ -615,6 +658,7 @@ pub fn parse(reader: impl BufRead, limits: Limits) -> Result<Vec<Advisory>, Erro
     Parser {
         reader,
         limits,
+        events: 0,
         memory: 0,
         packages: 0,
         deadline: Instant::now() + limits.max_duration,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use elemental_changelog_apiserver::routes::selector::{FieldSelector, LabelSelector};
+use elemental_changelog_apiserver::request::selector::{FieldSelector, LabelSelector};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     let parsed_a = LabelSelector::parse(a);
     let parsed_b = LabelSelector::parse(b);
     if let Err(status) = &parsed_a {
-        assert_eq!(status.code, 400);
+        assert_eq!(status.code(), 400);
     }
     if let Ok(sel) = &parsed_a {
         let matched = sel.matches(&labels);

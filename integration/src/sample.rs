@@ -96,7 +96,7 @@ pub fn os_versions() -> Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
-    use elemental_changelog::data::ChannelData;
+    use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 
     use super::*;
 
@@ -104,6 +104,7 @@ mod tests {
     fn sample_serves_computed_and_precomputed_changelogs() {
         let data = ChannelData::from_files(files().unwrap()).unwrap();
         assert!(data.problems().is_empty(), "{:?}", data.problems());
+        let data = IndexedChannel::new(data);
         let versions = os_versions().unwrap();
         assert_eq!(versions.len(), 3);
         let newest = data.changelog(&versions[2], None).unwrap();

@@ -5,7 +5,9 @@
 use std::process::Output;
 
 use anyhow::{Context as _, Result, ensure};
-use elemental_changelog::data::ChannelData;
+use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
+use elemental_changelog_apiserver::objects::{self, Source};
+use elemental_changelog_apiservice::{Arch, types::ObjectMeta};
 use elemental_changelog_integration::{image, registry, registry::Registry, sample, testbed};
 use serde_json::Value;
 
@@ -28,7 +30,7 @@ async fn inspect_prints_what_the_server_would_serve() -> Result<()> {
     let pushed = image::push(&registry, "elemental/sample:v1", &sample::image()?).await?;
     let reference = registry.image("elemental/sample:v1");
     // The expectation comes from the sample files themselves.
-    let data = ChannelData::from_files(sample::files()?)?;
+    let data = IndexedChannel::new(ChannelData::from_files(sample::files()?)?);
     let versions = sample::os_versions()?;
     let newest = versions.last().context("sample has versions")?;
     let oldest = versions.first().context("sample has versions")?;
@@ -68,7 +70,28 @@ async fn inspect_prints_what_the_server_would_serve() -> Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     let served: Value = serde_json::from_slice(&out.stdout)?;
-    let expected = data.changelog(newest, Some(oldest))?;
+    let source = Source {
+        channel: "",
+        image: &reference,
+        digest: &pushed.digest,
+    };
+    let metadata = ObjectMeta {
+        name: newest.clone(),
+        ..ObjectMeta::default()
+    };
+    let expected = objects::changelog(
+        source,
+        &data,
+        newest,
+        Some(oldest),
+        metadata,
+        &Arch::x86_64(),
+    )?;
+    ensure!(
+        served == serde_json::to_value(&expected)?,
+        "served {served}\nwant {}",
+        serde_json::to_value(&expected)?
+    );
     let ids = |v: &Value| -> Vec<String> {
         v["advisories"]
             .as_array()

@@ -9,7 +9,7 @@ use std::{
     sync::Arc,
 };
 
-use elemental_changelog::data::ChannelData;
+use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 use jiff::Timestamp;
 use kube::ResourceExt;
 use tracing::{debug, info, warn};
@@ -400,6 +400,7 @@ fn compose_one(
 ) -> Arc<Snapshot> {
     let now: BTreeMap<String, String> = snapshot
         .data
+        .data()
         .versions()
         .iter()
         .filter_map(|(n, v)| Some((n.clone(), v.retained_from.clone()?)))
@@ -424,7 +425,7 @@ fn compose_one(
         snapshot.data.precompute_summaries();
         return snapshot.clone();
     }
-    let mut data = snapshot.data.as_ref().clone();
+    let mut data = snapshot.data.data().as_ref().clone();
     data.drop_retained(|_| false);
     let keep = |from_previous: bool| {
         move |name: &str| {
@@ -434,15 +435,16 @@ fn compose_one(
         }
     };
     // Held data: each version keeps the image it came from.
-    data.retain_from(&snapshot.data, &snapshot.digest, keep(false));
+    data.retain_from(snapshot.data.data(), &snapshot.digest, keep(false));
     if let Some(previous) = previous {
-        data.retain_from(&previous.data, &previous.digest, keep(true));
+        data.retain_from(previous.data.data(), &previous.digest, keep(true));
     }
     for (digest, image) in images {
         data.retain_from(image, digest, |name| {
             matches!(sources.get(name), Some(Source::Pulled { digest: d, .. }) if d == digest)
         });
     }
+    let data = IndexedChannel::new(data);
     data.precompute_summaries();
     Arc::new(Snapshot {
         image: snapshot.image.clone(),
@@ -495,6 +497,7 @@ pub(super) async fn record_history(
             .extend(
                 snapshot
                     .data
+                    .data()
                     .versions()
                     .iter()
                     .filter(|(_, v)| v.retained_from.is_none())

@@ -537,7 +537,7 @@ async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_perio
     assert!(Arc::ptr_eq(x86, arm), "one pull serves both architectures");
     assert_eq!(x86.digest, "sha256:one");
     assert_eq!(x86.platform, None);
-    assert_eq!(x86.data.versions().len(), 2);
+    assert_eq!(x86.data.data().versions().len(), 2);
     h.until("ready", |h| {
         h.ready("informer-sync") && h.ready("channels-first-fetch")
     })
@@ -703,7 +703,7 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
         .as_ref()
         .unwrap_or_else(|| panic!("no data"))
         .data;
-    let names: Vec<&str> = data.versions().keys().map(String::as_str).collect();
+    let names: Vec<&str> = data.data().versions().keys().map(String::as_str).collect();
     assert_eq!(
         names,
         ["v2", "v3", "v4"],
@@ -1003,6 +1003,7 @@ async fn cache_totals_and_pruning() {
     let mut data =
         ChannelData::from_files(image_files(&["v2", "v3"])).unwrap_or_else(|e| panic!("{e}"));
     data.retain_from(&old, "sha256:old", |_| true);
+    let data = elemental_changelog::compute::IndexedChannel::new(data);
     data.precompute_summaries();
     let snapshot = Arc::new(Snapshot {
         image: "registry/channel:v2".to_owned(),

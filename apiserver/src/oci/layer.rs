@@ -319,15 +319,15 @@ impl Extractor {
         Ok(self)
     }
 
+    /// Reads the entries of one layer: whiteouts remove files of the layers
+    /// below, kept files go to `layer`.
     fn read_entries<R: Read>(
         &mut self,
         archive: &mut tar::Archive<R>,
         layer: &mut BTreeMap<String, Vec<u8>>,
     ) -> Result<(), LayerError> {
-        let mut long_name: Option<Vec<u8>> = None;
-        let mut pax_path: Option<Vec<u8>> = None;
-        // Entries skipped as unsafe (count, first few paths): warned about once per layer.
-        let mut unsafe_entries: (u64, Vec<String>) = (0, Vec::new());
+        let mut pending = PendingName::default();
+        let mut unsafe_entries = UnsafeEntries::default();
         // Raw entries: GNU long names and PAX headers are handled here, with a
         // size limit, instead of being read whole by the tar crate.
         for entry in archive.entries()?.raw(true) {
@@ -337,129 +337,137 @@ impl Extractor {
                 return Err(LayerError::LimitExceeded(Limit::Entries));
             }
             let entry_type = entry.header().entry_type();
-            match entry_type {
-                EntryType::GNULongName => {
-                    let size = entry.header().size()?;
-                    let mut name = self.read_metadata(&mut entry, size)?;
-                    while name.last() == Some(&0) {
-                        name.pop();
-                    }
-                    long_name = Some(name);
-                    continue;
-                }
-                EntryType::XHeader => {
-                    let size = entry.header().size()?;
-                    let data = self.read_metadata(&mut entry, size)?;
-                    pax_path = tar::PaxExtensions::new(&data)
-                        .filter_map(Result::ok)
-                        .filter(|ext| ext.key_bytes() == b"path")
-                        .last()
-                        .map(|ext| ext.value_bytes().to_vec());
-                    continue;
-                }
-                // The link target is never needed: links are not followed.
-                EntryType::GNULongLink | EntryType::XGlobalHeader => continue,
-                _ => {}
-            }
-            let raw_path = match (pax_path.take(), long_name.take()) {
-                (Some(path), _) | (None, Some(path)) => path,
-                (None, None) => entry.path_bytes().into_owned(),
-            };
-            let Some(path) = normalize_path(&raw_path) else {
-                let shown = String::from_utf8_lossy(&raw_path);
-                if raw_path
-                    .split(|b| *b == b'/')
-                    .all(|part| part.is_empty() || part == b".")
-                {
-                    tracing::debug!(path = %shown, "ignoring the layer's root entry");
-                } else {
-                    note_unsafe(&mut unsafe_entries, &shown);
-                }
-                continue;
-            };
-            let (dir, name) = match path.rsplit_once('/') {
-                Some((dir, name)) => (Some(dir), name),
-                None => (None, path.as_str()),
-            };
-            if name == OPAQUE_WHITEOUT {
-                match dir {
-                    Some(dir) => self.remove_children_below(dir),
-                    None => self.remove_all_below(),
-                }
+            if self.read_name_entry(&mut entry, entry_type, &mut pending)? {
                 continue;
             }
-            if let Some(target) = name.strip_prefix(WHITEOUT_PREFIX) {
-                // `.wh..wh.*` other than the opaque marker is AUFS bookkeeping.
-                if !target.is_empty() && !target.starts_with(WHITEOUT_PREFIX) {
-                    let target = match dir {
-                        Some(dir) => format!("{dir}/{target}"),
-                        None => target.to_owned(),
-                    };
-                    self.remove_below(&target);
-                    self.remove_children_below(&target);
-                }
+            let raw_path = pending
+                .take()
+                .unwrap_or_else(|| entry.path_bytes().into_owned());
+            let Some(path) = safe_path(&raw_path, &mut unsafe_entries) else {
+                continue;
+            };
+            if self.apply_whiteout(&path) {
                 continue;
             }
-            // Any entry hides what the layers below had at its path; only a
-            // directory keeps their children (directories merge).
             let is_dir = entry_type == EntryType::Directory;
-            self.remove_below(&path);
-            if !is_dir {
-                self.remove_children_below(&path);
-            }
-            if let Some(old) = layer.remove(&path) {
-                self.kept_bytes -= old.len() as u64;
-            }
-            if !is_dir {
-                let prefix = format!("{path}/");
-                let children: Vec<String> = layer
-                    .range(prefix.clone()..)
-                    .take_while(|(key, _)| key.starts_with(&prefix))
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                for child in children {
-                    if let Some(old) = layer.remove(&child) {
-                        self.kept_bytes -= old.len() as u64;
-                    }
-                }
-            }
+            self.hide(layer, &path, is_dir);
             let is_file = matches!(entry_type, EntryType::Regular | EntryType::Continuous);
             if !is_file || !is_kept(&path) {
                 if !is_file && !is_dir && is_kept(&path) {
-                    note_unsafe(&mut unsafe_entries, &format!("{path} ({entry_type:?})"));
+                    unsafe_entries.note(&format!("{path} ({entry_type:?})"));
                 }
                 continue;
             }
-            let size = entry.header().size()?;
-            if size > self.limits.max_file_bytes {
-                return Err(LayerError::LimitExceeded(Limit::FileBytes));
-            }
-            if self.kept_bytes.saturating_add(size) > self.limits.max_kept_bytes {
-                return Err(LayerError::LimitExceeded(Limit::KeptBytes));
-            }
-            if let Some((memory, base)) = &mut self.memory {
-                // The reservation came with room for typical kept files.
-                let allowance = super::fetcher::KEPT_ALLOWANCE
-                    * (1 + super::fetcher::PARSE_BYTES_PER_KEPT_BYTE);
-                let needed = *base + (self.kept_bytes + size).saturating_sub(allowance);
-                if needed > memory.bytes() {
-                    memory
-                        .try_grow(needed - memory.bytes())
-                        .map_err(LayerError::Budget)?;
+            self.keep_file(&mut entry, path, layer)?;
+        }
+        unsafe_entries.report();
+        Ok(())
+    }
+
+    /// Reads a GNU long name or PAX header into `pending` (they name the next
+    /// entry). True when `entry` was an entry of that kind, or another that
+    /// only carries metadata.
+    fn read_name_entry<R: Read>(
+        &self,
+        entry: &mut tar::Entry<'_, R>,
+        entry_type: EntryType,
+        pending: &mut PendingName,
+    ) -> Result<bool, LayerError> {
+        match entry_type {
+            EntryType::GNULongName => {
+                let size = entry.header().size()?;
+                let mut name = self.read_metadata(entry, size)?;
+                while name.last() == Some(&0) {
+                    name.pop();
                 }
+                pending.long_name = Some(name);
             }
-            let data = read_exact_size(&mut entry, size)?;
-            self.kept_bytes += size;
-            layer.insert(path, data);
+            EntryType::XHeader => {
+                let size = entry.header().size()?;
+                let data = self.read_metadata(entry, size)?;
+                pending.pax_path = tar::PaxExtensions::new(&data)
+                    .filter_map(Result::ok)
+                    .filter(|ext| ext.key_bytes() == b"path")
+                    .last()
+                    .map(|ext| ext.value_bytes().to_vec());
+            }
+            // The link target is never needed: links are not followed.
+            EntryType::GNULongLink | EntryType::XGlobalHeader => {}
+            _ => return Ok(false),
         }
-        if unsafe_entries.0 > 0 {
-            tracing::warn!(
-                count = unsafe_entries.0,
-                examples = ?unsafe_entries.1,
-                "ignored layer entries: paths leaving the image root (`..`), not UTF-8 or with NUL, \
-                 or links and special files where channel data is read"
-            );
+        Ok(true)
+    }
+
+    /// Applies `path` if it is a whiteout (opaque: the folder's content
+    /// below goes; `.wh.<name>`: `<name>` below goes). True when it was one.
+    fn apply_whiteout(&mut self, path: &str) -> bool {
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((dir, name)) => (Some(dir), name),
+            None => (None, path),
+        };
+        if name == OPAQUE_WHITEOUT {
+            match dir {
+                Some(dir) => self.remove_children_below(dir),
+                None => self.remove_all_below(),
+            }
+            return true;
         }
+        let Some(target) = name.strip_prefix(WHITEOUT_PREFIX) else {
+            return false;
+        };
+        // `.wh..wh.*` other than the opaque marker is AUFS bookkeeping.
+        if !target.is_empty() && !target.starts_with(WHITEOUT_PREFIX) {
+            let target = match dir {
+                Some(dir) => format!("{dir}/{target}"),
+                None => target.to_owned(),
+            };
+            self.remove_below(&target);
+            self.remove_children_below(&target);
+        }
+        true
+    }
+
+    /// Any entry hides what the layers below and the earlier entries of this
+    /// layer had at its path; only a directory keeps their children
+    /// (directories merge).
+    fn hide(&mut self, layer: &mut BTreeMap<String, Vec<u8>>, path: &str, is_dir: bool) {
+        self.remove_below(path);
+        self.kept_bytes -= remove_file(layer, path);
+        if !is_dir {
+            self.remove_children_below(path);
+            self.kept_bytes -= remove_children(layer, path);
+        }
+    }
+
+    /// Reads a file that is channel data into `layer`, within the size limits
+    /// and the memory the pull may grow to.
+    fn keep_file<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        path: String,
+        layer: &mut BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), LayerError> {
+        let size = entry.header().size()?;
+        if size > self.limits.max_file_bytes {
+            return Err(LayerError::LimitExceeded(Limit::FileBytes));
+        }
+        if self.kept_bytes.saturating_add(size) > self.limits.max_kept_bytes {
+            return Err(LayerError::LimitExceeded(Limit::KeptBytes));
+        }
+        if let Some((memory, base)) = &mut self.memory {
+            // The reservation came with room for typical kept files.
+            let allowance =
+                super::fetcher::KEPT_ALLOWANCE * (1 + super::fetcher::PARSE_BYTES_PER_KEPT_BYTE);
+            let needed = *base + (self.kept_bytes + size).saturating_sub(allowance);
+            if needed > memory.bytes() {
+                memory
+                    .try_grow(needed - memory.bytes())
+                    .map_err(LayerError::Budget)?;
+            }
+        }
+        let data = read_exact_size(entry, size)?;
+        self.kept_bytes += size;
+        layer.insert(path, data);
         Ok(())
     }
 
@@ -473,25 +481,12 @@ impl Extractor {
 
     /// Removes, from the layers below, the file at `path`.
     fn remove_below(&mut self, path: &str) {
-        if let Some(old) = self.files.remove(path) {
-            self.kept_bytes -= old.len() as u64;
-        }
+        self.kept_bytes -= remove_file(&mut self.files, path);
     }
 
     /// Removes, from the layers below, everything under the folder `path`.
     fn remove_children_below(&mut self, path: &str) {
-        let prefix = format!("{path}/");
-        let children: Vec<String> = self
-            .files
-            .range(prefix.clone()..)
-            .take_while(|(key, _)| key.starts_with(&prefix))
-            .map(|(key, _)| key.clone())
-            .collect();
-        for child in children {
-            if let Some(old) = self.files.remove(&child) {
-                self.kept_bytes -= old.len() as u64;
-            }
-        }
+        self.kept_bytes -= remove_children(&mut self.files, path);
     }
 
     /// An opaque whiteout at the root: nothing of the layers below stays.
@@ -511,13 +506,84 @@ fn is_kept(path: &str) -> bool {
             .is_some_and(|rest| !rest.is_empty())
 }
 
-/// Counts an ignored unsafe entry, keeping the first few paths for the log.
-fn note_unsafe(unsafe_entries: &mut (u64, Vec<String>), path: &str) {
-    const EXAMPLES: usize = 3;
-    unsafe_entries.0 += 1;
-    if unsafe_entries.1.len() < EXAMPLES {
-        unsafe_entries.1.push(path.to_owned());
+/// Removes the file at `path` from `files`; returns its size.
+fn remove_file(files: &mut BTreeMap<String, Vec<u8>>, path: &str) -> u64 {
+    files.remove(path).map_or(0, |old| old.len() as u64)
+}
+
+/// Removes everything under the folder `path` from `files`; returns their size.
+fn remove_children(files: &mut BTreeMap<String, Vec<u8>>, path: &str) -> u64 {
+    let prefix = format!("{path}/");
+    let children: Vec<String> = files
+        .range(prefix.clone()..)
+        .take_while(|(key, _)| key.starts_with(&prefix))
+        .map(|(key, _)| key.clone())
+        .collect();
+    children.iter().map(|child| remove_file(files, child)).sum()
+}
+
+/// A GNU long name or PAX path read from a metadata entry: the path of the
+/// next entry.
+#[derive(Default)]
+struct PendingName {
+    long_name: Option<Vec<u8>>,
+    pax_path: Option<Vec<u8>>,
+}
+
+impl PendingName {
+    /// The pending path (a PAX path wins over a long name); both are used up.
+    fn take(&mut self) -> Option<Vec<u8>> {
+        let pax_path = self.pax_path.take();
+        let long_name = self.long_name.take();
+        pax_path.or(long_name)
     }
+}
+
+/// Entries skipped as unsafe: counted, the first few paths kept, warned about
+/// once per layer.
+#[derive(Default)]
+struct UnsafeEntries {
+    count: u64,
+    examples: Vec<String>,
+}
+
+impl UnsafeEntries {
+    fn note(&mut self, path: &str) {
+        const EXAMPLES: usize = 3;
+        self.count += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(path.to_owned());
+        }
+    }
+
+    fn report(&self) {
+        if self.count > 0 {
+            tracing::warn!(
+                count = self.count,
+                examples = ?self.examples,
+                "ignored layer entries: paths leaving the image root (`..`), not UTF-8 or with NUL, \
+                 or links and special files where channel data is read"
+            );
+        }
+    }
+}
+
+/// `raw` normalised (see [`normalize_path`]); `None`, noted as unsafe unless
+/// it names the root, when it cannot be used.
+fn safe_path(raw: &[u8], unsafe_entries: &mut UnsafeEntries) -> Option<String> {
+    let path = normalize_path(raw);
+    if path.is_none() {
+        let shown = String::from_utf8_lossy(raw);
+        if raw
+            .split(|b| *b == b'/')
+            .all(|part| part.is_empty() || part == b".")
+        {
+            tracing::debug!(path = %shown, "ignoring the layer's root entry");
+        } else {
+            unsafe_entries.note(&shown);
+        }
+    }
+    path
 }
 
 /// Normalises a tar entry path to `a/b/c`: leading `/` and `./` stripped,

@@ -411,7 +411,9 @@ mod tests {
             image: "i".into(),
             digest: "d".into(),
             platform: None,
-            data: Arc::default(),
+            data: Arc::new(elemental_changelog::compute::IndexedChannel::new(
+                elemental_changelog::data::ChannelData::default(),
+            )),
             fetched_at: jiff::Timestamp::UNIX_EPOCH,
         });
         cache

@@ -313,14 +313,15 @@ impl Resources {
             let name = version.name_any();
             let channel_name = channel.name_any();
             let source = source(&channel_name, &snapshot);
-            let mut changelog = snapshot
-                .data
-                .changelog(&name, params.from.as_deref())
-                .map_err(|e| query_error(&name, source, &e))?;
-            changelog.metadata = object_meta(&version);
-            changelog.channel = objects::channel_ref(source, &snapshot.data, &name);
-            changelog.arch = arch.to_string();
-            objects::http_links_only(&mut changelog);
+            let changelog = objects::changelog(
+                source,
+                &snapshot.data,
+                &name,
+                params.from.as_deref(),
+                object_meta(&version),
+                arch,
+            )
+            .map_err(|e| query_error(&name, source, &e))?;
             let (body, content_type) = match params.format {
                 Format::Json => (
                     serde_json::to_vec(&changelog).map_err(|e| StatusError::internal(&e))?,

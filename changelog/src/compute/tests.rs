@@ -85,7 +85,7 @@ const PKG_A: &str = "foo|(none)|1.0|1|x86_64\nbar|(none)|2.0|1|noarch\nold|(none
 const PKG_B: &str = "foo|(none)|1.1|1|x86_64\nbar|(none)|2.0|1|noarch\nnew|(none)|1|1|x86_64\narch|(none)|5|1|x86_64\n";
 const PKG_C: &str = "foo|(none)|1.2|1|x86_64\nbar|(none)|1.9|1|noarch\nnew|(none)|1|1|x86_64\narch|(none)|5|1|x86_64\n";
 
-fn computed_channel() -> ChannelData {
+fn computed_channel() -> IndexedChannel {
     // Listed out of order on purpose.
     let entries = vec![
         entry("c", "v1.2", Some(300)),
@@ -97,10 +97,21 @@ fn computed_channel() -> ChannelData {
         ("b".into(), pkgs(PKG_B)),
         ("c".into(), pkgs(PKG_C)),
     ]);
-    ChannelData::from_parts(entries, BTreeMap::new(), packages, Some(updateinfo()))
+    indexed(entries, BTreeMap::new(), packages, Some(updateinfo()))
 }
 
-fn ids(c: &ManagedOSVersionChangelog) -> Vec<&str> {
+fn indexed(
+    entries: Vec<ChannelEntry>,
+    advisories: BTreeMap<String, Vec<Advisory>>,
+    packages: BTreeMap<String, PackageList>,
+    updateinfo: Option<Vec<Advisory>>,
+) -> IndexedChannel {
+    IndexedChannel::new(ChannelData::from_parts(
+        entries, advisories, packages, updateinfo,
+    ))
+}
+
+fn ids(c: &Changelog) -> Vec<&str> {
     c.advisories.iter().map(|a| a.id.as_str()).collect()
 }
 
@@ -222,7 +233,7 @@ fn summaries_and_cves() {
 fn package_lists_without_updateinfo() {
     let entries = vec![entry("a", "1", Some(1)), entry("b", "2", Some(2))];
     let packages = BTreeMap::from([("a".into(), pkgs(PKG_A)), ("b".into(), pkgs(PKG_B))]);
-    let data = ChannelData::from_parts(entries, BTreeMap::new(), packages, None);
+    let data = indexed(entries, BTreeMap::new(), packages, None);
     let c = data.changelog("b", None).unwrap();
     assert_eq!(c.source, Source::Computed);
     assert!(c.advisories.is_empty());
@@ -237,9 +248,9 @@ const V312: &str = "base-v2.2.0-3.12-os";
 const CREATED_38: i64 = 1_731_339_461;
 const CREATED_39: i64 = 1_732_636_077;
 
-fn precomputed(files: [(&str, Vec<Advisory>); 3]) -> ChannelData {
+fn precomputed(files: [(&str, Vec<Advisory>); 3]) -> IndexedChannel {
     let entries = channel::parse(SL_MICRO_61).unwrap();
-    ChannelData::from_parts(
+    indexed(
         entries,
         files.into_iter().map(|(n, a)| (n.to_owned(), a)).collect(),
         BTreeMap::new(),
@@ -292,7 +303,7 @@ fn precomputed_own_file_and_union() {
 fn precomputed_gaps_and_no_data() {
     let entries = channel::parse(SL_MICRO_61).unwrap();
     let files = BTreeMap::from([(V312.to_owned(), vec![adv("Y", CREATED_39 + 10, None, &[])])]);
-    let data = ChannelData::from_parts(entries, files, BTreeMap::new(), None);
+    let data = indexed(entries, files, BTreeMap::new(), None);
     assert_eq!(
         data.changelog(V39, None).unwrap_err(),
         QueryError::NoData { name: V39.into() }
@@ -350,7 +361,7 @@ fn raw_data_wins_over_shifted_files() {
         ("b".into(), pkgs(PKG_B)),
         ("c".into(), pkgs(PKG_C)),
     ]);
-    let data = ChannelData::from_parts(entries, files, packages, Some(updateinfo()));
+    let data = indexed(entries, files, packages, Some(updateinfo()));
     assert!(data.looks_shifted());
     let c = data.changelog("b", None).unwrap();
     assert_eq!(c.source, Source::Computed);
@@ -374,14 +385,14 @@ fn order_without_created_uses_versions() {
         entry("x10", "2.2.0-3.10", Some(1)),
         entry("rc", "v2.2.0-3.9~rc1", None),
     ];
-    let data = ChannelData::from_parts(entries, BTreeMap::new(), BTreeMap::new(), None);
+    let data = indexed(entries, BTreeMap::new(), BTreeMap::new(), None);
     assert_eq!(data.order(), ["rc", "x9", "x10", "x12"]);
     let entries = vec![
         entry("x12", "v2.2.0-3.12", Some(1)),
         entry("x9", "v2.2.0-3.9", Some(5)),
         entry("same", "v2.2.0-3.10", Some(5)),
     ];
-    let data = ChannelData::from_parts(entries, BTreeMap::new(), BTreeMap::new(), None);
+    let data = indexed(entries, BTreeMap::new(), BTreeMap::new(), None);
     assert_eq!(
         data.order(),
         ["x12", "x9", "same"],
@@ -395,8 +406,9 @@ fn retained_versions_join_the_order() {
     let entries = vec![entry("b", "v1.1", Some(200)), entry("c", "v1.2", Some(300))];
     let packages = BTreeMap::from([("b".into(), pkgs(PKG_B)), ("c".into(), pkgs(PKG_C))]);
     let mut new = ChannelData::from_parts(entries, BTreeMap::new(), packages, Some(updateinfo()));
-    assert_eq!(new.order(), ["b", "c"]);
-    new.retain_from(&old, "sha256:1", |_| true);
+    assert_eq!(IndexedChannel::new(new.clone()).order(), ["b", "c"]);
+    new.retain_from(old.data(), "sha256:1", |_| true);
+    let new = IndexedChannel::new(new);
     assert_eq!(new.order(), ["a", "b", "c"]);
     assert_eq!(ids(&new.changelog("b", None).unwrap()), ["A7", "A3", "A1"]);
 }
@@ -447,7 +459,7 @@ fn generates_updates_logs() {
         .map(|(n, b)| (format!("changelogs/{n}"), b.clone()))
         .collect();
     image.push(("channel.json".into(), json.to_vec()));
-    let served = ChannelData::from_files(image).unwrap();
+    let served = IndexedChannel::new(ChannelData::from_files(image).unwrap());
     assert!(!served.looks_shifted());
     assert_eq!(
         ids(&served.changelog("b", None).unwrap()),
@@ -499,7 +511,7 @@ mod properties {
                 lists.insert(names[v].clone(), pkgs(&text));
                 entries.push(entry(&names[v], &format!("1.{v}"), Some(v as i64 * 100)));
             }
-            let data = ChannelData::from_parts(entries, BTreeMap::new(), lists, Some(updateinfo.clone()));
+            let data = indexed(entries, BTreeMap::new(), lists, Some(updateinfo.clone()));
             let newest = names.last().unwrap();
             let all = data.changelog(newest, Some(&names[0])).unwrap();
             let mut union = BTreeSet::new();
@@ -533,7 +545,7 @@ mod properties {
                 if *file { files.insert(name.clone(), vec![adv("X", created.unwrap_or(0), None, &[])]); }
                 if *list { lists.insert(name.clone(), pkgs(PKG_A)); }
             }
-            let data = ChannelData::from_parts(entries, files, lists, Some(updateinfo()));
+            let data = indexed(entries, files, lists, Some(updateinfo()));
             for name in data.order().to_vec() {
                 let _ = data.changelog(&name, from.as_deref());
                 let _ = data.summary(&name);

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use elemental_changelog::data::ChannelData;
+use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 use elemental_changelog_apiservice::content;
 use futures::executor::block_on;
 use http::{StatusCode, header};
@@ -92,6 +92,7 @@ fn mov(namespace: &str, name: &str, channel: &str, version: &str) -> ManagedOSVe
 }
 
 fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
+    let data = IndexedChannel::new(data);
     data.precompute_summaries();
     Arc::new(Snapshot {
         image: image.to_owned(),
