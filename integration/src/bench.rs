@@ -319,7 +319,7 @@ pub struct Results {
     pub memory: Vec<MemoryStage>,
     /// Re-sync → served latencies.
     pub resync: Vec<Duration>,
-    /// A CPU profile of our server under the large HTTP/1.1 load: `perf report` lines.
+    /// A CPU profile of our server under the small HTTP/1.1 load (per-request costs show most): `perf report` lines.
     pub profile: Option<String>,
     /// Criterion results: (benchmark, median ns, mean ns).
     pub criterion: Vec<(String, f64, f64)>,
@@ -418,7 +418,7 @@ async fn on_bed(bed: &mut TestBed, registry: &Registry, settings: &Settings) -> 
 }
 
 /// The side-by-side table: answers chosen, ConfigMaps and nginx set up,
-/// every cell measured, and a profile of the large answer.
+/// every cell measured, and a profile of the small answer.
 async fn load_phase(
     bed: &TestBed,
     registry: &Registry,
@@ -527,7 +527,7 @@ async fn load_phase(
                 }
             }
         }
-        if a.size == Size::Large {
+        if a.size == Size::Small {
             let headers = [
                 format!("Authorization: Bearer {token}"),
                 "Accept: application/json".to_owned(),

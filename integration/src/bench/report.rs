@@ -361,7 +361,7 @@ pub fn render(r: &Results, notes: &str) -> String {
         Some(p) => {
             let _ = writeln!(
                 w,
-                "`perf record -F 999` of the server during a {} s HTTP/1.1 load of the large \
+                "`perf record -F 999` of the server during a {} s HTTP/1.1 load of the small \
                  answer (no gzip), `perf report --no-children --sort dso,symbol`, entries of 1 % \
                  or more:\n\n```\n{p}\n```\n",
                 s.cell.as_secs()
