@@ -93,11 +93,13 @@ fn mov(namespace: &str, name: &str, channel: &str, version: &str) -> ManagedOSVe
 
 fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
     data.precompute_summaries();
+    let data = Arc::new(data);
     Arc::new(Snapshot {
         image: image.to_owned(),
         digest: digest.to_owned(),
         platform: None,
-        data: Arc::new(data),
+        data: data.clone(),
+        parsed: data,
         fetched_at: Timestamp::UNIX_EPOCH,
     })
 }
