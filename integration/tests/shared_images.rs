@@ -88,16 +88,17 @@ async fn two_namespaces(bed: &TestBed, registry: &Registry) -> Result<()> {
     eprintln!(
         "{VERSIONS} versions × {PACKAGES} packages, {} MiB of raw files: RSS idle {} MiB, \
          one namespace {} MiB (+{} MiB), two namespaces {} MiB (+{} MiB); \
-         fetches pulled {}, shared {}; {} compressed bytes pulled",
+         fetches pulled {:.0}, shared {:.0}; {:.0} compressed bytes pulled",
         raw >> 20,
         kib(&idle) / MIB,
         kib(&one) / MIB,
         first / MIB,
         kib(&two) / MIB,
         second / MIB,
-        after.pulled,
-        after.shared,
-        after.bytes,
+        // (`abs`: a sum of no sample is -0.)
+        after.pulled.abs(),
+        after.shared.abs(),
+        after.bytes.abs(),
     );
     ensure!(
         (after.pulled, after.shared) == (1.0, 1.0),
