@@ -6,18 +6,22 @@
 //! metrics: one `pulled`, one `shared` fetch, the image's bytes downloaded
 //! once) and almost no memory (the server's RSS, settled, from `/proc`), and
 //! serve the same changelogs. The figures are printed (`--nocapture`) and
-//! recorded in docs/reliability.md.
+//! recorded in docs/reliability.md. Last, two channels created at the same
+//! moment on a new image cost one pull and one parse too.
 #![cfg(target_os = "linux")]
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::{GROUP, VERSION};
+use std::time::Duration;
+
 use elemental_changelog_integration::{
     bench::{Rss, settled_rss},
-    fixtures::{log_lines, metric},
+    fixtures::{log_lines, metric, poll},
     generated::{Channel, Spec},
+    image::{self, Compression, Format, Image},
     publish,
     registry::Registry,
-    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions},
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental},
 };
 use serde_json::Value;
 
@@ -122,7 +126,71 @@ async fn two_namespaces(bed: &TestBed, registry: &Registry) -> Result<()> {
         second,
         first
     );
-    same_answers(bed, &model).await
+    same_answers(bed, &model).await?;
+    together(bed, registry).await
+}
+
+/// Two channels created at the same moment on a new image: it is pulled and
+/// parsed once (the second read waits for the first, or finds it done).
+async fn together(bed: &TestBed, registry: &Registry) -> Result<()> {
+    let model = Channel::generate(&Spec::new("small", 24, 50, 11));
+    let files = model.raw_files("updateinfo.xml.zst")?;
+    let files: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, d)| (p.as_str(), d.as_slice()))
+        .collect();
+    let tag = "small/raw:1";
+    image::push(
+        registry,
+        tag,
+        &Image::channel(Format::Oci, Compression::Gzip, &files),
+    )
+    .await?;
+    let before = metrics(bed).await?;
+    let mut channels = Vec::new();
+    for namespace in [FLEET_NAMESPACE, WORKSPACE] {
+        channels.push(
+            elemental::apply_custom_channel(
+                &bed.client(),
+                namespace,
+                &model.name,
+                &registry.image(tag),
+            )
+            .await?,
+        );
+    }
+    for channel in &channels {
+        elemental::sync_channel(&bed.client(), channel, &model.entries()).await?;
+    }
+    let newest = &model.versions.last().context("no versions")?.name;
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    for namespace in [FLEET_NAMESPACE, WORKSPACE] {
+        let url = format!(
+            "{}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/managedosversions/{newest}/changelog",
+            bed.apiserver_url()
+        );
+        poll(
+            &format!("{namespace}/{newest} served"),
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || async {
+                Ok(http
+                    .get(&url)
+                    .send()
+                    .await?
+                    .status()
+                    .is_success()
+                    .then_some(()))
+            },
+        )
+        .await?;
+    }
+    let after = metrics(bed).await?;
+    ensure!(
+        (after.pulled - before.pulled, after.shared - before.shared) == (1.0, 1.0),
+        "one pull and one shared read for two channels created together: {before:?} then {after:?}"
+    );
+    Ok(())
 }
 
 /// What `/metrics` says about fetches.

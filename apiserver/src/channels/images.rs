@@ -2,7 +2,9 @@
 //! digest that another channel already pulled and parsed (the same image
 //! used in two namespaces, or an older image a retained version comes from)
 //! serves that parse, shared through an [`Arc`]: no pull, no parse, no
-//! memory budget taken, and one copy of the data in memory.
+//! memory budget taken, and one copy of the data in memory. A channel that
+//! starts reading an image while another channel reads it waits for that
+//! read and shares its parse (or, if it failed, reads the image itself).
 //!
 //! [`ParsedImages`] holds [`Weak`] references only: it never keeps data alive
 //! by itself. An entry lives as long as a snapshot built from it (see
@@ -16,15 +18,13 @@ use std::{
     sync::{Arc, Mutex, PoisonError, Weak},
 };
 
+use super::Context;
+use crate::oci::{FetchError, FetchErrorKind, Fetched, ParseTurn, platform};
 use elemental_changelog::{
     data::{ChannelData, DataError},
     updateinfo,
 };
 use oci_client::Reference;
-use tracing::debug;
-
-use super::Context;
-use crate::oci::{FetchError, FetchErrorKind, Fetched, ParseTurn, platform};
 
 /// What determines the parse of an image: its repository (so that a
 /// registry answering for another repository never supplies this one's
@@ -67,10 +67,35 @@ struct Entry {
 }
 
 /// The images parsed by this process that some channel still holds, by
-/// [`ImageKey`].
+/// [`ImageKey`], and the images being read.
 #[derive(Default)]
 pub(super) struct ParsedImages {
     entries: Mutex<HashMap<ImageKey, Entry>>,
+    /// One read per image at a time: a channel that starts reading an image
+    /// another channel is reading waits, then shares its parse.
+    reading: Mutex<HashMap<ImageKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The right to read an image, held while reading it (see [`ParsedImages::turn`]).
+struct ReadTurn<'a> {
+    images: &'a ParsedImages,
+    key: ImageKey,
+    guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for ReadTurn<'_> {
+    fn drop(&mut self) {
+        let mut reading = self
+            .images
+            .reading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Held by the table and this turn only: nobody waits; forget the key.
+        // (Waiters take their clone under the same lock.)
+        if Arc::strong_count(tokio::sync::OwnedMutexGuard::mutex(&self.guard)) <= 2 {
+            reading.remove(&self.key);
+        }
+    }
 }
 
 impl ParsedImages {
@@ -98,13 +123,30 @@ impl ParsedImages {
         );
     }
 
-    /// Entries held, dead ones included (they go at the next insert).
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.entries
+    /// Waits until no other channel reads `key`, then holds the turn to
+    /// read it until dropped.
+    async fn turn(&self, key: &ImageKey) -> ReadTurn<'_> {
+        let lock = self
+            .reading
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .len()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        ReadTurn {
+            images: self,
+            key: key.clone(),
+            guard: lock.lock_owned().await,
+        }
+    }
+
+    /// Entries held, dead ones included (they go at the next insert), and
+    /// images being read.
+    #[cfg(test)]
+    fn lens(&self) -> (usize, usize) {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        (entries.len(), reading.len())
     }
 }
 
@@ -184,8 +226,9 @@ impl ReadError {
 }
 
 /// The data of `image` at `digest` (resolved by the caller) for `arch`:
-/// another channel's parse when one holds it, else pulled and parsed, off
-/// the async threads and in the memory the pull reserved for it.
+/// another channel's parse when one holds it (or is reading it: this waits
+/// for it), else pulled and parsed, off the async threads and in the memory
+/// the pull reserved for it.
 pub(super) async fn read(
     image: &str,
     digest: &str,
@@ -193,8 +236,11 @@ pub(super) async fn read(
     ctx: &Context,
 ) -> Result<Read, ReadError> {
     let key = ImageKey::new(image, digest, arch);
-    let shared = |key: Option<&ImageKey>| key.and_then(|k| ctx.images.get(k));
-    if let Some(parsed) = shared(key.as_ref()) {
+    let _turn = match &key {
+        Some(key) => Some(ctx.images.turn(key).await),
+        None => None,
+    };
+    if let Some(parsed) = key.as_ref().and_then(|k| ctx.images.get(k)) {
         return Ok(Read::Shared(parsed));
     }
     let fetched = ctx
@@ -215,26 +261,23 @@ pub(super) async fn read(
             compressed_bytes: 0,
         });
     };
-    // Callers of one shared pull parse in turn: the first one's parse, offered
-    // before its turn ends, serves the others.
+    // Parsed in the memory the pull reserved for it.
     let turn = match &memory {
         Some(memory) => Some(memory.parse_turn().await),
         None => None,
     };
-    if let Some(parsed) = shared(key.as_ref()) {
-        debug!(%image, arch, %digest, "a joined pull was parsed by another channel");
-        return Ok(Read::Shared(parsed));
-    }
     // A bug that panics in the parse costs this read, not the process.
     let built = tokio::task::spawn_blocking(move || {
         let limits = turn
             .as_ref()
             .map_or_else(updateinfo::Limits::default, ParseTurn::updateinfo_limits);
-        (ChannelData::from_files_with_limits(files, limits), turn)
+        let data = ChannelData::from_files_with_limits(files, limits);
+        drop(turn);
+        data
     })
     .await;
     match built {
-        Ok((Ok(data), _turn)) => {
+        Ok(Ok(data)) => {
             let parsed = Parsed {
                 data: Arc::new(data),
                 platform,
@@ -247,7 +290,7 @@ pub(super) async fn read(
                 compressed_bytes,
             })
         }
-        Ok((Err(error), _)) => Err(ReadError::Unusable {
+        Ok(Err(error)) => Err(ReadError::Unusable {
             error,
             compressed_bytes,
         }),
@@ -315,10 +358,31 @@ mod tests {
 
         drop(held);
         assert!(images.get(&a).is_none(), "no channel holds it: gone");
-        assert_eq!(images.len(), 1, "the dead entry waits for the next insert");
+        assert_eq!(
+            images.lens().0,
+            1,
+            "the dead entry waits for the next insert"
+        );
         let other = parsed(&["v2"]);
         images.insert(b.clone(), &other);
-        assert_eq!(images.len(), 1, "pruned");
+        assert_eq!(images.lens().0, 1, "pruned");
         assert!(images.get(&b).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_read_of_an_image_at_a_time_and_nothing_left_behind() {
+        let images = ParsedImages::default();
+        let a = ImageKey::new("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = ImageKey::new("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let first = images.turn(&a).await;
+        let other = images.turn(&b).await;
+        let second = images.turn(&a);
+        tokio::pin!(second);
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(60), &mut second).await;
+        assert!(waited.is_err(), "the second read of a waits");
+        drop((first, other));
+        assert_eq!(images.lens().1, 1, "a: the second read goes on");
+        drop(second.await);
+        assert_eq!(images.lens(), (0, 0));
     }
 }

@@ -1624,27 +1624,25 @@ async fn channels_reading_one_image_share_one_parse_while_any_holds_it() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn another_digest_or_repository_is_not_shared_and_a_new_digest_is_read_once() {
+async fn channels_starting_together_share_and_another_digest_or_repository_is_not_shared() {
     let mut h = Harness::start(&["x86_64"]);
     let image = "registry/channel:6.1";
     h.fake.push(image, "sha256:one", false, &["v1"]);
     // The same digest in another repository: pulled on its own.
     h.fake
         .push("registry/copy:6.1", "sha256:one", false, &["v1"]);
+    // a and b start at the same moment: b waits for a's read.
     h.list(
         &[
             channel_in(NS, "a", image),
+            channel_in(NS, "b", image),
             channel_in(NS, "copy", "registry/copy:6.1"),
         ],
         &[],
     );
-    h.call().await;
-    h.call().await;
-    h.until("a served", |h| served(h, NS, "a").is_some()).await;
-    // (Channels that read one image at the same moment share its pull, and
-    // parse it in turn: the fetcher's part, tested with a real registry.)
-    h.channel(watcher::Event::Apply(channel_in(NS, "b", image)));
-    h.call().await;
+    for _ in 0..3 {
+        h.call().await;
+    }
     h.until("all served", |h| {
         ["a", "b", "copy"]
             .iter()
@@ -1660,6 +1658,7 @@ async fn another_digest_or_repository_is_not_shared_and_a_new_digest_is_read_onc
     assert!(Arc::ptr_eq(&data(&h, "a"), &data(&h, "b")));
     assert!(!Arc::ptr_eq(&data(&h, "a"), &data(&h, "copy")));
     assert_eq!(h.fake.pulls().len(), 2);
+    assert_eq!((fetches(&h, "pulled"), fetches(&h, "shared")), (2, 1));
 
     // A new digest: the first channel to see it pulls it, and serves it
     // alone until the other one checks its tag and shares it.
