@@ -18,13 +18,14 @@ use std::{
     sync::{Arc, Mutex, PoisonError, Weak},
 };
 
-use super::Context;
-use crate::oci::{FetchError, FetchErrorKind, Fetched, ParseTurn, platform};
 use elemental_changelog::{
     data::{ChannelData, DataError},
     updateinfo,
 };
 use oci_client::Reference;
+
+use super::Context;
+use crate::oci::{FetchError, FetchErrorKind, Fetched, ParseTurn, platform};
 
 /// What determines the parse of an image: its repository (so that a
 /// registry answering for another repository never supplies this one's
@@ -126,13 +127,12 @@ impl ParsedImages {
     /// Waits until no other channel reads `key`, then holds the turn to
     /// read it until dropped.
     async fn turn(&self, key: &ImageKey) -> ReadTurn<'_> {
-        let lock = self
-            .reading
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(key.clone())
-            .or_default()
-            .clone();
+        let lock = {
+            let mut reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+            // Keys nobody holds or waits for (a waiter cancelled last) go.
+            reading.retain(|_, lock| Arc::strong_count(lock) > 1);
+            reading.entry(key.clone()).or_default().clone()
+        };
         ReadTurn {
             images: self,
             key: key.clone(),
@@ -383,6 +383,18 @@ mod tests {
         drop((first, other));
         assert_eq!(images.lens().1, 1, "a: the second read goes on");
         drop(second.await);
+        assert_eq!(images.lens(), (0, 0));
+
+        // A waiter cancelled after the holder went leaves a key nobody
+        // holds: the next turn forgets it.
+        let first = images.turn(&a).await;
+        let mut waiter = Box::pin(images.turn(&a));
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(60), &mut waiter).await;
+        assert!(waited.is_err());
+        drop(first);
+        drop(waiter);
+        assert_eq!(images.lens().1, 1);
+        drop(images.turn(&b).await);
         assert_eq!(images.lens(), (0, 0));
     }
 }
