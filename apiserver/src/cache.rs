@@ -13,7 +13,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use dashmap::DashMap;
-use elemental_changelog::compute::IndexedChannel;
+use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 use jiff::Timestamp;
 
 use crate::oci::FetchErrorKind;
@@ -53,8 +53,13 @@ pub struct Snapshot {
     /// Platform chosen from an image index; `None` for a single-platform
     /// image, whose data serves every architecture.
     pub platform: Option<String>,
-    /// Parsed content, indexed for the queries.
+    /// What is served, indexed for the queries: [`Snapshot::parsed`] plus the channel's
+    /// retained versions, if any (else the same data).
     pub data: Arc<IndexedChannel>,
+    /// The image's own data as parsed, without retained versions. Other
+    /// channels that read the same image share it; holding it here keeps it
+    /// shareable while this snapshot lives.
+    pub parsed: Arc<ChannelData>,
     /// When it was pulled.
     pub fetched_at: Timestamp,
 }
@@ -182,6 +187,7 @@ fn without_retained(state: &ChannelState, keep: &dyn Fn(&str) -> bool) -> Option
             digest: snapshot.digest.clone(),
             platform: snapshot.platform.clone(),
             data: Arc::new(data),
+            parsed: snapshot.parsed.clone(),
             fetched_at: snapshot.fetched_at,
         });
         arch.snapshot = Some(pruned.clone());

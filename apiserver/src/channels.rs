@@ -16,6 +16,7 @@
 
 pub mod crd;
 pub mod history;
+mod images;
 mod retained;
 
 use std::{
@@ -24,10 +25,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use elemental_changelog::{
-    data::{ChannelData, DataError, FileError},
-    updateinfo,
-};
+use elemental_changelog::data::FileError;
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
@@ -44,12 +42,13 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use self::{
     crd::{ManagedOSVersion, ManagedOSVersionChannel, SyncKey},
     history::{Change, ChannelHistory, ConfigMapHistory, History, HistoryStore},
+    images::{ParsedImages, Read, ReadError},
 };
 use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatuses, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
-    oci::{FetchError, FetchErrorKind, Fetched, ParseTurn},
+    oci::{FetchError, FetchErrorKind, Fetched, fetcher::Resolved},
     telemetry::error_chain,
 };
 
@@ -169,31 +168,50 @@ pub struct RefreshSettings {
 /// Where channel images are read from: the registry through a
 /// [`ReloadingFetcher`](crate::oci::reload::ReloadingFetcher)
 /// (a fake in tests, so the worker's decisions are tested without one).
+/// Resolving and pulling are two steps, so that a digest this process holds
+/// already (unchanged, or parsed for another channel) is not pulled.
 trait ImageSource: Send + Sync {
-    /// See [`crate::oci::Fetcher::fetch`].
-    fn fetch_image<'a>(
+    /// The manifest digest `image` points at now (see [`crate::oci::Fetcher::resolve`]).
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>>;
+
+    /// Pulls `image` at `digest` for `arch` (see [`crate::oci::Fetcher::pull`]).
+    fn pull<'a>(
         &'a self,
         image: &'a str,
+        digest: &'a str,
         arch: &'a str,
-        known_digest: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
 }
 
 impl ImageSource for crate::oci::reload::ReloadingFetcher {
-    fn fetch_image<'a>(
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>> {
+        let fetcher = self.current();
+        Box::pin(async move { Ok(fetcher.resolve(image).await?.digest().to_owned()) })
+    }
+
+    fn pull<'a>(
         &'a self,
         image: &'a str,
+        digest: &'a str,
         arch: &'a str,
-        known_digest: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
         let fetcher = self.current();
-        Box::pin(async move { fetcher.fetch(image, arch, known_digest).await })
+        let span = info_span!("fetch", %image, %arch);
+        Box::pin(
+            async move {
+                let resolved = Resolved::new(image, digest.to_owned())?;
+                fetcher.pull(&resolved, arch).await
+            }
+            .instrument(span),
+        )
     }
 }
 
 /// Everything a channel worker needs.
 struct Context {
     fetcher: Arc<dyn ImageSource>,
+    /// The images parsed by this process, shared by the channels that read them.
+    images: ParsedImages,
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     versions: Stores<ManagedOSVersion>,
@@ -268,6 +286,7 @@ pub fn start(
     }
     let ctx = Arc::new(Context {
         fetcher,
+        images: ParsedImages::default(),
         cache,
         metrics,
         versions: versions.clone(),
@@ -410,6 +429,9 @@ struct Worker {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The channel controller: one worker per channel, started, triggered and
+/// stopped by watch events, and readiness once every channel present at
+/// start had its first fetch attempted.
 async fn controller(
     objects: Objects,
     ctx: Arc<Context>,
@@ -419,10 +441,6 @@ async fn controller(
     fetched: ReadyFlag,
     heartbeat: Heartbeat,
 ) {
-    let mut workers: HashMap<ChannelKey, Worker> = HashMap::new();
-    // Channels present at start whose first fetch is still to be attempted;
-    // `None` until the reflectors have synced.
-    let mut pending_first: Option<HashSet<ChannelKey>> = None;
     let mut stores_ready = std::pin::pin!({
         let channels = objects.channels.clone();
         let versions = objects.versions.clone();
@@ -431,127 +449,160 @@ async fn controller(
             versions.wait_until_ready().await;
         }
     });
-    let mut ready_done = false;
+    let mut controller = Controller {
+        objects,
+        ctx,
+        workers: HashMap::new(),
+        pending_first: None,
+        fetched,
+    };
     let mut tick = tokio::time::interval(Duration::from_secs(10));
     loop {
         tokio::select! {
-            () = &mut stores_ready, if !ready_done => {
-                ready_done = true;
+            () = &mut stores_ready, if !controller.synced() => {
                 synced.set();
-                let pending: HashSet<ChannelKey> = objects
-                    .channels
-                    .list(None)
-                    .iter()
-                    .map(|c| ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any()))
-                    .filter(|k| !ctx.cache.get(k).is_some_and(|s| s.attempted))
-                    .collect();
-                info!(channels = pending.len(), "reflectors synced; waiting for first fetches");
-                if pending.is_empty() {
-                    fetched.set();
-                }
-                pending_first = Some(pending);
-                prune_history(&objects, &ctx);
+                controller.on_synced();
             }
-            Some(key) = attempted.recv() => {
-                if let Some(pending) = &mut pending_first
-                    && pending.remove(&key)
-                    && pending.is_empty()
-                {
-                    info!("every channel had its first fetch attempted");
-                    fetched.set();
-                }
-            }
+            Some(key) = attempted.recv() => controller.on_attempted(&key),
             event = events.recv() => {
                 let Some(event) = event else { return };
-                match event {
-                    ChannelEvent::Applied(channel) => {
-                        let key = ChannelKey::new(channel.namespace().unwrap_or_default(), channel.name_any());
-                        let want = (channel.image().map(str::to_owned), channel.sync_key());
-                        match workers.get(&key) {
-                            Some(worker) => {
-                                worker.trigger.send_if_modified(|current| {
-                                    let changed = *current != want;
-                                    if changed {
-                                        *current = want.clone();
-                                    }
-                                    changed
-                                });
-                            }
-                            None => {
-                                let (trigger, rx) = watch::channel(want);
-                                let span = info_span!("refresh", namespace = %key.namespace, channel = %key.name);
-                                let task = tokio::spawn(supervise(key.clone(), rx, ctx.clone()).instrument(span));
-                                workers.insert(key, Worker { trigger, task });
-                            }
-                        }
-                    }
-                    ChannelEvent::Deleted(key) => {
-                        drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched);
-                        if ready_done {
-                            prune_history(&objects, &ctx);
-                        }
-                    }
-                    ChannelEvent::ChannelsListed => {
-                        let gone: Vec<ChannelKey> =
-                            workers.keys().filter(|k| objects.channels.get(&k.namespace, &k.name).is_none()).cloned().collect();
-                        for key in gone {
-                            drop_channel(&mut workers, &key, &ctx, &mut pending_first, &fetched);
-                        }
-                        if ready_done {
-                            prune_history(&objects, &ctx);
-                        }
-                    }
-                    ChannelEvent::VersionDeleted(key) => {
-                        prune_retained(&objects, &ctx, key);
-                        if ready_done {
-                            prune_history(&objects, &ctx);
-                        }
-                    }
-                    ChannelEvent::VersionsListed => {
-                        for (key, _) in ctx.cache.all() {
-                            prune_retained(&objects, &ctx, key);
-                        }
-                        if ready_done {
-                            prune_history(&objects, &ctx);
-                        }
-                    }
-                }
+                controller.on_event(event);
             }
             _ = tick.tick() => {
                 heartbeat.beat();
-                for (key, state) in ctx.cache.all() {
-                    if let Some(confirmed) = state.archs.values().filter_map(|a| a.confirmed_at).max() {
-                        let age = Timestamp::now().duration_since(confirmed).as_secs_f64();
-                        ctx.metrics.channel_age(&key.namespace, &key.name, age);
-                    }
-                }
+                controller.report_ages();
             }
         }
     }
 }
 
-/// Stops a deleted channel's worker and drops its data.
-fn drop_channel(
-    workers: &mut HashMap<ChannelKey, Worker>,
-    key: &ChannelKey,
-    ctx: &Context,
-    pending_first: &mut Option<HashSet<ChannelKey>>,
-    fetched: &ReadyFlag,
-) {
-    // Stop the worker first (even mid-fetch), so nothing it does later can
-    // resurrect the data of a deleted channel.
-    if let Some(worker) = workers.remove(key) {
-        worker.task.abort();
+/// The state of [`controller`].
+struct Controller {
+    objects: Objects,
+    ctx: Arc<Context>,
+    workers: HashMap<ChannelKey, Worker>,
+    /// Channels present at start whose first fetch is still to be attempted;
+    /// `None` until the reflectors have synced.
+    pending_first: Option<HashSet<ChannelKey>>,
+    fetched: ReadyFlag,
+}
+
+impl Controller {
+    /// Whether the reflectors have synced.
+    fn synced(&self) -> bool {
+        self.pending_first.is_some()
     }
-    ctx.cache.remove(key);
-    ctx.metrics.forget_channel(&key.namespace, &key.name);
-    update_totals(ctx);
-    info!(channel = %key, "channel deleted; its data was dropped");
-    if let Some(pending) = pending_first
-        && pending.remove(key)
-        && pending.is_empty()
-    {
-        fetched.set();
+
+    /// The reflectors synced: wait for the first fetch of every channel.
+    fn on_synced(&mut self) {
+        let pending: HashSet<ChannelKey> = self
+            .objects
+            .channels
+            .list(None)
+            .iter()
+            .map(|c| ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any()))
+            .filter(|k| !self.ctx.cache.get(k).is_some_and(|s| s.attempted))
+            .collect();
+        info!(
+            channels = pending.len(),
+            "reflectors synced; waiting for first fetches"
+        );
+        if pending.is_empty() {
+            self.fetched.set();
+        }
+        self.pending_first = Some(pending);
+        prune_history(&self.objects, &self.ctx);
+    }
+
+    /// A channel's first fetch was attempted (or the channel is gone).
+    fn on_attempted(&mut self, key: &ChannelKey) {
+        if let Some(pending) = &mut self.pending_first
+            && pending.remove(key)
+            && pending.is_empty()
+        {
+            info!("every channel had its first fetch attempted");
+            self.fetched.set();
+        }
+    }
+
+    fn on_event(&mut self, event: ChannelEvent) {
+        match event {
+            ChannelEvent::Applied(channel) => {
+                self.apply(&channel);
+                return;
+            }
+            ChannelEvent::Deleted(key) => self.drop_channel(&key),
+            ChannelEvent::ChannelsListed => {
+                let gone: Vec<ChannelKey> = self
+                    .workers
+                    .keys()
+                    .filter(|k| self.objects.channels.get(&k.namespace, &k.name).is_none())
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    self.drop_channel(&key);
+                }
+            }
+            ChannelEvent::VersionDeleted(key) => prune_retained(&self.objects, &self.ctx, key),
+            ChannelEvent::VersionsListed => {
+                for (key, _) in self.ctx.cache.all() {
+                    prune_retained(&self.objects, &self.ctx, key);
+                }
+            }
+        }
+        if self.synced() {
+            prune_history(&self.objects, &self.ctx);
+        }
+    }
+
+    /// Starts the worker of a new channel, or triggers the worker of a
+    /// channel whose image or sync key changed.
+    fn apply(&mut self, channel: &ManagedOSVersionChannel) {
+        let key = ChannelKey::new(channel.namespace().unwrap_or_default(), channel.name_any());
+        let want = (channel.image().map(str::to_owned), channel.sync_key());
+        if let Some(worker) = self.workers.get(&key) {
+            worker.trigger.send_if_modified(|current| {
+                let changed = *current != want;
+                if changed {
+                    *current = want.clone();
+                }
+                changed
+            });
+            return;
+        }
+        let (trigger, rx) = watch::channel(want);
+        let span = info_span!("refresh", namespace = %key.namespace, channel = %key.name);
+        let task = tokio::spawn(supervise(key.clone(), rx, self.ctx.clone()).instrument(span));
+        self.workers.insert(key, Worker { trigger, task });
+    }
+
+    /// Stops a deleted channel's worker and drops its data.
+    fn drop_channel(&mut self, key: &ChannelKey) {
+        // Stop the worker first (even mid-fetch), so nothing it does later can
+        // resurrect the data of a deleted channel.
+        if let Some(worker) = self.workers.remove(key) {
+            worker.task.abort();
+        }
+        self.ctx.cache.remove(key);
+        self.ctx.metrics.forget_channel(&key.namespace, &key.name);
+        update_totals(&self.ctx);
+        info!(channel = %key, "channel deleted; its data was dropped");
+        if let Some(pending) = &mut self.pending_first
+            && pending.remove(key)
+            && pending.is_empty()
+        {
+            self.fetched.set();
+        }
+    }
+
+    /// Sets each channel's data age metric.
+    fn report_ages(&self) {
+        for (key, state) in self.ctx.cache.all() {
+            if let Some(confirmed) = state.archs.values().filter_map(|a| a.confirmed_at).max() {
+                let age = Timestamp::now().duration_since(confirmed).as_secs_f64();
+                self.ctx.metrics.channel_age(&key.namespace, &key.name, age);
+            }
+        }
     }
 }
 
@@ -788,135 +839,149 @@ async fn refresh(
     all_ok
 }
 
-/// Fetches the channel's image for one architecture: the new data of the
+/// Reads the channel's image for one architecture: the new data of the
 /// image alone (the caller adds retained versions), or `old` kept.
 async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) -> ArchState {
-    let rejected = old
-        .rejected
-        .as_ref()
-        .filter(|(i, _)| i == image)
-        .map(|(_, digest)| digest.clone());
-    let known = rejected.clone().or_else(|| {
-        old.snapshot
+    let attempt = Attempt {
+        image,
+        arch,
+        started: Instant::now(),
+        ctx,
+    };
+    let digest = match ctx.fetcher.resolve(image).await {
+        Ok(digest) => digest,
+        Err(error) => return attempt.failed(None, &ReadError::Fetch(error), old),
+    };
+    if let Some(state) = attempt.unchanged(&digest, &old) {
+        return state;
+    }
+    match images::read(image, &digest, arch, ctx).await {
+        Ok(read) => attempt.read(digest, read),
+        Err(error) => attempt.failed(Some(digest), &error, old),
+    }
+}
+
+/// One architecture's fetch of a channel image, whose outcome becomes the
+/// architecture's next state, counted and logged.
+struct Attempt<'a> {
+    image: &'a str,
+    arch: &'a str,
+    started: Instant,
+    ctx: &'a Context,
+}
+
+impl Attempt<'_> {
+    fn seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// The state when the image still has `digest`, the digest of the data
+    /// served (confirmed) or of the unusable image (still failing, not
+    /// pulled again: the same bytes would fail the same way); `None` when
+    /// it is another digest.
+    fn unchanged(&self, digest: &str, old: &ArchState) -> Option<ArchState> {
+        let (image, arch, metrics) = (self.image, self.arch, &self.ctx.metrics);
+        if old
+            .rejected
             .as_ref()
-            .filter(|s| s.image == image)
-            .map(|s| s.digest.clone())
-    });
-    let started = Instant::now();
-    let result = ctx.fetcher.fetch_image(image, arch, known.as_deref()).await;
-    let seconds = started.elapsed().as_secs_f64();
-    let now = Timestamp::now();
-    match result {
-        Ok(Fetched::Unchanged { digest }) if rejected.as_deref() == Some(digest.as_str()) => {
-            // Still the image that was unusable: nothing pulled, still failing.
+            .is_some_and(|(i, d)| i == image && d == digest)
+        {
             let kind = old
                 .last_error
                 .as_ref()
                 .map_or(FetchErrorKind::InvalidChannelJson, |e| e.kind);
-            ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
+            metrics.fetch(FetchResult::Failed(kind), self.seconds(), 0);
             debug!(%image, arch, %digest, %kind, "image still the unusable one; not pulled again");
-            old
+            return Some(old.clone());
         }
-        Ok(Fetched::Unchanged { digest }) => {
-            ctx.metrics.fetch(FetchResult::Unchanged, seconds, 0);
-            debug!(%image, arch, %digest, "image unchanged");
-            ArchState {
-                snapshot: old.snapshot,
-                confirmed_at: Some(now),
-                last_error: None,
-                rejected: None,
+        let served = old.snapshot.as_ref()?;
+        if served.image != image || served.digest != digest {
+            return None;
+        }
+        metrics.fetch(FetchResult::Unchanged, self.seconds(), 0);
+        debug!(%image, arch, %digest, "image unchanged");
+        Some(ArchState {
+            snapshot: old.snapshot.clone(),
+            confirmed_at: Some(Timestamp::now()),
+            last_error: None,
+            rejected: None,
+        })
+    }
+
+    /// The state once the image at `digest` was read.
+    fn read(&self, digest: String, read: Read) -> ArchState {
+        let (image, arch, metrics) = (self.image, self.arch, &self.ctx.metrics);
+        let parsed = match read {
+            Read::Shared(parsed) => {
+                metrics.fetch(FetchResult::Shared, self.seconds(), 0);
+                info!(%image, arch, %digest, versions = parsed.data.versions().len(), "channel image already read for another channel; sharing its data");
+                parsed
             }
-        }
-        Ok(Fetched::Pulled {
+            Read::Pulled {
+                parsed,
+                compressed_bytes,
+            } => {
+                for problem in parsed.data.problems() {
+                    metrics.file_problem(file_problem_kind(&problem.error));
+                    warn!(%image, arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
+                }
+                let seconds = self.seconds();
+                metrics.fetch(FetchResult::Pulled, seconds, compressed_bytes);
+                info!(%image, arch, %digest, versions = parsed.data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
+                parsed
+            }
+        };
+        let now = Timestamp::now();
+        let snapshot = Snapshot {
+            image: image.to_owned(),
             digest,
-            files,
-            compressed_bytes,
-            platform,
-            memory,
-            ..
-        }) => {
-            // Parsing is CPU work: off the async threads, and a bug that
-            // panics there costs this fetch, not the process. The parse runs
-            // in the memory the pull reserved for it.
-            let turn = match &memory {
-                Some(memory) => Some(memory.parse_turn().await),
-                None => None,
-            };
-            let built = tokio::task::spawn_blocking(move || {
-                let limits = turn
-                    .as_ref()
-                    .map_or_else(updateinfo::Limits::default, ParseTurn::updateinfo_limits);
-                let data = ChannelData::from_files_with_limits(files, limits);
-                // The next caller of a shared pull parses once this one is done.
-                drop(turn);
-                data
-            })
-            .await;
-            let failure = |kind: FetchErrorKind, message: String| {
-                ctx.metrics
-                    .fetch(FetchResult::Failed(kind), seconds, compressed_bytes);
-                warn!(%image, arch, %digest, error = %message, %kind, "channel image is unusable; keeping the last good data");
-                FetchFailure {
-                    kind,
-                    message,
-                    at: now,
-                }
-            };
-            match built {
-                Ok(Ok(data)) => {
-                    for problem in data.problems() {
-                        ctx.metrics.file_problem(file_problem_kind(&problem.error));
-                        warn!(%image, arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
-                    }
-                    ctx.metrics
-                        .fetch(FetchResult::Pulled, seconds, compressed_bytes);
-                    info!(%image, arch, %digest, versions = data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
-                    let snapshot = Snapshot {
-                        image: image.to_owned(),
-                        digest,
-                        platform,
-                        data: Arc::new(elemental_changelog::compute::IndexedChannel::new(data)),
-                        fetched_at: now,
-                    };
-                    ArchState {
-                        snapshot: Some(Arc::new(snapshot)),
-                        confirmed_at: Some(now),
-                        last_error: None,
-                        rejected: None,
-                    }
-                }
-                Ok(Err(error)) => {
-                    let kind = match error {
-                        DataError::MissingChannelJson => FetchErrorKind::MissingChannelJson,
-                        DataError::ChannelJson(_) => FetchErrorKind::InvalidChannelJson,
-                    };
-                    let rejected = Some((image.to_owned(), digest.clone()));
-                    ArchState {
-                        last_error: Some(failure(kind, error_chain(&error))),
-                        rejected,
-                        ..old
-                    }
-                }
-                Err(panicked) => ArchState {
-                    last_error: Some(failure(FetchErrorKind::Internal, panicked.to_string())),
-                    ..old
-                },
-            }
+            platform: parsed.platform,
+            data: Arc::new(elemental_changelog::compute::IndexedChannel::new(
+                parsed.data.clone(),
+            )),
+            parsed: parsed.data,
+            fetched_at: now,
+        };
+        ArchState {
+            snapshot: Some(Arc::new(snapshot)),
+            confirmed_at: Some(now),
+            last_error: None,
+            rejected: None,
         }
-        Err(error) => {
-            let kind = error.kind();
-            let message = error_chain(&error);
-            ctx.metrics.fetch(FetchResult::Failed(kind), seconds, 0);
-            warn!(%image, arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
-            let failure = FetchFailure {
+    }
+
+    /// The state after a failure: the last good data kept, the error
+    /// recorded, and an unusable image (at `digest`) remembered as such.
+    fn failed(&self, digest: Option<String>, error: &ReadError, old: ArchState) -> ArchState {
+        let (image, arch) = (self.image, self.arch);
+        let (kind, message) = (error.kind(), error.message());
+        self.ctx.metrics.fetch(
+            FetchResult::Failed(kind),
+            self.seconds(),
+            error.compressed_bytes(),
+        );
+        let rejected = match error {
+            ReadError::Fetch(_) => {
+                warn!(%image, arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
+                old.rejected
+            }
+            ReadError::Unusable { .. } => {
+                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "channel image is unusable; keeping the last good data");
+                digest.map(|d| (image.to_owned(), d))
+            }
+            ReadError::Internal { .. } => {
+                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "reading the channel image failed; keeping the last good data");
+                old.rejected
+            }
+        };
+        ArchState {
+            last_error: Some(FetchFailure {
                 kind,
                 message,
-                at: now,
-            };
-            ArchState {
-                last_error: Some(failure),
-                ..old
-            }
+                at: Timestamp::now(),
+            }),
+            rejected,
+            ..old
         }
     }
 }

@@ -50,6 +50,9 @@ pub enum FetchResult {
     Pulled,
     /// The digest was unchanged: nothing pulled.
     Unchanged,
+    /// Another channel had read the same image: its data is shared, nothing
+    /// pulled or parsed.
+    Shared,
     /// Failed; the label is the error kind.
     Failed(FetchErrorKind),
 }
@@ -70,6 +73,8 @@ pub enum HistoryWrite {
 pub enum RetainedPull {
     /// The older image was pulled and its versions are served.
     Pulled,
+    /// Another channel had read the older image: its data is shared, nothing pulled.
+    Shared,
     /// It could not be pulled; retried with backoff.
     Failed,
 }
@@ -175,7 +180,7 @@ impl Metrics {
         let fetches = counter(
             &registry,
             "channel_fetches_total",
-            "Channel image fetches, by result (pulled, unchanged, or the error kind).",
+            "Channel image fetches, by result (pulled, unchanged, shared: read for another channel already, or the error kind).",
             &["result"],
         );
         let fetch_duration = histogram(
@@ -293,7 +298,7 @@ impl Metrics {
         let retained_pulls = counter(
             &registry,
             "retained_pulls_total",
-            "Pulls by digest of older images to rebuild retained versions the channel history maps to them, by result (pulled, failed).",
+            "Pulls by digest of older images to rebuild retained versions the channel history maps to them, by result (pulled, shared: read for another channel already, failed).",
             &["result"],
         );
         let worker_panics = IntCounter::with_opts(
@@ -383,6 +388,7 @@ impl Metrics {
         let label = match result {
             FetchResult::Pulled => "pulled",
             FetchResult::Unchanged => "unchanged",
+            FetchResult::Shared => "shared",
             FetchResult::Failed(kind) => kind.as_str(),
         };
         self.fetches.with_label_values(&[label]).inc();
@@ -464,6 +470,7 @@ impl Metrics {
     pub fn retained_pull(&self, result: RetainedPull) {
         let label = match result {
             RetainedPull::Pulled => "pulled",
+            RetainedPull::Shared => "shared",
             RetainedPull::Failed => "failed",
         };
         self.retained_pulls.with_label_values(&[label]).inc();

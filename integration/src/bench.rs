@@ -784,7 +784,7 @@ pub fn rss(pid: u32) -> Result<Rss> {
 
 /// The server's RSS once it no longer changes by more than 1 % over two
 /// seconds (at most 30 s).
-async fn settled_rss(bed: &TestBed) -> Result<Rss> {
+pub async fn settled_rss(bed: &TestBed) -> Result<Rss> {
     let pid = bed
         .server()
         .and_then(|s| s.process().pid())

@@ -65,11 +65,13 @@ async fn metrics(bed: &TestBed) -> Result<String> {
     Ok(text)
 }
 
-/// Sum of the failed fetches (every result but `pulled` and `unchanged`).
+/// Sum of the failed fetches (every result but `pulled`, `unchanged` and `shared`).
 fn failed_fetches(text: &str) -> f64 {
-    metric(text, FETCHES, &[])
-        - metric(text, FETCHES, &[("result", "pulled")])
-        - metric(text, FETCHES, &[("result", "unchanged")])
+    ["pulled", "unchanged", "shared"]
+        .iter()
+        .fold(metric(text, FETCHES, &[]), |sum, ok| {
+            sum - metric(text, FETCHES, &[("result", ok)])
+        })
 }
 
 /// Waits until the changelog of `namespace/name` (with `query`) is served

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 use super::{
     Context, SWAP_ATTEMPTS,
     history::{Change, History},
+    images::{self, Read},
 };
 use crate::{
     cache::{
@@ -24,7 +25,7 @@ use crate::{
         Snapshot,
     },
     metrics::RetainedPull,
-    oci::{FetchErrorKind, Fetched, ParseTurn},
+    oci::FetchErrorKind,
     telemetry::error_chain,
 };
 
@@ -234,10 +235,16 @@ async fn pull_retained(
             if pulled.contains_key(&slot) {
                 continue;
             }
-            let result = pull_by_digest(reference, arch, ctx).await;
+            let result = read_by_digest(reference, arch, ctx).await.map(|read| {
+                let (parsed, how) = match read {
+                    Read::Shared(parsed) => (parsed, RetainedPull::Shared),
+                    Read::Pulled { parsed, .. } => (parsed, RetainedPull::Pulled),
+                };
+                ctx.metrics.retained_pull(how);
+                parsed.data
+            });
             match &result {
                 Ok(data) => {
-                    ctx.metrics.retained_pull(RetainedPull::Pulled);
                     for (name, _) in sources.iter().filter(
                         |(_, s)| matches!(s, Source::Pulled { digest: d, .. } if d == digest),
                     ) {
@@ -247,7 +254,7 @@ async fn pull_retained(
                                 .insert((digest.clone(), arch.clone(), name.clone()));
                         }
                     }
-                    info!(image = %reference, arch, "older image pulled for retained versions");
+                    info!(image = %reference, arch, "older image read for retained versions");
                 }
                 Err(failure) => {
                     ok = false;
@@ -302,49 +309,23 @@ fn retained_statuses(
     out
 }
 
-/// Pulls `reference` (`repository@digest`) for `arch` and parses it.
-async fn pull_by_digest(
-    reference: &str,
-    arch: &str,
-    ctx: &Context,
-) -> Result<Arc<ChannelData>, FetchFailure> {
+/// Reads `reference` (`repository@digest`) for `arch`: another channel's
+/// parse of it, or pulled and parsed.
+async fn read_by_digest(reference: &str, arch: &str, ctx: &Context) -> Result<Read, FetchFailure> {
     let failure = |kind: FetchErrorKind, message: String| FetchFailure {
         kind,
         message,
         at: Timestamp::now(),
     };
-    let (files, memory) = match ctx.fetcher.fetch_image(reference, arch, None).await {
-        Ok(Fetched::Pulled { files, memory, .. }) => (files, memory),
-        Ok(Fetched::Unchanged { .. }) => {
-            return Err(failure(
-                FetchErrorKind::Internal,
-                "nothing pulled".to_owned(),
-            ));
-        }
-        Err(error) => return Err(failure(error.kind(), error_chain(&error))),
-    };
-    // Parsed in the memory the pull reserved for it, as a worker's pull is.
-    let turn = match &memory {
-        Some(memory) => Some(memory.parse_turn().await),
-        None => None,
-    };
-    let parsed = tokio::task::spawn_blocking(move || {
-        let limits = turn
-            .as_ref()
-            .map_or_else(Default::default, ParseTurn::updateinfo_limits);
-        let data = ChannelData::from_files_with_limits(files, limits);
-        drop(turn);
-        data
-    })
-    .await;
-    match parsed {
-        Ok(Ok(data)) => Ok(Arc::new(data)),
-        Ok(Err(error)) => Err(failure(
-            FetchErrorKind::InvalidChannelJson,
-            error_chain(&error),
-        )),
-        Err(panicked) => Err(failure(FetchErrorKind::Internal, panicked.to_string())),
-    }
+    // The registry still has it (a garbage-collected digest fails here).
+    let digest = ctx
+        .fetcher
+        .resolve(reference)
+        .await
+        .map_err(|error| failure(error.kind(), error_chain(&error)))?;
+    images::read(reference, &digest, arch, ctx)
+        .await
+        .map_err(|error| failure(error.kind(), error.message()))
 }
 
 /// Builds, on a blocking thread, each group's snapshot with the retained
@@ -425,8 +406,7 @@ fn compose_one(
         snapshot.data.precompute_summaries();
         return snapshot.clone();
     }
-    let mut data = snapshot.data.data().as_ref().clone();
-    data.drop_retained(|_| false);
+    let mut data = snapshot.parsed.as_ref().clone();
     let keep = |from_previous: bool| {
         move |name: &str| {
             sources.get(name).is_some_and(
@@ -451,6 +431,7 @@ fn compose_one(
         digest: snapshot.digest.clone(),
         platform: snapshot.platform.clone(),
         data: Arc::new(data),
+        parsed: snapshot.parsed.clone(),
         fetched_at: snapshot.fetched_at,
     })
 }

@@ -9,6 +9,8 @@ use tokio::time::{Instant, timeout, timeout_at};
 
 use std::collections::BTreeSet;
 
+use elemental_changelog::data::ChannelData;
+
 use super::*;
 use crate::cache::RetainedStatus;
 
@@ -78,23 +80,29 @@ struct Image {
     files: Vec<(String, Vec<u8>)>,
 }
 
+/// A resolve of an image (a digest check; a pull, if any, follows it).
 #[derive(Debug)]
 struct Call {
     image: String,
-    arch: String,
-    known: Option<String>,
     at: Instant,
 }
 
-/// A registry in memory that records every fetch.
+/// A registry in memory that records every resolve and pull.
 struct Fake {
     images: Mutex<BTreeMap<String, Image>>,
     failing: Mutex<bool>,
-    /// When set, fetches (of the image named, or all) answer only once it is notified.
+    /// When set, resolves (of the image named, or all) answer only once it is notified.
     gate: Mutex<Option<(Option<String>, Arc<tokio::sync::Notify>)>>,
-    /// Fetches left that panic.
+    /// Resolves left that panic.
     panics: Mutex<u32>,
     calls: mpsc::UnboundedSender<Call>,
+    /// (image, digest, arch) of every pull.
+    pulls: Mutex<Vec<(String, String, String)>>,
+}
+
+/// A pull as [`Fake::pulls`] lists it.
+fn pull(image: &str, arch: &str) -> (String, String) {
+    (image.to_owned(), arch.to_owned())
 }
 
 /// `repository@digest` of a tagged reference, as the history names images.
@@ -153,17 +161,22 @@ impl Fake {
     }
 }
 
+impl Fake {
+    /// (image, arch) of every pull so far.
+    fn pulls(&self) -> Vec<(String, String)> {
+        self.pulls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(image, _, arch)| (image.clone(), arch.clone()))
+            .collect()
+    }
+}
+
 impl ImageSource for Fake {
-    fn fetch_image<'a>(
-        &'a self,
-        image: &'a str,
-        arch: &'a str,
-        known_digest: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>> {
         let call = Call {
             image: image.to_owned(),
-            arch: arch.to_owned(),
-            known: known_digest.map(str::to_owned),
             at: Instant::now(),
         };
         let _ = self.calls.send(call);
@@ -180,24 +193,11 @@ impl ImageSource for Fake {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(image)
-            .cloned();
+            .map(|i| i.digest.clone());
         let answer = match found {
-            Some(_) | None if failing => Err(FetchError::Timeout {
+            Some(digest) if !failing => Ok(digest),
+            _ => Err(FetchError::Timeout {
                 after: Duration::from_secs(60),
-            }),
-            None => Err(FetchError::Timeout {
-                after: Duration::from_secs(60),
-            }),
-            Some(found) if known_digest == Some(found.digest.as_str()) => Ok(Fetched::Unchanged {
-                digest: found.digest,
-            }),
-            Some(found) => Ok(Fetched::Pulled {
-                digest: found.digest,
-                files: found.files,
-                compressed_bytes: 100,
-                uncompressed_bytes: 1000,
-                platform: found.multi_arch.then(|| format!("linux/{arch}")),
-                memory: None,
             }),
         };
         let gate = self
@@ -213,6 +213,40 @@ impl ImageSource for Fake {
             }
             answer
         })
+    }
+
+    fn pull<'a>(
+        &'a self,
+        image: &'a str,
+        digest: &'a str,
+        arch: &'a str,
+    ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
+        self.pulls.lock().unwrap_or_else(|e| e.into_inner()).push((
+            image.to_owned(),
+            digest.to_owned(),
+            arch.to_owned(),
+        ));
+        let found = self
+            .images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .find(|i| i.digest == digest)
+            .cloned();
+        let answer = match found {
+            Some(found) => Ok(Fetched::Pulled {
+                digest: found.digest,
+                files: found.files,
+                compressed_bytes: 100,
+                uncompressed_bytes: 1000,
+                platform: found.multi_arch.then(|| format!("linux/{arch}")),
+                memory: None,
+            }),
+            None => Err(FetchError::Timeout {
+                after: Duration::from_secs(60),
+            }),
+        };
+        Box::pin(std::future::ready(answer))
     }
 }
 
@@ -285,6 +319,7 @@ fn context(
         gate: Mutex::default(),
         panics: Mutex::default(),
         calls: calls_tx,
+        pulls: Mutex::default(),
     });
     let (channel_store, channels) = reflector::store();
     let (version_store, versions) = reflector::store();
@@ -295,6 +330,7 @@ fn context(
     let (attempted_tx, attempted) = mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
         fetcher: fake.clone(),
+        images: ParsedImages::default(),
         cache: Arc::new(Cache::default()),
         metrics: Arc::new(Metrics::new()),
         versions: objects.versions.clone(),
@@ -518,15 +554,13 @@ async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_perio
     );
 
     let first = h.call().await;
-    assert_eq!(
-        (first.image.as_str(), first.arch.as_str(), first.known),
-        ("registry/channel:6.1", "x86_64", None)
-    );
+    assert_eq!(first.image, "registry/channel:6.1");
     assert_eq!(h.since(first.at), Duration::ZERO);
     h.until("first fetch stored", |h| {
         h.state("sl-micro").is_some_and(|s| s.attempted)
     })
     .await;
+    assert_eq!(h.fake.pulls(), [pull("registry/channel:6.1", "x86_64")]);
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     let (Some(x86), Some(arm)) = (
         &state.archs["x86_64"].snapshot,
@@ -546,16 +580,13 @@ async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_perio
     // The next fetch is the periodic digest check, one for all architectures.
     let check = h.call().await;
     assert_eq!(h.since(check.at), INTERVAL);
-    assert_eq!(
-        (check.arch.as_str(), check.known.as_deref()),
-        ("x86_64", Some("sha256:one"))
-    );
     let next = h.call().await;
     assert_eq!(
         h.since(next.at),
         INTERVAL * 2,
         "no fetch for aarch64 in between"
     );
+    assert_eq!(h.fake.pulls().len(), 1, "digest checks pull nothing");
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     let kept = state.archs["aarch64"]
         .snapshot
@@ -590,13 +621,17 @@ async fn multi_platform_image_is_fetched_per_arch() {
         )],
         &[],
     );
-    let a = h.call().await;
-    let b = h.call().await;
-    assert_eq!((a.arch.as_str(), b.arch.as_str()), ("x86_64", "aarch64"));
+    h.call().await;
+    h.call().await;
     h.until("stored", |h| {
         h.state("sl-micro").is_some_and(|s| s.attempted)
     })
     .await;
+    let image = "registry/channel:6.1";
+    assert_eq!(
+        h.fake.pulls(),
+        [pull(image, "x86_64"), pull(image, "aarch64")]
+    );
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     let platform = |arch: &str| {
         state.archs[arch]
@@ -607,10 +642,9 @@ async fn multi_platform_image_is_fetched_per_arch() {
     assert_eq!(platform("x86_64").as_deref(), Some("linux/x86_64"));
     assert_eq!(platform("aarch64").as_deref(), Some("linux/aarch64"));
     let c = h.call().await;
-    assert_eq!(
-        (h.since(c.at), c.known.as_deref()),
-        (INTERVAL, Some("sha256:index"))
-    );
+    assert_eq!((h.since(c.at), c.image.as_str()), (INTERVAL, image));
+    h.call().await;
+    assert_eq!(h.fake.pulls().len(), 2, "an unchanged index is not pulled");
 }
 
 #[tokio::test(start_paused = true)]
@@ -642,10 +676,10 @@ async fn a_new_sync_key_refetches_at_once_and_other_updates_do_not() {
     h.channel(watcher::Event::Apply(resynced));
     let call = h.call().await;
     assert_eq!(h.since(call.at), Duration::from_secs(60));
-    assert_eq!(call.known.as_deref(), Some("sha256:one"));
     // The interval restarts from that fetch.
     let periodic = h.call().await;
     assert_eq!(h.since(periodic.at), Duration::from_secs(60) + INTERVAL);
+    assert_eq!(h.fake.pulls().len(), 1, "the digest was unchanged");
 }
 
 #[tokio::test(start_paused = true)]
@@ -684,11 +718,7 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
         "2026-01-01T00:00:00Z",
     )));
     let call = h.call().await;
-    assert_eq!(
-        (call.image.as_str(), call.known),
-        ("registry/channel:v2", None),
-        "the old digest means nothing for a new image"
-    );
+    assert_eq!(call.image, "registry/channel:v2");
     h.until("new image stored", |h| {
         h.state("sl-micro")
             .and_then(|s| digest_of(&s, "x86_64"))
@@ -696,6 +726,10 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
             == Some("sha256:new")
     })
     .await;
+    assert_eq!(
+        h.fake.pulls().last(),
+        Some(&pull("registry/channel:v2", "x86_64"))
+    );
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     assert_eq!(state.image.as_deref(), Some("registry/channel:v2"));
     let data = &state.archs["x86_64"]
@@ -958,12 +992,16 @@ async fn an_unusable_image_keeps_the_last_good_data() {
     // not pulled again: the check names it as known, and the error stays.
     let retry = h.call().await;
     assert_eq!(h.since(retry.at), INTERVAL + MIN_BACKOFF);
-    assert_eq!(retry.known.as_deref(), Some("sha256:broken"));
     let again = h.call().await;
     assert_eq!(
         h.since(again.at),
         INTERVAL + MIN_BACKOFF * 3,
         "still backing off"
+    );
+    assert_eq!(
+        h.fake.pulls().len(),
+        2,
+        "the unusable digest was pulled once"
     );
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     assert_eq!(
@@ -1000,8 +1038,10 @@ async fn cache_totals_and_pruning() {
     let cache = Cache::default();
     assert_eq!(cache.totals(), crate::cache::Totals::default());
     let old = ChannelData::from_files(image_files(&["v1", "v2"])).unwrap_or_else(|e| panic!("{e}"));
-    let mut data =
-        ChannelData::from_files(image_files(&["v2", "v3"])).unwrap_or_else(|e| panic!("{e}"));
+    let parsed = Arc::new(
+        ChannelData::from_files(image_files(&["v2", "v3"])).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let mut data = ChannelData::clone(&parsed);
     data.retain_from(&old, "sha256:old", |_| true);
     let data = elemental_changelog::compute::IndexedChannel::new(data);
     data.precompute_summaries();
@@ -1010,6 +1050,7 @@ async fn cache_totals_and_pruning() {
         digest: "sha256:new".to_owned(),
         platform: None,
         data: Arc::new(data),
+        parsed,
         fetched_at: Timestamp::UNIX_EPOCH,
     });
     let arch = ArchState {
@@ -1232,11 +1273,7 @@ async fn a_young_replica_rebuilds_retained_versions_from_the_history() {
     let current = h.call().await;
     assert_eq!(current.image, image);
     let rebuild = h.call().await;
-    assert_eq!(
-        (rebuild.image.as_str(), rebuild.known.as_deref()),
-        (old.as_str(), None),
-        "the older image is pulled by digest"
-    );
+    assert_eq!(rebuild.image, old, "the older image is read by digest");
     // While it is pulled: ready, nothing published (not fetched yet), and
     // the version says it is being rebuilt, for every architecture.
     h.until("ready", |h| h.ready("channels-first-fetch")).await;
@@ -1254,6 +1291,11 @@ async fn a_young_replica_rebuilds_retained_versions_from_the_history() {
     gate.notify_waiters();
     h.until("published", |h| h.state("sl-micro").is_some())
         .await;
+    assert_eq!(
+        h.fake.pulls()[1..],
+        [pull(&old, "aarch64")],
+        "once, for the architectures the single-platform image serves"
+    );
     assert_eq!(retained_from(&h, "v2"), Some(Some("sha256:old".to_owned())));
     assert_eq!(retained_from(&h, "v3"), Some(None));
     assert_eq!(
@@ -1491,4 +1533,193 @@ fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
         grew(back.channel(&key), seen.as_ref()),
         "an older image made the newest again"
     );
+}
+
+/// The same channel in another namespace.
+fn channel_in(namespace: &str, name: &str, image: &str) -> ManagedOSVersionChannel {
+    let mut c = channel(name, Some(image), "2026-01-01T00:00:00Z");
+    c.metadata.namespace = Some(namespace.to_owned());
+    c.metadata.uid = Some(format!("uid-{namespace}-{name}"));
+    c
+}
+
+/// The data served for `namespace/name` on x86_64.
+fn served(h: &Harness, namespace: &str, name: &str) -> Option<Arc<Snapshot>> {
+    h.cache
+        .get(&ChannelKey::new(namespace, name))?
+        .archs
+        .get("x86_64")?
+        .snapshot
+        .clone()
+}
+
+fn fetches(h: &Harness, result: &str) -> u64 {
+    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    let line = format!("elemental_changelog_channel_fetches_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line)?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn channels_reading_one_image_share_one_parse_while_any_holds_it() {
+    let mut h = Harness::start(&["x86_64", "aarch64"]);
+    let image = "registry/channel:6.1";
+    h.fake.push(image, "sha256:one", false, &["v1", "v2"]);
+    h.list(&[channel_in("fleet-default", "os", image)], &[]);
+    h.call().await;
+    h.until("first channel served", |h| {
+        served(h, "fleet-default", "os").is_some()
+    })
+    .await;
+
+    // The same image in another workspace: resolved, not pulled, not parsed.
+    h.channel(watcher::Event::Apply(channel_in("team-a", "os", image)));
+    assert_eq!(h.call().await.image, image);
+    h.until("second channel served", |h| {
+        served(h, "team-a", "os").is_some()
+    })
+    .await;
+    assert_eq!(h.fake.pulls(), [pull(image, "x86_64")], "one pull");
+    let first = served(&h, "fleet-default", "os").unwrap_or_else(|| panic!("no data"));
+    let second = served(&h, "team-a", "os").unwrap_or_else(|| panic!("no data"));
+    assert!(Arc::ptr_eq(&first.parsed, &second.parsed), "one parse");
+    assert_eq!(second.digest, "sha256:one");
+    assert_eq!((fetches(&h, "pulled"), fetches(&h, "shared")), (1, 1));
+
+    // The first channel deleted: the second is still served, and still
+    // shares its parse with a channel created later.
+    h.channel(watcher::Event::Delete(channel_in(
+        "fleet-default",
+        "os",
+        image,
+    )));
+    h.until("first dropped", |h| {
+        served(h, "fleet-default", "os").is_none()
+    })
+    .await;
+    assert!(served(&h, "team-a", "os").is_some_and(|s| Arc::ptr_eq(&s.parsed, &first.parsed)));
+    drop(first);
+    h.channel(watcher::Event::Apply(channel_in("team-b", "os", image)));
+    h.call().await;
+    h.until("third channel served", |h| {
+        served(h, "team-b", "os").is_some()
+    })
+    .await;
+    let third = served(&h, "team-b", "os").unwrap_or_else(|| panic!("no data"));
+    assert!(Arc::ptr_eq(&third.parsed, &second.parsed));
+    assert_eq!(h.fake.pulls().len(), 1);
+    drop((second, third));
+
+    // Once no channel holds it, nothing does: the next channel pulls again.
+    for ns in ["team-a", "team-b"] {
+        h.channel(watcher::Event::Delete(channel_in(ns, "os", image)));
+    }
+    h.until("all dropped", |h| h.cache.all().is_empty()).await;
+    h.channel(watcher::Event::Apply(channel_in("team-c", "os", image)));
+    h.call().await;
+    h.until("pulled again", |h| served(h, "team-c", "os").is_some())
+        .await;
+    assert_eq!(h.fake.pulls().len(), 2);
+    assert_eq!(fetches(&h, "pulled"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn channels_starting_together_share_and_another_digest_or_repository_is_not_shared() {
+    let mut h = Harness::start(&["x86_64"]);
+    let image = "registry/channel:6.1";
+    h.fake.push(image, "sha256:one", false, &["v1"]);
+    // The same digest in another repository: pulled on its own.
+    h.fake
+        .push("registry/copy:6.1", "sha256:one", false, &["v1"]);
+    // a and b start at the same moment: b waits for a's read.
+    h.list(
+        &[
+            channel_in(NS, "a", image),
+            channel_in(NS, "b", image),
+            channel_in(NS, "copy", "registry/copy:6.1"),
+        ],
+        &[],
+    );
+    for _ in 0..3 {
+        h.call().await;
+    }
+    h.until("all served", |h| {
+        ["a", "b", "copy"]
+            .iter()
+            .all(|n| served(h, NS, n).is_some())
+    })
+    .await;
+    let data = |h: &Harness, name: &str| {
+        served(h, NS, name)
+            .unwrap_or_else(|| panic!("{name}: no data"))
+            .parsed
+            .clone()
+    };
+    assert!(Arc::ptr_eq(&data(&h, "a"), &data(&h, "b")));
+    assert!(!Arc::ptr_eq(&data(&h, "a"), &data(&h, "copy")));
+    assert_eq!(h.fake.pulls().len(), 2);
+    assert_eq!((fetches(&h, "pulled"), fetches(&h, "shared")), (2, 1));
+
+    // A new digest: the first channel to see it pulls it, and serves it
+    // alone until the other one checks its tag and shares it.
+    h.fake.push(image, "sha256:two", false, &["v1", "v2"]);
+    let mut a = channel_in(NS, "a", image);
+    a.status = channel("a", Some(image), "2026-01-02T00:00:00Z").status;
+    h.channel(watcher::Event::Apply(a));
+    h.call().await;
+    h.until("a on the new digest", |h| {
+        served(h, NS, "a").is_some_and(|s| s.digest == "sha256:two")
+    })
+    .await;
+    let b = served(&h, NS, "b").unwrap_or_else(|| panic!("no data"));
+    assert_eq!(b.digest, "sha256:one");
+    assert!(
+        !Arc::ptr_eq(&data(&h, "a"), &b.parsed),
+        "not the old digest's data"
+    );
+    assert_eq!(h.fake.pulls().len(), 3);
+    let check = h.call().await;
+    assert_eq!(h.since(check.at), INTERVAL, "b's periodic check");
+    h.until("b on the new digest", |h| {
+        served(h, NS, "b").is_some_and(|s| s.digest == "sha256:two")
+    })
+    .await;
+    assert!(Arc::ptr_eq(&data(&h, "a"), &data(&h, "b")));
+    assert_eq!(h.fake.pulls().len(), 3, "read once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unusable_image_is_not_shared() {
+    let mut h = Harness::start(&["x86_64"]);
+    let image = "registry/channel:6.1";
+    h.fake.push_files(
+        image,
+        "sha256:broken",
+        vec![("channel.json".to_owned(), b"{}".to_vec())],
+    );
+    h.list(&[channel_in(NS, "a", image)], &[]);
+    h.call().await;
+    h.until("a failed", |h| {
+        h.state("a")
+            .is_some_and(|s| s.archs["x86_64"].last_error.is_some())
+    })
+    .await;
+    h.channel(watcher::Event::Apply(channel_in(NS, "b", image)));
+    h.call().await;
+    h.until("b failed", |h| {
+        h.state("b").is_some_and(|s| {
+            s.archs["x86_64"]
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.kind == FetchErrorKind::InvalidChannelJson)
+        })
+    })
+    .await;
+    assert!(
+        h.state("b")
+            .is_some_and(|s| s.archs["x86_64"].snapshot.is_none())
+    );
+    assert_eq!(h.fake.pulls().len(), 2, "each channel read it itself");
+    assert_eq!(fetches(&h, "shared"), 0);
 }

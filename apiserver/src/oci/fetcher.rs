@@ -199,6 +199,15 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// `image` at `digest`, resolved earlier (by [`Fetcher::resolve`], or
+    /// recorded): what [`Fetcher::pull`] pulls.
+    pub fn new(image: &str, digest: String) -> Result<Self, FetchError> {
+        Ok(Self {
+            reference: parse_reference(image)?,
+            digest,
+        })
+    }
+
     /// The manifest (or index) digest.
     pub fn digest(&self) -> &str {
         &self.digest
@@ -309,13 +318,7 @@ impl Fetcher {
     /// Asks the registry which manifest digest `image` points at (a HEAD
     /// request, falling back to GET when the registry sends no digest).
     pub async fn resolve(&self, image: &str) -> Result<Resolved, FetchError> {
-        let reference: Reference =
-            image
-                .parse()
-                .map_err(|source| FetchError::InvalidReference {
-                    image: image.to_owned(),
-                    source: Arc::new(source),
-                })?;
+        let reference = parse_reference(image)?;
         let timeout = self.inner.config.fetch_timeout;
         let digest = tokio::time::timeout(timeout, self.inner.client.manifest_digest(&reference))
             .await
@@ -364,6 +367,15 @@ impl Fetcher {
             .await
             .unwrap_or_else(|source| Err(FetchError::Task { source }))
     }
+}
+
+fn parse_reference(image: &str) -> Result<Reference, FetchError> {
+    image
+        .parse()
+        .map_err(|source| FetchError::InvalidReference {
+            image: image.to_owned(),
+            source: Arc::new(source),
+        })
 }
 
 impl Inner {

@@ -407,13 +407,15 @@ mod tests {
     fn an_answer_of_a_dropped_snapshot_is_not_found() {
         let metrics = Arc::new(Metrics::new());
         let cache = ReadyCache::new(1 << 20, metrics);
+        let parsed = Arc::new(elemental_changelog::data::ChannelData::default());
         let snapshot = Arc::new(Snapshot {
             image: "i".into(),
             digest: "d".into(),
             platform: None,
             data: Arc::new(elemental_changelog::compute::IndexedChannel::new(
-                elemental_changelog::data::ChannelData::default(),
+                parsed.clone(),
             )),
+            parsed,
             fetched_at: jiff::Timestamp::UNIX_EPOCH,
         });
         cache

@@ -92,13 +92,15 @@ fn mov(namespace: &str, name: &str, channel: &str, version: &str) -> ManagedOSVe
 }
 
 fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
-    let data = IndexedChannel::new(data);
+    let parsed = Arc::new(data);
+    let data = IndexedChannel::new(parsed.clone());
     data.precompute_summaries();
     Arc::new(Snapshot {
         image: image.to_owned(),
         digest: digest.to_owned(),
         platform: None,
         data: Arc::new(data),
+        parsed,
         fetched_at: Timestamp::UNIX_EPOCH,
     })
 }

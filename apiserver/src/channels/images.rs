@@ -1,0 +1,400 @@
+//! Channel images read once per process. A channel whose image resolves to a
+//! digest that another channel already pulled and parsed (the same image
+//! used in two namespaces, or an older image a retained version comes from)
+//! serves that parse, shared through an [`Arc`]: no pull, no parse, no
+//! memory budget taken, and one copy of the data in memory. A channel that
+//! starts reading an image while another channel reads it waits for that
+//! read and shares its parse (or, if it failed, reads the image itself).
+//!
+//! [`ParsedImages`] holds [`Weak`] references only: it never keeps data alive
+//! by itself. An entry lives as long as a snapshot built from it (see
+//! [`Snapshot::parsed`](crate::cache::Snapshot::parsed)); dead entries are
+//! pruned at every insert, so it never holds more than the images channels
+//! hold plus one. Only good data is offered: an image whose `channel.json` is
+//! missing or invalid is never recorded.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError, Weak},
+};
+
+use elemental_changelog::{
+    data::{ChannelData, DataError},
+    updateinfo,
+};
+use oci_client::Reference;
+
+use super::Context;
+use crate::oci::{FetchError, FetchErrorKind, Fetched, ParseTurn, platform};
+
+/// What determines the parse of an image: its repository (so that a
+/// registry answering for another repository never supplies this one's
+/// data), the manifest digest, and the architecture (the platform chosen
+/// from an index). The parse limits are the same for every image of the
+/// process: they follow from flags read at start (`--memory-budget`, the
+/// size limits), which a reload of the registry settings does not change.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ImageKey {
+    repository: String,
+    digest: String,
+    arch: String,
+}
+
+impl ImageKey {
+    /// The key of `image` at `digest` for `arch`; `None` when `image` is not
+    /// a valid reference (its pull fails anyway).
+    pub(super) fn new(image: &str, digest: &str, arch: &str) -> Option<Self> {
+        let reference: Reference = image.parse().ok()?;
+        Some(Self {
+            repository: format!("{}/{}", reference.registry(), reference.repository()),
+            digest: digest.to_owned(),
+            arch: platform::normalize_arch(arch),
+        })
+    }
+}
+
+/// An image's parsed data and the platform it was read for.
+#[derive(Clone, Debug)]
+pub(super) struct Parsed {
+    /// The data, as parsed from the image alone.
+    pub(super) data: Arc<ChannelData>,
+    /// `os/arch[/variant]` chosen from an index; `None` for a single-platform image.
+    pub(super) platform: Option<String>,
+}
+
+struct Entry {
+    data: Weak<ChannelData>,
+    platform: Option<String>,
+}
+
+/// The images parsed by this process that some channel still holds, by
+/// [`ImageKey`], and the images being read.
+#[derive(Default)]
+pub(super) struct ParsedImages {
+    entries: Mutex<HashMap<ImageKey, Entry>>,
+    /// One read per image at a time: a channel that starts reading an image
+    /// another channel is reading waits, then shares its parse.
+    reading: Mutex<HashMap<ImageKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The right to read an image, held while reading it (see [`ParsedImages::turn`]).
+struct ReadTurn<'a> {
+    images: &'a ParsedImages,
+    key: ImageKey,
+    guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for ReadTurn<'_> {
+    fn drop(&mut self) {
+        let mut reading = self
+            .images
+            .reading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Held by the table and this turn only: nobody waits; forget the key.
+        // (Waiters take their clone under the same lock.)
+        if Arc::strong_count(tokio::sync::OwnedMutexGuard::mutex(&self.guard)) <= 2 {
+            reading.remove(&self.key);
+        }
+    }
+}
+
+impl ParsedImages {
+    /// The parse of `key`, if a channel still holds it.
+    pub(super) fn get(&self, key: &ImageKey) -> Option<Parsed> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = entries.get(key)?;
+        Some(Parsed {
+            data: entry.data.upgrade()?,
+            platform: entry.platform.clone(),
+        })
+    }
+
+    /// Offers `parsed` to the next readers of `key`, and forgets the images
+    /// no channel holds any more.
+    pub(super) fn insert(&self, key: ImageKey, parsed: &Parsed) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.retain(|_, e| e.data.strong_count() > 0);
+        entries.insert(
+            key,
+            Entry {
+                data: Arc::downgrade(&parsed.data),
+                platform: parsed.platform.clone(),
+            },
+        );
+    }
+
+    /// Waits until no other channel reads `key`, then holds the turn to
+    /// read it until dropped.
+    async fn turn(&self, key: &ImageKey) -> ReadTurn<'_> {
+        let lock = {
+            let mut reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+            // Keys nobody holds or waits for (a waiter cancelled last) go.
+            reading.retain(|_, lock| Arc::strong_count(lock) > 1);
+            reading.entry(key.clone()).or_default().clone()
+        };
+        ReadTurn {
+            images: self,
+            key: key.clone(),
+            guard: lock.lock_owned().await,
+        }
+    }
+
+    /// Entries held, dead ones included (they go at the next insert), and
+    /// images being read.
+    #[cfg(test)]
+    fn lens(&self) -> (usize, usize) {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        (entries.len(), reading.len())
+    }
+}
+
+/// How a channel got an image's data.
+#[derive(Debug)]
+pub(super) enum Read {
+    /// Another channel's parse of the same image: nothing pulled or parsed.
+    Shared(Parsed),
+    /// Pulled and parsed for this read (and offered to the next readers).
+    Pulled {
+        /// The data.
+        parsed: Parsed,
+        /// Compressed bytes downloaded.
+        compressed_bytes: u64,
+    },
+}
+
+/// Why an image could not be read.
+#[derive(Debug)]
+pub(super) enum ReadError {
+    /// The pull failed.
+    Fetch(FetchError),
+    /// No or an invalid `channel.json`: the same bytes fail the same way.
+    Unusable {
+        /// Why.
+        error: DataError,
+        /// Compressed bytes downloaded.
+        compressed_bytes: u64,
+    },
+    /// A bug: the parse panicked, or the pull answered with nothing.
+    Internal {
+        /// What happened.
+        message: String,
+        /// Compressed bytes downloaded.
+        compressed_bytes: u64,
+    },
+}
+
+impl ReadError {
+    /// The error kind (metric label, public message).
+    pub(super) fn kind(&self) -> FetchErrorKind {
+        match self {
+            Self::Fetch(error) => error.kind(),
+            Self::Unusable {
+                error: DataError::MissingChannelJson,
+                ..
+            } => FetchErrorKind::MissingChannelJson,
+            Self::Unusable {
+                error: DataError::ChannelJson(_),
+                ..
+            } => FetchErrorKind::InvalidChannelJson,
+            Self::Internal { .. } => FetchErrorKind::Internal,
+        }
+    }
+
+    /// The whole error chain, for logs.
+    pub(super) fn message(&self) -> String {
+        match self {
+            Self::Fetch(error) => crate::telemetry::error_chain(error),
+            Self::Unusable { error, .. } => crate::telemetry::error_chain(error),
+            Self::Internal { message, .. } => message.clone(),
+        }
+    }
+
+    /// Compressed bytes downloaded before it failed.
+    pub(super) fn compressed_bytes(&self) -> u64 {
+        match self {
+            Self::Fetch(_) => 0,
+            Self::Unusable {
+                compressed_bytes, ..
+            }
+            | Self::Internal {
+                compressed_bytes, ..
+            } => *compressed_bytes,
+        }
+    }
+}
+
+/// The data of `image` at `digest` (resolved by the caller) for `arch`:
+/// another channel's parse when one holds it (or is reading it: this waits
+/// for it), else pulled and parsed, off the async threads and in the memory
+/// the pull reserved for it.
+pub(super) async fn read(
+    image: &str,
+    digest: &str,
+    arch: &str,
+    ctx: &Context,
+) -> Result<Read, ReadError> {
+    let key = ImageKey::new(image, digest, arch);
+    let _turn = match &key {
+        Some(key) => Some(ctx.images.turn(key).await),
+        None => None,
+    };
+    if let Some(parsed) = key.as_ref().and_then(|k| ctx.images.get(k)) {
+        return Ok(Read::Shared(parsed));
+    }
+    let fetched = ctx
+        .fetcher
+        .pull(image, digest, arch)
+        .await
+        .map_err(ReadError::Fetch)?;
+    let Fetched::Pulled {
+        files,
+        compressed_bytes,
+        platform,
+        memory,
+        ..
+    } = fetched
+    else {
+        return Err(ReadError::Internal {
+            message: "the pull answered with nothing pulled".to_owned(),
+            compressed_bytes: 0,
+        });
+    };
+    // Parsed in the memory the pull reserved for it.
+    let turn = match &memory {
+        Some(memory) => Some(memory.parse_turn().await),
+        None => None,
+    };
+    // A bug that panics in the parse costs this read, not the process.
+    let built = tokio::task::spawn_blocking(move || {
+        let limits = turn
+            .as_ref()
+            .map_or_else(updateinfo::Limits::default, ParseTurn::updateinfo_limits);
+        let data = ChannelData::from_files_with_limits(files, limits);
+        drop(turn);
+        data
+    })
+    .await;
+    match built {
+        Ok(Ok(data)) => {
+            let parsed = Parsed {
+                data: Arc::new(data),
+                platform,
+            };
+            if let Some(key) = key {
+                ctx.images.insert(key, &parsed);
+            }
+            Ok(Read::Pulled {
+                parsed,
+                compressed_bytes,
+            })
+        }
+        Ok(Err(error)) => Err(ReadError::Unusable {
+            error,
+            compressed_bytes,
+        }),
+        Err(panicked) => Err(ReadError::Internal {
+            message: panicked.to_string(),
+            compressed_bytes,
+        }),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn parsed(names: &[&str]) -> Parsed {
+        let entries: Vec<_> = names
+            .iter()
+            .map(|n| serde_json::json!({"metadata": {"name": n}, "spec": {"version": n, "type": "container"}}))
+            .collect();
+        let files = vec![(
+            "channel.json".to_owned(),
+            serde_json::to_vec(&entries).unwrap(),
+        )];
+        Parsed {
+            data: Arc::new(ChannelData::from_files(files).unwrap()),
+            platform: None,
+        }
+    }
+
+    #[test]
+    fn the_key_is_the_repository_digest_and_normalised_architecture() {
+        let key = |image: &str, digest: &str, arch: &str| ImageKey::new(image, digest, arch);
+        assert_eq!(
+            key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
+            key("registry.example.com/os/channel:v2", "sha256:a", "amd64"),
+            "tags of one digest are one image; amd64 is x86_64"
+        );
+        assert_ne!(
+            key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
+            key("other.example.com/os/channel:v1", "sha256:a", "x86_64"),
+            "another registry"
+        );
+        assert_ne!(
+            key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
+            key("registry.example.com/os/channel:v1", "sha256:b", "x86_64"),
+        );
+        assert_ne!(
+            key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
+            key("registry.example.com/os/channel:v1", "sha256:a", "aarch64"),
+        );
+        assert_eq!(key("not a reference", "sha256:a", "x86_64"), None);
+    }
+
+    #[test]
+    fn entries_never_keep_data_alive_and_dead_ones_are_pruned() {
+        let images = ParsedImages::default();
+        let a = ImageKey::new("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = ImageKey::new("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let held = parsed(&["v1"]);
+        images.insert(a.clone(), &held);
+        let got = images.get(&a).unwrap();
+        assert!(Arc::ptr_eq(&got.data, &held.data));
+        drop(got);
+
+        drop(held);
+        assert!(images.get(&a).is_none(), "no channel holds it: gone");
+        assert_eq!(
+            images.lens().0,
+            1,
+            "the dead entry waits for the next insert"
+        );
+        let other = parsed(&["v2"]);
+        images.insert(b.clone(), &other);
+        assert_eq!(images.lens().0, 1, "pruned");
+        assert!(images.get(&b).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_read_of_an_image_at_a_time_and_nothing_left_behind() {
+        let images = ParsedImages::default();
+        let a = ImageKey::new("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = ImageKey::new("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let first = images.turn(&a).await;
+        let other = images.turn(&b).await;
+        let second = images.turn(&a);
+        tokio::pin!(second);
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(60), &mut second).await;
+        assert!(waited.is_err(), "the second read of a waits");
+        drop((first, other));
+        assert_eq!(images.lens().1, 1, "a: the second read goes on");
+        drop(second.await);
+        assert_eq!(images.lens(), (0, 0));
+
+        // A waiter cancelled after the holder went leaves a key nobody
+        // holds: the next turn forgets it.
+        let first = images.turn(&a).await;
+        let mut waiter = Box::pin(images.turn(&a));
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(60), &mut waiter).await;
+        assert!(waited.is_err());
+        drop(first);
+        drop(waiter);
+        assert_eq!(images.lens().1, 1);
+        drop(images.turn(&b).await);
+        assert_eq!(images.lens(), (0, 0));
+    }
+}
