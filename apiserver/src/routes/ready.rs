@@ -98,7 +98,8 @@ impl Ready {
         self
     }
 
-    /// Records the snapshots the answer was rendered from (see [`AnswerKey`]s' addresses).
+    /// Records the snapshots the answer was rendered from (their addresses are in the
+    /// answer's key; see [`super::resources::AnswerKey`]).
     #[must_use]
     pub fn pinned(mut self, snapshots: &[&Arc<Snapshot>]) -> Self {
         self.pins = snapshots.iter().map(|s| Arc::downgrade(s)).collect();
