@@ -292,6 +292,9 @@ pub struct MemoryStage {
     pub raw_bytes: u64,
     /// The server's RSS, settled.
     pub rss: Rss,
+    /// Bytes of ready answers the server keeps (`elemental_changelog_answer_cache_bytes`),
+    /// part of the RSS.
+    pub answer_cache_bytes: u64,
     /// How long the last channel took from being created to being served.
     pub last_served_after: Duration,
 }
@@ -806,6 +809,21 @@ pub async fn settled_rss(bed: &TestBed) -> Result<Rss> {
     }
 }
 
+/// The server's `elemental_changelog_answer_cache_bytes`.
+async fn answer_cache_bytes(bed: &TestBed) -> Result<u64> {
+    let server = bed.server().context("the server is not running")?;
+    let text = bed
+        .server_http(Some(&bed.pki().admin))?
+        .get(format!("{}/metrics", server.url()))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let bytes = crate::fixtures::metric(&text, "elemental_changelog_answer_cache_bytes", &[]);
+    Ok(bytes as u64)
+}
+
 /// Times `samples` re-syncs: each points the channel at a new image with one
 /// more version and records the sync as the operator does; done when our
 /// server serves the new version's changelog.
@@ -902,11 +920,16 @@ async fn memory_stages(
             eprintln!("bench: memory channel {count} ({raw} raw bytes) served after {took:?}");
         }
         let rss = settled_rss(bed).await?;
-        eprintln!("bench: {count} channels: RSS {} KiB", rss.rss_kib);
+        let answers = answer_cache_bytes(bed).await?;
+        eprintln!(
+            "bench: {count} channels: RSS {} KiB, answer cache {answers} bytes",
+            rss.rss_kib
+        );
         stages.push(MemoryStage {
             channels: count,
             raw_bytes,
             rss,
+            answer_cache_bytes: answers,
             last_served_after: last,
         });
     }

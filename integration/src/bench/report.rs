@@ -286,22 +286,24 @@ pub fn render(r: &Results, notes: &str) -> String {
          channels: {versions} versions × {packages} packages each, every one generated from its \
          own seed (no two share data), raw files as in the image: package lists, \
          `updateinfo.xml` (counted uncompressed) and `channel.json`. \"Bytes per raw byte\" is \
-         (RSS − RSS with no channel) / raw bytes.\n"
+         (RSS − RSS with no channel) / raw bytes; \"ready answers\" are the bytes of rendered \
+         answers kept (default answers rendered ahead of requests, within half of \
+         `--answer-cache-size`), part of the RSS.\n"
     );
     let _ = writeln!(
         w,
-        "| state | raw | RSS | peak | bytes per raw byte |\n|---|---|---|---|---|"
+        "| state | raw | RSS | peak | bytes per raw byte | ready answers |\n|---|---|---|---|---|---|"
     );
     let _ = writeln!(
         w,
-        "| no channel, first start | – | {:.1} MiB | {:.1} MiB | – |",
+        "| no channel, first start | – | {:.1} MiB | {:.1} MiB | – | – |",
         mib(r.idle.rss_kib),
         mib(r.idle.peak_kib)
     );
     if let Some(serving) = r.serving {
         let _ = writeln!(
             w,
-            "| after the load and re-syncs: the answer channel ({}×{}) and the re-synced channel, caches warm | – | {:.1} MiB | {:.1} MiB | – |",
+            "| after the load and re-syncs: the answer channel ({}×{}) and the re-synced channel, caches warm | – | {:.1} MiB | {:.1} MiB | – | – |",
             super::ANSWER_CHANNEL.0,
             super::ANSWER_CHANNEL.1,
             mib(serving.rss_kib),
@@ -312,7 +314,7 @@ pub fn render(r: &Results, notes: &str) -> String {
     if r.memory_idle.is_some() && !r.memory.is_empty() && r.serving.is_some() {
         let _ = writeln!(
             w,
-            "| no channel, server restarted for the memory channels | – | {:.1} MiB | {:.1} MiB | – |",
+            "| no channel, server restarted for the memory channels | – | {:.1} MiB | {:.1} MiB | – | – |",
             mib(base.rss_kib),
             mib(base.peak_kib)
         );
@@ -323,13 +325,14 @@ pub fn render(r: &Results, notes: &str) -> String {
     for m in &r.memory {
         let _ = writeln!(
             w,
-            "| {} channel{} | {:.0} MiB | {:.1} MiB | {:.1} MiB | {:.2} |",
+            "| {} channel{} | {:.0} MiB | {:.1} MiB | {:.1} MiB | {:.2} | {:.1} MiB |",
             m.channels,
             if m.channels == 1 { "" } else { "s" },
             m.raw_bytes as f64 / 1048576.0,
             mib(m.rss.rss_kib),
             mib(m.rss.peak_kib),
-            per_raw(m)
+            per_raw(m),
+            m.answer_cache_bytes as f64 / 1048576.0
         );
     }
     let idle_mib = mib(r.idle.rss_kib.max(base.rss_kib));
