@@ -38,6 +38,8 @@ const RETRY_AFTER_TOO_MANY: u32 = 1;
 /// How often the default answers are checked for ManagedOSVersions created since the last
 /// change of the channel data.
 const DEFAULTS_RECHECK: Duration = Duration::from_secs(10);
+/// Shortest time between two passes over the default answers.
+const DEFAULTS_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Everything a request may need.
 pub struct App {
@@ -267,8 +269,13 @@ impl App {
                     );
                 }
             }
-            // A change, or the recheck interval, whichever comes first.
-            let _ = tokio::time::timeout(DEFAULTS_RECHECK, changes.changed()).await;
+            // At most one pass a second however fast channels change; then the next
+            // change, or the recheck interval, whichever comes first.
+            tokio::time::sleep(DEFAULTS_MIN_INTERVAL).await;
+            if let Ok(Err(_)) = tokio::time::timeout(DEFAULTS_RECHECK, changes.changed()).await {
+                // The cache is gone (the process is ending): recheck on the interval only.
+                tokio::time::sleep(DEFAULTS_RECHECK).await;
+            }
         }
     }
 }
