@@ -136,7 +136,7 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
     };
     let limits = turn
         .as_ref()
-        .map_or_else(Default::default, crate::oci::ParseTurn::updateinfo_limits);
+        .map_or_else(Default::default, crate::oci::ParseTurn::limits);
     let data =
         ChannelData::from_files_with_limits(files, limits).map_err(|source| CliError::Data {
             image: args.image.clone(),

@@ -171,6 +171,33 @@ fn container_entry(entries: &[ChannelEntry], name: &str) -> Result<(), FileError
     }
 }
 
+/// Limits of parsing an image's files, in memory they may take.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Limits of `updateinfo.xml`.
+    pub updateinfo: updateinfo::Limits,
+    /// Most memory all package lists may take parsed (see
+    /// [`packages::Interner::with_max_bytes`]); a list past it is rejected.
+    pub package_bytes: u64,
+}
+
+impl Default for Limits {
+    /// `updateinfo.xml`'s defaults; 256 MiB of parsed package lists.
+    fn default() -> Self {
+        updateinfo::Limits::default().into()
+    }
+}
+
+impl From<updateinfo::Limits> for Limits {
+    /// These `updateinfo.xml` limits, 256 MiB of parsed package lists.
+    fn from(updateinfo: updateinfo::Limits) -> Self {
+        Self {
+            updateinfo,
+            package_bytes: 256 << 20,
+        }
+    }
+}
+
 /// The files of `changelogs/` parsed so far.
 #[derive(Default)]
 struct ChangelogFiles {
@@ -233,11 +260,12 @@ impl ChannelData {
         Self::from_files_with_limits(files, updateinfo::Limits::default())
     }
 
-    /// [`ChannelData::from_files`] with limits for `updateinfo.xml`.
+    /// [`ChannelData::from_files`] with limits for `updateinfo.xml` and the package lists.
     pub fn from_files_with_limits(
         files: impl IntoIterator<Item = (String, Vec<u8>)>,
-        limits: updateinfo::Limits,
+        limits: impl Into<Limits>,
     ) -> Result<ChannelData, DataError> {
+        let limits = limits.into();
         let mut channel_json = None;
         let mut changelogs = Vec::new();
         for (path, bytes) in files {
@@ -250,9 +278,12 @@ impl ChannelData {
         }
         let channel_json = channel_json.ok_or(DataError::MissingChannelJson)?;
         let entries = channel::parse(&channel_json).map_err(DataError::ChannelJson)?;
-        let mut parsed = ChangelogFiles::default();
+        let mut parsed = ChangelogFiles {
+            interner: packages::Interner::with_max_bytes(limits.package_bytes),
+            ..ChangelogFiles::default()
+        };
         for (path, bytes) in changelogs {
-            parsed.add(&entries, path, &bytes, limits);
+            parsed.add(&entries, path, &bytes, limits.updateinfo);
         }
         let mut data = Self::from_parts(
             entries,

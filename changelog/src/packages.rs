@@ -44,6 +44,15 @@ pub enum Error {
         /// Which field (`NAME`, `VERSION`, `RELEASE`, `ARCH`).
         field: &'static str,
     },
+    /// The lists' packages would take more memory than allowed (see
+    /// [`Interner::with_max_bytes`]): many distinct short lines cost many times their size.
+    #[error("line {line}: the package lists take more than {max_bytes} bytes of memory parsed")]
+    TooLarge {
+        /// Line number (from 1).
+        line: usize,
+        /// The allowance.
+        max_bytes: u64,
+    },
     /// The epoch is not `(none)` or a number.
     #[error("line {line}: invalid EPOCH")]
     Epoch {
@@ -79,13 +88,55 @@ pub struct PackageList {
 }
 
 /// Parsed packages by the line they were parsed from, shared by the
-/// package lists of one channel (see [`parse_with`]).
-#[derive(Debug, Default)]
+/// package lists of one channel (see [`parse_with`]), with an estimate of the memory they
+/// and the lists take, kept under a maximum.
+#[derive(Debug)]
 pub struct Interner {
     packages: HashMap<Box<str>, Arc<Package>>,
+    bytes: u64,
+    max_bytes: u64,
 }
 
+impl Default for Interner {
+    /// No maximum.
+    fn default() -> Self {
+        Self::with_max_bytes(u64::MAX)
+    }
+}
+
+/// What a distinct package costs besides the text of its line, twice (the map key and the
+/// fields): the structure, its reference counts, the map slot and an allocation header for
+/// each of its six allocations.
+const PACKAGE_OVERHEAD: u64 = std::mem::size_of::<Package>() as u64 + 16 + 48 + 6 * 16;
+
 impl Interner {
+    /// An interner whose packages and lists may take at most `max_bytes` (estimated as
+    /// they are parsed); past it, [`parse_with`] fails with [`Error::TooLarge`].
+    pub fn with_max_bytes(max_bytes: u64) -> Self {
+        Self {
+            packages: HashMap::new(),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    /// Memory the packages and the lists take, as estimated.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn charge(&mut self, bytes: u64, line: usize) -> Result<(), Error> {
+        let total = self.bytes.saturating_add(bytes);
+        if total > self.max_bytes {
+            return Err(Error::TooLarge {
+                line,
+                max_bytes: self.max_bytes,
+            });
+        }
+        self.bytes = total;
+        Ok(())
+    }
+
     /// Distinct packages seen.
     pub fn len(&self) -> usize {
         self.packages.len()
@@ -197,10 +248,13 @@ pub fn parse_with(bytes: &[u8], interner: &mut Interner) -> Result<PackageList, 
         if text.trim().is_empty() {
             continue;
         }
+        // A list holds one pointer per line.
+        interner.charge(std::mem::size_of::<Arc<Package>>() as u64, line)?;
         if let Some(known) = interner.packages.get(text) {
             packages.push(Arc::clone(known));
             continue;
         }
+        interner.charge(2 * text.len() as u64 + PACKAGE_OVERHEAD, line)?;
         let fields: Vec<&str> = text.splitn(7, '|').collect();
         let [name, epoch, version, release, arch, rest @ ..] = fields.as_slice() else {
             return Err(Error::Fields {
@@ -237,6 +291,25 @@ pub fn parse_with(bytes: &[u8], interner: &mut Interner) -> Result<PackageList, 
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn many_distinct_short_lines_stop_at_the_memory_allowance() {
+        let lines: String = (0..10_000).map(|i| format!("p{i}|0|1|1|x\n")).collect();
+        let mut interner = Interner::with_max_bytes(1 << 20);
+        let error = parse_with(lines.as_bytes(), &mut interner).unwrap_err();
+        assert!(matches!(error, Error::TooLarge { max_bytes, .. } if max_bytes == 1 << 20));
+        assert!(interner.bytes() <= 1 << 20);
+        // Well under the allowance: the same lines parse, each package costing far more
+        // than its line (which is why they are counted).
+        let mut roomy = Interner::with_max_bytes(64 << 20);
+        let list = parse_with(lines.as_bytes(), &mut roomy).unwrap();
+        assert_eq!(list.len(), 10_000);
+        assert!(roomy.bytes() > 10 * lines.len() as u64, "{}", roomy.bytes());
+        // Lines seen before cost a pointer each.
+        let before = roomy.bytes();
+        parse_with(lines.as_bytes(), &mut roomy).unwrap();
+        assert_eq!(roomy.bytes() - before, 10_000 * 8);
+    }
 
     const HEAD40: &[u8] = include_bytes!("../tests/fixtures/base-v2.2.0-4.57-os.packages.head40");
 

@@ -106,7 +106,7 @@ async fn channel(fetcher: Fetcher, image: String) -> Outcome {
                 let parsed = tokio::task::spawn_blocking(move || {
                     let limits = turn
                         .as_ref()
-                        .map_or_else(Default::default, ParseTurn::updateinfo_limits);
+                        .map_or_else(Default::default, ParseTurn::limits);
                     ChannelData::from_files_with_limits(files, limits)
                 })
                 .await;

@@ -18,10 +18,7 @@ use std::{
     sync::{Arc, Mutex, PoisonError, Weak},
 };
 
-use elemental_changelog::{
-    data::{ChannelData, DataError},
-    updateinfo,
-};
+use elemental_changelog::data::{ChannelData, DataError};
 use oci_client::Reference;
 
 use super::Context;
@@ -270,7 +267,7 @@ pub(super) async fn read(
     let built = tokio::task::spawn_blocking(move || {
         let limits = turn
             .as_ref()
-            .map_or_else(updateinfo::Limits::default, ParseTurn::updateinfo_limits);
+            .map_or_else(Default::default, ParseTurn::limits);
         let data = ChannelData::from_files_with_limits(files, limits);
         drop(turn);
         data

@@ -11,7 +11,7 @@ use std::{
     },
 };
 
-use elemental_changelog::updateinfo;
+use elemental_changelog::{data, updateinfo};
 use oci_client::{
     Reference,
     manifest::{
@@ -42,8 +42,9 @@ pub const PULL_WORKING_SET: u64 = 40 << 20;
 /// is read advisory by advisory into its type (measured: a peak of 2.2 bytes per byte of
 /// JSON for 27 000 real-shaped advisories, 1.7 kept), and a file denser than one advisory per
 /// [`MIN_BYTES_PER_ADVISORY`](elemental_changelog::updates::MIN_BYTES_PER_ADVISORY) bytes is
-/// refused, so tiny advisories cannot cost more; package lists are interned (less than
-/// their size).
+/// refused, so tiny advisories cannot cost more. Package lists are interned (a line seen
+/// before costs a pointer) and metered as they are parsed: past this allowance a list is
+/// rejected ([`ParseTurn::limits`]), however many distinct short lines an image carries.
 pub const PARSE_BYTES_PER_KEPT_BYTE: u64 = 3;
 /// Share of the budget one `updateinfo.xml` parse may take (the parsed
 /// advisories, as estimated while they are built).
@@ -161,6 +162,7 @@ impl fmt::Debug for Fetched {
 pub struct PulledMemory {
     reservation: Arc<Mutex<Reservation>>,
     updateinfo_bytes: u64,
+    package_bytes: u64,
 }
 
 /// The right to parse a pulled image's files now, with the limits that fit
@@ -169,6 +171,7 @@ pub struct PulledMemory {
 pub struct ParseTurn {
     _held: OwnedMutexGuard<Reservation>,
     updateinfo_bytes: u64,
+    package_bytes: u64,
 }
 
 impl PulledMemory {
@@ -177,16 +180,21 @@ impl PulledMemory {
         ParseTurn {
             _held: Arc::clone(&self.reservation).lock_owned().await,
             updateinfo_bytes: self.updateinfo_bytes,
+            package_bytes: self.package_bytes,
         }
     }
 }
 
 impl ParseTurn {
-    /// `updateinfo.xml` limits whose memory cap is the allowance held.
-    pub fn updateinfo_limits(&self) -> updateinfo::Limits {
-        updateinfo::Limits {
-            max_memory: self.updateinfo_bytes,
-            ..updateinfo::Limits::default()
+    /// Parse limits whose memory caps are the allowances held: the `updateinfo.xml` share,
+    /// and the parse bytes reserved for the kept files for the package lists.
+    pub fn limits(&self) -> data::Limits {
+        data::Limits {
+            updateinfo: updateinfo::Limits {
+                max_memory: self.updateinfo_bytes,
+                ..updateinfo::Limits::default()
+            },
+            package_bytes: self.package_bytes,
         }
     }
 }
@@ -430,8 +438,8 @@ impl Inner {
             Some(mut memory) => {
                 // The working set is done with; parsing the files needs room.
                 let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
-                let parse =
-                    updateinfo_bytes + kept.max(KEPT_ALLOWANCE) * (1 + PARSE_BYTES_PER_KEPT_BYTE);
+                let package_bytes = kept.max(KEPT_ALLOWANCE) * PARSE_BYTES_PER_KEPT_BYTE;
+                let parse = updateinfo_bytes + kept.max(KEPT_ALLOWANCE) + package_bytes;
                 if parse > memory.bytes() {
                     memory
                         .try_grow(parse - memory.bytes())
@@ -442,6 +450,7 @@ impl Inner {
                 Some(Arc::new(PulledMemory {
                     reservation: Arc::new(Mutex::new(memory)),
                     updateinfo_bytes,
+                    package_bytes,
                 }))
             }
             None => None,
@@ -629,9 +638,11 @@ mod tests {
         let memory = PulledMemory {
             reservation: Arc::new(Mutex::new(budget.reserve("a pull", 4 << 20).await.unwrap())),
             updateinfo_bytes: 1 << 20,
+            package_bytes: 2 << 20,
         };
         let turn = memory.parse_turn().await;
-        assert_eq!(turn.updateinfo_limits().max_memory, 1 << 20);
+        assert_eq!(turn.limits().updateinfo.max_memory, 1 << 20);
+        assert_eq!(turn.limits().package_bytes, 2 << 20);
         let second = tokio::time::timeout(std::time::Duration::from_secs(60), memory.parse_turn());
         assert!(second.await.is_err(), "the second caller waits");
         drop(turn);
