@@ -123,6 +123,7 @@ async fn channel(fetcher: Fetcher, image: String) -> Outcome {
                             .iter()
                             .map(|p| match &p.error {
                                 FileError::UpdateInfo(e) => format!("updateinfo: {e}"),
+                                FileError::Packages(e) => format!("packages: {e}"),
                                 other => other.to_string(),
                             })
                             .collect(),
@@ -213,6 +214,22 @@ async fn measure() -> Result<()> {
         .await?;
     }
     drop(log);
+    // 3.5 MiB of distinct short package lines: unmetered, about 40 bytes of memory each per
+    // byte of file (more than the whole budget).
+    let lines: String = (0..)
+        .map(|i| format!("p{i}|0|1|1|x\n"))
+        .scan(0usize, |size, line| {
+            *size += line.len();
+            (*size <= 7 * MIB as usize / 2).then_some(line)
+        })
+        .collect();
+    image::push(
+        &registry,
+        "package-bomb:v1",
+        &with_channel(&[("changelogs/v1.packages", lines.as_bytes())]),
+    )
+    .await?;
+    drop(lines);
     let digest = format!("sha256:{:064x}", 1);
     for path in [
         "/v2/endless/manifests/v1",
@@ -267,6 +284,7 @@ async fn measure() -> Result<()> {
         "big0:v1",
         "big1:v1",
         "big2:v1",
+        "package-bomb:v1",
     ]
     .iter()
     .map(|tag| registry.image(tag))
@@ -336,12 +354,22 @@ async fn measure() -> Result<()> {
             other => panic!("big{}: {other:?}", i - 4),
         }
     }
+    // The package bomb is stopped at the parse allowance; the channel is served without it.
+    match &outcomes[7] {
+        Outcome::Served { problems, .. } => assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("bytes of memory parsed")),
+            "{problems:?}"
+        ),
+        other => panic!("package bomb: {other:?}"),
+    }
     assert_eq!(
-        refused(7),
+        refused(8),
         Some(FetchErrorKind::LimitExceeded(Limit::ResponseBytes))
     );
     assert_eq!(
-        refused(8),
+        refused(9),
         Some(FetchErrorKind::LimitExceeded(Limit::ResponseBytes))
     );
     assert!(
