@@ -243,7 +243,7 @@ impl App {
     }
 
     /// Keeps the default answer of every version ready (see
-    /// [`resources::Resources::prepare_defaults`]), in up to half of the answer cache: after
+    /// [`resources::Resources::prepare_defaults`]) while the answer cache is less than half full: after
     /// each change of the channel data, and every 10 s for ManagedOSVersions
     /// created since. Runs until the process ends.
     pub async fn keep_defaults_ready(self: Arc<Self>) {

@@ -85,7 +85,7 @@ pub struct ServingLimits {
     pub max_compute_concurrency: usize,
     /// Bytes of rendered answers kept ready (`32MiB`, `32Mi`; 0: none): bodies and their gzip
     /// forms, shared by every request for the same answer until the data they came from is
-    /// replaced. Half of it at most holds each version's default changelog rendered ahead of
+    /// replaced. While it is less than half full, each version's default changelog is rendered ahead of
     /// requests.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_ANSWER_CACHE_SIZE", default_value = "32MiB", value_parser = crate::oci::config::parse_byte_size)]
     pub answer_cache_size: u64,

@@ -224,14 +224,13 @@ impl Resources {
     }
 
     /// Renders, ahead of any request, the default answer (JSON, the default architecture,
-    /// compared with the previous version) of every version with data, until `bytes` of them
-    /// are kept. Returns how many were rendered now.
+    /// compared with the previous version) of every version with data that has none kept,
+    /// while the cache holds less than `bytes`. Returns how many were rendered now.
     pub fn prepare_defaults(&self, bytes: u64) -> usize {
-        let mut kept = 0u64;
         let mut rendered = 0;
         let params = ChangelogParams::default();
         for version in self.objects.versions.list(None) {
-            if kept >= bytes {
+            if self.ready.weight() >= bytes {
                 break;
             }
             let (Some(namespace), name) = (version.namespace(), version.name_any()) else {
@@ -240,10 +239,8 @@ impl Resources {
             let Ok(request) = self.changelog_request(&namespace, &name, &params, None) else {
                 continue;
             };
-            let fresh = !self.ready.contains(&request.key);
-            if let Ok(ready) = self.changelog(request) {
-                kept += ready.weight();
-                rendered += usize::from(fresh);
+            if !self.ready.contains(&request.key) && self.changelog(request).is_ok() {
+                rendered += 1;
             }
         }
         rendered

@@ -287,7 +287,7 @@ pub fn render(r: &Results, notes: &str) -> String {
          own seed (no two share data), raw files as in the image: package lists, \
          `updateinfo.xml` (counted uncompressed) and `channel.json`. \"Bytes per raw byte\" is \
          (RSS − RSS with no channel) / raw bytes; \"ready answers\" are the bytes of rendered \
-         answers kept (default answers rendered ahead of requests, within half of \
+         answers kept (default answers rendered ahead of requests while the cache is under half of \
          `--answer-cache-size`), part of the RSS.\n"
     );
     let _ = writeln!(
