@@ -48,19 +48,18 @@ pub struct Ready {
 
 impl Ready {
     /// A private (per-user) answer: `Cache-Control: no-cache, private`, varying with the
-    /// encoding asked for.
+    /// representation and the encoding asked for (`Vary: Accept, Accept-Encoding`).
     pub fn answer(body: Vec<u8>, content_type: &'static str) -> Self {
-        Self::new(body, content_type, PRIVATE, "Accept-Encoding")
+        Self::new(body, content_type, PRIVATE)
     }
 
-    /// A discovery or OpenAPI document: public, varying with `Accept` too. Its `ETag` is the
+    /// A discovery or OpenAPI document: public. Its `ETag` is the
     /// document's own (kube-openapi's hash for OpenAPI v3), so clients keep theirs.
     pub fn document(body: &[u8], content_type: &'static str, etag: &str) -> Self {
         let mut ready = Self::new(
             body.to_vec(),
             content_type,
             HeaderValue::from_static("public"),
-            "Accept, Accept-Encoding",
         );
         if let Ok(value) = HeaderValue::from_str(etag) {
             ready.etag = value;
@@ -69,12 +68,7 @@ impl Ready {
         ready
     }
 
-    fn new(
-        body: Vec<u8>,
-        content_type: &'static str,
-        cache_control: HeaderValue,
-        vary: &'static str,
-    ) -> Self {
+    fn new(body: Vec<u8>, content_type: &'static str, cache_control: HeaderValue) -> Self {
         let hash = Sha256::digest(&body);
         let tag: String = hash[..12].iter().map(|b| format!("{b:02x}")).collect();
         let gzip = compress(&body);
@@ -85,7 +79,7 @@ impl Ready {
             gzip_etag: gzip_etag(&tag),
             content_type: HeaderValue::from_static(content_type),
             cache_control,
-            vary: HeaderValue::from_static(vary),
+            vary: HeaderValue::from_static("Accept, Accept-Encoding"),
             warnings: Box::default(),
             pins: Box::default(),
         }
