@@ -116,16 +116,29 @@ impl Default for Metrics {
     }
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(
-        Opts::new(name, help).namespace("elemental_changelog"),
-        labels,
-    )
-    .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
+/// Registers `metric` (built from static definitions, so it cannot fail) and returns it.
+fn register<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    name: &str,
+    metric: prometheus::Result<M>,
+) -> M {
+    let metric = metric.unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
     registry
-        .register(Box::new(c.clone()))
+        .register(Box::new(metric.clone()))
         .unwrap_or_else(|e| unreachable!("metric {name} registered twice: {e}"));
-    c
+    metric
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace("elemental_changelog")
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(registry, name, IntCounterVec::new(opts(name, help), labels))
+}
+
+fn plain_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    register(registry, name, IntCounter::with_opts(opts(name, help)))
 }
 
 fn histogram(
@@ -135,223 +148,172 @@ fn histogram(
     labels: &[&str],
     buckets: Vec<f64>,
 ) -> HistogramVec {
-    let h = HistogramVec::new(
-        HistogramOpts::new(name, help)
-            .namespace("elemental_changelog")
-            .buckets(buckets),
-        labels,
-    )
-    .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
-    registry
-        .register(Box::new(h.clone()))
-        .unwrap_or_else(|e| unreachable!("metric {name} registered twice: {e}"));
-    h
+    let opts = HistogramOpts::new(name, help)
+        .namespace("elemental_changelog")
+        .buckets(buckets);
+    register(registry, name, HistogramVec::new(opts, labels))
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
-    let g = IntGauge::with_opts(Opts::new(name, help).namespace("elemental_changelog"))
-        .unwrap_or_else(|e| unreachable!("static metric definition {name}: {e}"));
-    registry
-        .register(Box::new(g.clone()))
-        .unwrap_or_else(|e| unreachable!("metric {name} registered twice: {e}"));
-    g
+    register(registry, name, IntGauge::with_opts(opts(name, help)))
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    register(registry, name, IntGaugeVec::new(opts(name, help), labels))
 }
 
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Self {
-        let registry = Registry::new();
-        let requests = counter(
-            &registry,
-            "http_requests_total",
-            "HTTP requests answered, by verb, resource and status code.",
-            &["verb", "resource", "code"],
-        );
-        let request_duration = histogram(
-            &registry,
-            "http_request_duration_seconds",
-            "Time to answer an HTTP request, authentication and authorization included.",
-            &["verb", "resource"],
-            vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0,
-            ],
-        );
-        let fetches = counter(
-            &registry,
-            "channel_fetches_total",
-            "Channel image fetches, by result (pulled, unchanged, shared: read for another channel already, or the error kind).",
-            &["result"],
-        );
-        let fetch_duration = histogram(
-            &registry,
-            "channel_fetch_duration_seconds",
-            "Time to check and, when the digest changed, pull and parse a channel image.",
-            &["result"],
-            vec![
-                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-            ],
-        );
-        let fetch_bytes = IntCounter::with_opts(
-            Opts::new(
-                "channel_fetch_bytes_total",
-                "Compressed bytes pulled from registries.",
-            )
-            .namespace("elemental_changelog"),
-        )
-        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
-        registry
-            .register(Box::new(fetch_bytes.clone()))
-            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
-        let file_problems = counter(
-            &registry,
-            "channel_file_problems_total",
-            "Files of channel images that were rejected (did not parse), by file kind.",
-            &["file"],
-        );
-        let channels = gauge(&registry, "channels", "Channels with data in the cache.");
-        let versions = gauge(
-            &registry,
-            "versions",
-            "Versions with data in the cache, over all channels and architectures.",
-        );
-        let advisories = gauge(
-            &registry,
-            "advisories",
-            "Precomputed advisories in the cache, over all channels.",
-        );
-        let retained_versions = gauge(
-            &registry,
-            "retained_versions",
-            "Versions served from an earlier image of their channel because the current one no longer lists them.",
-        );
-        let data_age = GaugeVec::new(
-            Opts::new(
-                "channel_data_age_seconds",
-                "Seconds since each channel's data was last confirmed current (pulled, or digest unchanged).",
-            )
-            .namespace("elemental_changelog"),
-            &["namespace", "channel"],
-        )
-        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
-        registry
-            .register(Box::new(data_age.clone()))
-            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
-        let watch_errors = counter(
-            &registry,
-            "watch_errors_total",
-            "Errors of the watches on the Kubernetes API, by watched resource; each is retried with backoff.",
-            &["resource"],
-        );
-        let watch_ready = IntGaugeVec::new(
-            Opts::new(
-                "watch_synced",
-                "1 when the watch of a resource has completed its initial list.",
-            )
-            .namespace("elemental_changelog"),
-            &["resource"],
-        )
-        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
-        registry
-            .register(Box::new(watch_ready.clone()))
-            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
-        let authentications = counter(
-            &registry,
-            "authentications_total",
-            "Authentication results, by method (requestheader, x509, token, anonymous) or failure.",
-            &["result"],
-        );
-        let authorizations = counter(
-            &registry,
-            "authorizations_total",
-            "Authorization decisions (allowed, denied, error).",
-            &["decision"],
-        );
-        let cert_reloads = counter(
-            &registry,
-            "serving_cert_reloads_total",
-            "Serving certificate reloads, by result (loaded, rejected).",
-            &["result"],
-        );
-        let open_connections = gauge(
-            &registry,
-            "open_connections",
-            "Client connections open (TLS handshake included).",
-        );
-        let refused = counter(
-            &registry,
-            "refused_total",
-            "Connections and requests refused by a serving limit, by limit (max_connections, max_requests_inflight, request_timeout, compute_queue).",
-            &["limit"],
-        );
-        let history_writes = counter(
-            &registry,
-            "channel_history_writes_total",
-            "Writes of the channel history ConfigMap, by result (written, conflict, failed).",
-            &["result"],
-        );
-        let history_records = gauge(
-            &registry,
-            "channel_history_images",
-            "Images recorded in the channel history, over all channels.",
-        );
-        let retained_pulls = counter(
-            &registry,
-            "retained_pulls_total",
-            "Pulls by digest of older images to rebuild retained versions the channel history maps to them, by result (pulled, shared: read for another channel already, failed).",
-            &["result"],
-        );
-        let worker_panics = IntCounter::with_opts(
-            Opts::new(
-                "channel_worker_panics_total",
-                "Channel workers that panicked; each is restarted with backoff.",
-            )
-            .namespace("elemental_changelog"),
-        )
-        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
-        registry
-            .register(Box::new(worker_panics.clone()))
-            .unwrap_or_else(|e| unreachable!("metric registered twice: {e}"));
+        let r = Registry::new();
         let answer_lookups = counter(
-            &registry,
+            &r,
             "answer_cache_requests_total",
             "Answers looked up in the ready-bytes cache, by result (hit: sent as kept; miss: rendered).",
             &["result"],
         );
-        let answer_bytes = gauge(
-            &registry,
-            "answer_cache_bytes",
-            "Bytes of rendered answers kept (bodies, gzip forms, per-answer overhead); at most --answer-cache-size.",
-        );
-        let answers = gauge(&registry, "answer_cache_answers", "Rendered answers kept.");
         Self {
+            requests: counter(
+                &r,
+                "http_requests_total",
+                "HTTP requests answered, by verb, resource and status code.",
+                &["verb", "resource", "code"],
+            ),
+            request_duration: histogram(
+                &r,
+                "http_request_duration_seconds",
+                "Time to answer an HTTP request, authentication and authorization included.",
+                &["verb", "resource"],
+                vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0,
+                ],
+            ),
+            fetches: counter(
+                &r,
+                "channel_fetches_total",
+                "Channel image fetches, by result (pulled, unchanged, shared: read for another channel already, or the error kind).",
+                &["result"],
+            ),
+            fetch_duration: histogram(
+                &r,
+                "channel_fetch_duration_seconds",
+                "Time to check and, when the digest changed, pull and parse a channel image.",
+                &["result"],
+                vec![
+                    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+                ],
+            ),
+            fetch_bytes: plain_counter(
+                &r,
+                "channel_fetch_bytes_total",
+                "Compressed bytes pulled from registries.",
+            ),
+            file_problems: counter(
+                &r,
+                "channel_file_problems_total",
+                "Files of channel images that were rejected (did not parse), by file kind.",
+                &["file"],
+            ),
+            channels: gauge(&r, "channels", "Channels with data in the cache."),
+            versions: gauge(
+                &r,
+                "versions",
+                "Versions with data in the cache, over all channels and architectures.",
+            ),
+            advisories: gauge(
+                &r,
+                "advisories",
+                "Precomputed advisories in the cache, over all channels.",
+            ),
+            retained_versions: gauge(
+                &r,
+                "retained_versions",
+                "Versions served from an earlier image of their channel because the current one no longer lists them.",
+            ),
+            data_age: register(
+                &r,
+                "channel_data_age_seconds",
+                GaugeVec::new(
+                    opts(
+                        "channel_data_age_seconds",
+                        "Seconds since each channel's data was last confirmed current (pulled, or digest unchanged).",
+                    ),
+                    &["namespace", "channel"],
+                ),
+            ),
+            watch_errors: counter(
+                &r,
+                "watch_errors_total",
+                "Errors of the watches on the Kubernetes API, by watched resource; each is retried with backoff.",
+                &["resource"],
+            ),
+            watch_ready: gauge_vec(
+                &r,
+                "watch_synced",
+                "1 when the watch of a resource has completed its initial list.",
+                &["resource"],
+            ),
+            authentications: counter(
+                &r,
+                "authentications_total",
+                "Authentication results, by method (requestheader, x509, token, anonymous) or failure.",
+                &["result"],
+            ),
+            authorizations: counter(
+                &r,
+                "authorizations_total",
+                "Authorization decisions (allowed, denied, error).",
+                &["decision"],
+            ),
+            cert_reloads: counter(
+                &r,
+                "serving_cert_reloads_total",
+                "Serving certificate reloads, by result (loaded, rejected).",
+                &["result"],
+            ),
+            open_connections: gauge(
+                &r,
+                "open_connections",
+                "Client connections open (TLS handshake included).",
+            ),
+            refused: counter(
+                &r,
+                "refused_total",
+                "Connections and requests refused by a serving limit, by limit (max_connections, max_requests_inflight, request_timeout, compute_queue).",
+                &["limit"],
+            ),
+            history_writes: counter(
+                &r,
+                "channel_history_writes_total",
+                "Writes of the channel history ConfigMap, by result (written, conflict, failed).",
+                &["result"],
+            ),
+            history_records: gauge(
+                &r,
+                "channel_history_images",
+                "Images recorded in the channel history, over all channels.",
+            ),
+            retained_pulls: counter(
+                &r,
+                "retained_pulls_total",
+                "Pulls by digest of older images to rebuild retained versions the channel history maps to them, by result (pulled, shared: read for another channel already, failed).",
+                &["result"],
+            ),
+            worker_panics: plain_counter(
+                &r,
+                "channel_worker_panics_total",
+                "Channel workers that panicked; each is restarted with backoff.",
+            ),
             answer_hits: answer_lookups.with_label_values(&["hit"]),
             answer_misses: answer_lookups.with_label_values(&["miss"]),
-            answer_bytes,
-            answers,
-            registry,
-            requests,
-            request_duration,
-            fetches,
-            fetch_duration,
-            fetch_bytes,
-            file_problems,
-            channels,
-            versions,
-            advisories,
-            retained_versions,
-            data_age,
-            watch_errors,
-            watch_ready,
-            authentications,
-            authorizations,
-            cert_reloads,
-            open_connections,
-            refused,
-            history_writes,
-            history_records,
-            retained_pulls,
-            worker_panics,
+            answer_bytes: gauge(
+                &r,
+                "answer_cache_bytes",
+                "Bytes of rendered answers kept (bodies, gzip forms, per-answer overhead); at most --answer-cache-size.",
+            ),
+            answers: gauge(&r, "answer_cache_answers", "Rendered answers kept."),
+            registry: r,
         }
     }
 
