@@ -176,24 +176,24 @@ fn container_entry(entries: &[ChannelEntry], name: &str) -> Result<(), FileError
 pub struct Limits {
     /// Limits of `updateinfo.xml`.
     pub updateinfo: updateinfo::Limits,
-    /// Most memory all package lists may take parsed (see
-    /// [`packages::Interner::with_max_bytes`]); a list past it is rejected.
-    pub package_bytes: u64,
+    /// Most memory the parsed package lists and `updates.log` advisories may take together,
+    /// as estimated while they are built; a file past it is rejected.
+    pub parse_bytes: u64,
 }
 
 impl Default for Limits {
-    /// `updateinfo.xml`'s defaults; 256 MiB of parsed package lists.
+    /// `updateinfo.xml`'s defaults; 256 MiB of parsed package lists and advisories.
     fn default() -> Self {
         updateinfo::Limits::default().into()
     }
 }
 
 impl From<updateinfo::Limits> for Limits {
-    /// These `updateinfo.xml` limits, 256 MiB of parsed package lists.
+    /// These `updateinfo.xml` limits, 256 MiB of parsed package lists and advisories.
     fn from(updateinfo: updateinfo::Limits) -> Self {
         Self {
             updateinfo,
-            package_bytes: 256 << 20,
+            parse_bytes: 256 << 20,
         }
     }
 }
@@ -208,9 +208,18 @@ struct ChangelogFiles {
     problems: Vec<FileProblem>,
     /// One package per distinct line across all the lists.
     interner: packages::Interner,
+    /// Memory the `updates.log` advisories take, as estimated.
+    advisory_bytes: u64,
+    /// [`Limits::parse_bytes`].
+    parse_bytes: u64,
 }
 
 impl ChangelogFiles {
+    /// Memory the parsed package lists and advisories take, as estimated.
+    fn parsed_bytes(&self) -> u64 {
+        self.interner.bytes() + self.advisory_bytes
+    }
+
     /// Parses one file of `changelogs/` into its place, or records why it
     /// is not used. Files of other names are ignored.
     fn add(
@@ -224,11 +233,16 @@ impl ChangelogFiles {
         let result = match classify(clean) {
             None => Ok(()),
             Some(ChangelogFile::Updates(name)) => container_entry(entries, name).and_then(|()| {
-                let advisories = updates::parse(bytes).map_err(FileError::Updates)?;
+                let left = self.parse_bytes.saturating_sub(self.parsed_bytes());
+                let (advisories, used) =
+                    updates::parse_within(bytes, left).map_err(FileError::Updates)?;
+                self.advisory_bytes += used;
                 self.advisories.insert(name.to_owned(), advisories);
                 Ok(())
             }),
             Some(ChangelogFile::Packages(name)) => container_entry(entries, name).and_then(|()| {
+                let max = self.parse_bytes.saturating_sub(self.advisory_bytes);
+                self.interner.set_max_bytes(max);
                 let list =
                     packages::parse_with(bytes, &mut self.interner).map_err(FileError::Packages)?;
                 self.packages.insert(name.to_owned(), list);
@@ -279,7 +293,7 @@ impl ChannelData {
         let channel_json = channel_json.ok_or(DataError::MissingChannelJson)?;
         let entries = channel::parse(&channel_json).map_err(DataError::ChannelJson)?;
         let mut parsed = ChangelogFiles {
-            interner: packages::Interner::with_max_bytes(limits.package_bytes),
+            parse_bytes: limits.parse_bytes,
             ..ChangelogFiles::default()
         };
         for (path, bytes) in changelogs {

@@ -120,6 +120,11 @@ impl Interner {
         }
     }
 
+    /// Changes the maximum (for lists parsed from now on).
+    pub fn set_max_bytes(&mut self, max_bytes: u64) {
+        self.max_bytes = max_bytes;
+    }
+
     /// Memory the packages and the lists take, as estimated.
     pub fn bytes(&self) -> u64 {
         self.bytes

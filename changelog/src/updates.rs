@@ -28,16 +28,13 @@ pub enum Error {
         /// Position in the array (from 0).
         index: usize,
     },
-    /// More advisories than the file's size allows ([`MIN_BYTES_PER_ADVISORY`]): each costs
-    /// a few hundred bytes of memory, so a file of tiny ones would cost many times its size.
-    #[error(
-        "{count} advisories in {bytes} bytes: at most one per {MIN_BYTES_PER_ADVISORY} bytes (or {FREE_ADVISORIES}) are read"
-    )]
-    TooDense {
-        /// Advisories in the file.
-        count: usize,
-        /// Its size.
-        bytes: usize,
+    /// The advisories would take more memory than allowed ([`parse_within`]).
+    #[error("advisory {index}: the advisories take more than {max_bytes} bytes of memory parsed")]
+    TooLarge {
+        /// Position in the array (from 0).
+        index: usize,
+        /// The allowance.
+        max_bytes: u64,
     },
     /// `date` is neither unix seconds nor a timestamp.
     #[error("advisory {id} has an invalid date {value}")]
@@ -181,90 +178,131 @@ pub(crate) fn normalize_epoch(epoch: &str) -> Option<String> {
     (!epoch.is_empty() && epoch != "0" && epoch != "(none)").then(|| epoch.to_owned())
 }
 
-/// Fewest bytes of file per advisory, on average, beyond [`FREE_ADVISORIES`]. Real
-/// advisories take several hundred bytes of JSON each (an id, a title, a description,
-/// references, packages); the parsed advisory costs about 300 bytes besides its strings, so
-/// memory stays within about three times the file's size.
-pub const MIN_BYTES_PER_ADVISORY: usize = 160;
-/// Advisories a file may have whatever its size.
-pub const FREE_ADVISORIES: usize = 1024;
-
-/// Parses an `updates.log`. The array is split into the raw text of each advisory first
-/// (borrowed from `bytes`), and each is read straight into its type: the memory this takes
-/// besides the file is the advisories built, not a `serde_json::Value` tree of the whole
-/// file (up to 16 bytes per byte of JSON).
+/// Parses an `updates.log`.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Advisory>, Error> {
+    parse_within(bytes, u64::MAX).map(|(advisories, _)| advisories)
+}
+
+/// Parses an `updates.log` into advisories taking at most `max_bytes` of memory (as
+/// estimated while they are built: structures, lists and text), and says how much they take.
+/// The array is split into the raw text of each advisory first (borrowed from `bytes`), and
+/// each is read straight into its type: besides the file, the parse takes the advisories
+/// built, not a `serde_json::Value` tree of the whole file (up to 16 bytes per byte of JSON).
+/// Many tiny advisories cost many times their text: the estimate stops them.
+pub fn parse_within(bytes: &[u8], max_bytes: u64) -> Result<(Vec<Advisory>, u64), Error> {
     let items: Vec<&serde_json::value::RawValue> =
         serde_json::from_slice(bytes).map_err(Error::Json)?;
-    if items.len() > FREE_ADVISORIES.max(bytes.len() / MIN_BYTES_PER_ADVISORY) {
-        return Err(Error::TooDense {
-            count: items.len(),
-            bytes: bytes.len(),
-        });
+    let mut used = (items.len() * std::mem::size_of::<Advisory>()) as u64;
+    // Sized once: a vector grown by doubling would hold up to twice the advisories' room
+    // while it grows.
+    let mut advisories = Vec::with_capacity(items.len());
+    for (index, item) in items.into_iter().enumerate() {
+        let advisory = advisory(index, item)?;
+        used = used.saturating_add(heap_bytes(&advisory));
+        if used > max_bytes {
+            return Err(Error::TooLarge { index, max_bytes });
+        }
+        advisories.push(advisory);
     }
-    items
+    Ok((advisories, used))
+}
+
+/// Heap memory of an advisory besides its structure: its text and lists, and an allocation
+/// header for each.
+fn heap_bytes(a: &Advisory) -> u64 {
+    const ALLOCATION: usize = 16;
+    let text = |s: &str| {
+        if s.is_empty() {
+            0
+        } else {
+            s.len() + ALLOCATION
+        }
+    };
+    let list = |n: usize, each: usize| if n == 0 { 0 } else { n * each + ALLOCATION };
+    let references: usize = a
+        .references
+        .iter()
+        .map(|r| text(&r.id) + text(&r.type_) + text(&r.href) + text(&r.title))
+        .sum();
+    let packages: usize = a
+        .packages
+        .iter()
+        .map(|p| {
+            text(&p.name)
+                + p.epoch.as_deref().map_or(0, text)
+                + text(&p.version)
+                + text(&p.release)
+                + text(&p.arch)
+        })
+        .sum();
+    let ids: usize = a.cves.iter().chain(&a.bugs).map(|s| text(s)).sum();
+    (text(&a.id)
+        + text(&a.type_)
+        + text(&a.title)
+        + text(&a.description)
+        + list(a.references.len(), std::mem::size_of::<Reference>())
+        + references
+        + list(a.packages.len(), std::mem::size_of::<AdvisoryPackage>())
+        + packages
+        + list(a.cves.len() + a.bugs.len(), std::mem::size_of::<String>())
+        + ids) as u64
+}
+
+/// The advisory at `index` of an `updates.log`, from its raw text.
+fn advisory(index: usize, item: &serde_json::value::RawValue) -> Result<Advisory, Error> {
+    let raw: RawAdvisory =
+        serde_json::from_str(item.get()).map_err(|source| Error::Advisory { index, source })?;
+    if raw.id.trim().is_empty() {
+        return Err(Error::EmptyId { index });
+    }
+    let issued = parse_issued(&raw.date).map_err(|()| Error::Date {
+        id: raw.id.clone(),
+        value: raw.date.to_string(),
+    })?;
+    let references = raw
+        .references
         .into_iter()
-        .enumerate()
-        .map(|(index, item)| {
-            let raw: RawAdvisory = serde_json::from_str(item.get())
-                .map_err(|source| Error::Advisory { index, source })?;
-            if raw.id.trim().is_empty() {
-                return Err(Error::EmptyId { index });
-            }
-            let issued = parse_issued(&raw.date).map_err(|()| Error::Date {
-                id: raw.id.clone(),
-                value: raw.date.to_string(),
-            })?;
-            let references = raw
-                .references
-                .into_iter()
-                .map(|r| Reference {
-                    id: r.id,
-                    type_: r.type_,
-                    href: r.href,
-                    title: r.title,
-                })
-                .collect();
-            let packages = raw
-                .packages
-                .into_iter()
-                .map(|p| AdvisoryPackage {
-                    name: p.name,
-                    epoch: match &p.epoch {
-                        serde_json::Value::String(s) => normalize_epoch(s),
-                        serde_json::Value::Number(n) => normalize_epoch(&n.to_string()),
-                        _ => None,
-                    },
-                    version: p.version,
-                    release: p.release,
-                    arch: p.arch,
-                })
-                .collect();
-            let mut advisory = with_cves_and_bugs(Advisory {
-                id: raw.id,
-                type_: raw.type_,
-                severity: Severity::parse(&raw.severity),
-                title: raw.title,
-                issued,
-                cves: Vec::new(),
-                bugs: Vec::new(),
-                references,
-                description: raw.description,
-                packages,
-            });
-            // Lists read from text grow by doubling (and `collect` reuses their buffers):
-            // kept for the life of the data, they are trimmed to what they hold.
-            advisory.references.shrink_to_fit();
-            advisory.packages.shrink_to_fit();
-            advisory.cves.shrink_to_fit();
-            advisory.bugs.shrink_to_fit();
-            Ok(advisory)
+        .map(|r| Reference {
+            id: r.id,
+            type_: r.type_,
+            href: r.href,
+            title: r.title,
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map(|mut advisories| {
-            advisories.shrink_to_fit();
-            advisories
+        .collect();
+    let packages = raw
+        .packages
+        .into_iter()
+        .map(|p| AdvisoryPackage {
+            name: p.name,
+            epoch: match &p.epoch {
+                serde_json::Value::String(s) => normalize_epoch(s),
+                serde_json::Value::Number(n) => normalize_epoch(&n.to_string()),
+                _ => None,
+            },
+            version: p.version,
+            release: p.release,
+            arch: p.arch,
         })
+        .collect();
+    let mut advisory = with_cves_and_bugs(Advisory {
+        id: raw.id,
+        type_: raw.type_,
+        severity: Severity::parse(&raw.severity),
+        title: raw.title,
+        issued,
+        cves: Vec::new(),
+        bugs: Vec::new(),
+        references,
+        description: raw.description,
+        packages,
+    });
+    // Lists read from text grow by doubling (and `collect` reuses their buffers):
+    // kept for the life of the data, they are trimmed to what they hold.
+    advisory.references.shrink_to_fit();
+    advisory.packages.shrink_to_fit();
+    advisory.cves.shrink_to_fit();
+    advisory.bugs.shrink_to_fit();
+    Ok(advisory)
 }
 
 /// Writes advisories in upstream's `updates.log` shape (`date` as a string
@@ -378,13 +416,15 @@ mod tests {
     #[test]
     fn rejects_bad_input() {
         assert!(matches!(parse(b"{}").unwrap_err(), Error::Json(_)));
-        let tiny = format!("[{}]", vec![r#"{"id":"a"}"#; FREE_ADVISORIES + 1].join(","));
+        // Tiny advisories cost many times their text: the estimate stops them.
+        let tiny = format!("[{}]", vec![r#"{"id":"a"}"#; 10_000].join(","));
         assert!(matches!(
-            parse(tiny.as_bytes()).unwrap_err(),
-            Error::TooDense { count, .. } if count == FREE_ADVISORIES + 1
+            parse_within(tiny.as_bytes(), 1 << 20).unwrap_err(),
+            Error::TooLarge { max_bytes, .. } if max_bytes == 1 << 20
         ));
-        let allowed = format!("[{}]", vec![r#"{"id":"a"}"#; FREE_ADVISORIES].join(","));
-        assert_eq!(parse(allowed.as_bytes()).unwrap().len(), FREE_ADVISORIES);
+        let (all, used) = parse_within(tiny.as_bytes(), 64 << 20).unwrap();
+        assert_eq!(all.len(), 10_000);
+        assert!(used > 20 * tiny.len() as u64, "{used}");
         assert!(matches!(
             parse(b"[1]").unwrap_err(),
             Error::Advisory { index: 0, .. }

@@ -41,7 +41,7 @@ pub struct RegistryArgs {
     )]
     pub max_layer_entries: u64,
     /// Largest `channel.json` or `changelogs/*` file accepted, e.g. `32MiB`.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_FILE_SIZE", default_value = "32MiB", value_parser = parse_byte_size)]
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_FILE_SIZE", default_value = "24MiB", value_parser = parse_byte_size)]
     pub max_file_size: u64,
     /// Most bytes of channel data kept from one image (all kept files together), e.g. `24MiB`.
     /// The memory budget must hold 4 times this plus a quarter of itself.

@@ -39,12 +39,11 @@ use crate::{
 /// layers and fit in it too.
 pub const PULL_WORKING_SET: u64 = 40 << 20;
 /// Memory reserved per kept byte for parsing it, besides the byte itself. An `updates.log`
-/// is read advisory by advisory into its type (measured: a peak of 2.2 bytes per byte of
-/// JSON for 27 000 real-shaped advisories, 1.7 kept), and a file denser than one advisory per
-/// [`MIN_BYTES_PER_ADVISORY`](elemental_changelog::updates::MIN_BYTES_PER_ADVISORY) bytes is
-/// refused, so tiny advisories cannot cost more. Package lists are interned (a line seen
-/// before costs a pointer) and metered as they are parsed: past this allowance a list is
-/// rejected ([`ParseTurn::limits`]), however many distinct short lines an image carries.
+/// is read advisory by advisory into its type (measured: a peak of 1.7 bytes per byte of
+/// JSON for 27 000 real-shaped advisories, all of it kept); package lists are interned (a
+/// line seen before costs a pointer). Both are metered as they are parsed, together: past
+/// this allowance a file is rejected ([`ParseTurn::limits`]), however many tiny advisories
+/// or distinct short package lines an image carries.
 pub const PARSE_BYTES_PER_KEPT_BYTE: u64 = 3;
 /// Share of the budget one `updateinfo.xml` parse may take (the parsed
 /// advisories, as estimated while they are built).
@@ -162,7 +161,7 @@ impl fmt::Debug for Fetched {
 pub struct PulledMemory {
     reservation: Arc<Mutex<Reservation>>,
     updateinfo_bytes: u64,
-    package_bytes: u64,
+    parse_bytes: u64,
 }
 
 /// The right to parse a pulled image's files now, with the limits that fit
@@ -171,7 +170,7 @@ pub struct PulledMemory {
 pub struct ParseTurn {
     _held: OwnedMutexGuard<Reservation>,
     updateinfo_bytes: u64,
-    package_bytes: u64,
+    parse_bytes: u64,
 }
 
 impl PulledMemory {
@@ -180,21 +179,21 @@ impl PulledMemory {
         ParseTurn {
             _held: Arc::clone(&self.reservation).lock_owned().await,
             updateinfo_bytes: self.updateinfo_bytes,
-            package_bytes: self.package_bytes,
+            parse_bytes: self.parse_bytes,
         }
     }
 }
 
 impl ParseTurn {
     /// Parse limits whose memory caps are the allowances held: the `updateinfo.xml` share,
-    /// and the parse bytes reserved for the kept files for the package lists.
+    /// and the parse bytes reserved for the kept files (package lists and `updates.log`).
     pub fn limits(&self) -> data::Limits {
         data::Limits {
             updateinfo: updateinfo::Limits {
                 max_memory: self.updateinfo_bytes,
                 ..updateinfo::Limits::default()
             },
-            package_bytes: self.package_bytes,
+            parse_bytes: self.parse_bytes,
         }
     }
 }
@@ -438,8 +437,8 @@ impl Inner {
             Some(mut memory) => {
                 // The working set is done with; parsing the files needs room.
                 let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
-                let package_bytes = kept.max(KEPT_ALLOWANCE) * PARSE_BYTES_PER_KEPT_BYTE;
-                let parse = updateinfo_bytes + kept.max(KEPT_ALLOWANCE) + package_bytes;
+                let parse_bytes = kept.max(KEPT_ALLOWANCE) * PARSE_BYTES_PER_KEPT_BYTE;
+                let parse = updateinfo_bytes + kept.max(KEPT_ALLOWANCE) + parse_bytes;
                 if parse > memory.bytes() {
                     memory
                         .try_grow(parse - memory.bytes())
@@ -450,7 +449,7 @@ impl Inner {
                 Some(Arc::new(PulledMemory {
                     reservation: Arc::new(Mutex::new(memory)),
                     updateinfo_bytes,
-                    package_bytes,
+                    parse_bytes,
                 }))
             }
             None => None,
@@ -638,11 +637,11 @@ mod tests {
         let memory = PulledMemory {
             reservation: Arc::new(Mutex::new(budget.reserve("a pull", 4 << 20).await.unwrap())),
             updateinfo_bytes: 1 << 20,
-            package_bytes: 2 << 20,
+            parse_bytes: 2 << 20,
         };
         let turn = memory.parse_turn().await;
         assert_eq!(turn.limits().updateinfo.max_memory, 1 << 20);
-        assert_eq!(turn.limits().package_bytes, 2 << 20);
+        assert_eq!(turn.limits().parse_bytes, 2 << 20);
         let second = tokio::time::timeout(std::time::Duration::from_secs(60), memory.parse_turn());
         assert!(second.await.is_err(), "the second caller waits");
         drop(turn);
