@@ -811,15 +811,7 @@ pub async fn settled_rss(bed: &TestBed) -> Result<Rss> {
 
 /// The server's `elemental_changelog_answer_cache_bytes`.
 async fn answer_cache_bytes(bed: &TestBed) -> Result<u64> {
-    let server = bed.server().context("the server is not running")?;
-    let text = bed
-        .server_http(Some(&bed.pki().admin))?
-        .get(format!("{}/metrics", server.url()))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
+    let text = bed.server_metrics().await?;
     let bytes = crate::fixtures::metric(&text, "elemental_changelog_answer_cache_bytes", &[]);
     Ok(bytes as u64)
 }

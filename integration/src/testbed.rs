@@ -445,6 +445,18 @@ impl TestBed {
         https_client(&self.pki.server_ca, identity)
     }
 
+    /// Our server's `/metrics` text, read directly as admin.
+    pub async fn server_metrics(&self) -> Result<String> {
+        let server = self.server().context("our server is not running")?;
+        let response = self
+            .server_http(Some(&self.pki.admin))?
+            .get(format!("{}/metrics", server.url()))
+            .send()
+            .await?;
+        anyhow::ensure!(response.status() == 200, "/metrics: {}", response.status());
+        Ok(response.text().await?)
+    }
+
     /// Runs kubectl as admin with `args`.
     pub async fn kubectl(&self, args: &[&str]) -> Result<Output> {
         self.run_kubectl(&self.kubeconfig, args, None).await

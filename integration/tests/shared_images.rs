@@ -202,15 +202,7 @@ struct Fetches {
 }
 
 async fn metrics(bed: &TestBed) -> Result<Fetches> {
-    let server = bed.server().context("no server")?;
-    let http = bed.server_http(Some(&bed.pki().admin))?;
-    let text = http
-        .get(format!("{}/metrics", server.url()))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
+    let text = bed.server_metrics().await?;
     let fetches = |result: &str| {
         metric(
             &text,

@@ -162,9 +162,13 @@ async fn soak(
         },
     )
     .await?;
-    let pulled_at_start = metric(&metrics(bed).await?, FETCHES, &[("result", "pulled")]);
+    let pulled_at_start = metric(
+        &bed.server_metrics().await?,
+        FETCHES,
+        &[("result", "pulled")],
+    );
     let refused_at_start = metric(
-        &metrics(bed).await?,
+        &bed.server_metrics().await?,
         FETCHES,
         &[("result", "limit_exceeded")],
     );
@@ -263,7 +267,7 @@ async fn soak(
         }
     }
     while loops.join_next().await.is_some() {}
-    let text = metrics(bed).await?;
+    let text = bed.server_metrics().await?;
     let pulled = metric(&text, FETCHES, &[("result", "pulled")]) - pulled_at_start;
     let refused = metric(&text, FETCHES, &[("result", "limit_exceeded")]) - refused_at_start;
     let peak = proc_status(pid, "VmHWM:")?;
@@ -356,17 +360,6 @@ fn request_mix(bed: &TestBed) -> Result<Vec<Request>> {
         mix.push(via(changelog_path(&format!("stable-v1-{n}"), ""), false));
     }
     Ok(mix)
-}
-
-async fn metrics(bed: &TestBed) -> Result<String> {
-    let server = bed.server().context("our server is not running")?;
-    let response = bed
-        .server_http(Some(&bed.pki().admin))?
-        .get(format!("{}/metrics", server.url()))
-        .send()
-        .await?;
-    ensure!(response.status() == 200, "/metrics: {}", response.status());
-    Ok(response.text().await?)
 }
 
 /// A value in kB of `/proc/<pid>/status`, in bytes.
