@@ -341,11 +341,7 @@ impl World {
         query: &str,
         accept: Option<&str>,
     ) -> Result<HttpResponse, StatusError> {
-        self.request(
-            &format!("{BASE}/namespaces/{namespace}/managedosversions/{name}/changelog"),
-            query,
-            accept,
-        )
+        self.request(&changelog_path(namespace, name), query, accept)
     }
 
     /// A changelog as JSON; panics on an error.
