@@ -130,6 +130,13 @@ pub enum AuthnError {
     TokenReview(#[source] Arc<ReviewError>),
 }
 
+impl AuthnError {
+    /// Whether the token was not reviewed because too many reviews are in flight.
+    pub fn is_saturated(&self) -> bool {
+        matches!(self, Self::TokenReview(e) if e.is_saturated())
+    }
+}
+
 /// Authentication flags, named as k8s.io/apiserver's delegating authentication options.
 #[derive(Clone, Debug, clap::Args)]
 pub struct AuthnArgs {
@@ -169,6 +176,13 @@ impl Method {
             Self::Anonymous => "anonymous",
         }
     }
+}
+
+/// Whether bearer tokens are reviewed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tokens {
+    Review,
+    Ignore,
 }
 
 /// The `resource` label of watch metrics for the authentication ConfigMap.
@@ -290,9 +304,33 @@ impl Authenticator {
         headers: &mut HeaderMap,
         peer_chain: Option<&[CertificateDer<'static>]>,
     ) -> Result<UserInfo, AuthnError> {
+        self.authenticate_as(headers, peer_chain, Tokens::Review)
+            .await
+    }
+
+    /// [`Self::authenticate`] without reviewing bearer tokens (a token is ignored, as if
+    /// absent): for health paths, whose answer is the same for everyone, so that probes
+    /// carrying any token cost no TokenReview. Certificates are still checked (locally).
+    pub async fn authenticate_without_review(
+        &self,
+        headers: &mut HeaderMap,
+        peer_chain: Option<&[CertificateDer<'static>]>,
+    ) -> Result<UserInfo, AuthnError> {
+        self.authenticate_as(headers, peer_chain, Tokens::Ignore)
+            .await
+    }
+
+    async fn authenticate_as(
+        &self,
+        headers: &mut HeaderMap,
+        peer_chain: Option<&[CertificateDer<'static>]>,
+        tokens: Tokens,
+    ) -> Result<UserInfo, AuthnError> {
         let config = self.config.load_full();
         let chain = peer_chain.filter(|chain| !chain.is_empty());
-        let result = self.authenticate_with(&config, headers, chain).await;
+        let result = self
+            .authenticate_with(&config, headers, chain, tokens)
+            .await;
         self.metrics.authentication(match &result {
             Ok((_, method)) => method.as_str(),
             Err(_) => "failed",
@@ -313,6 +351,7 @@ impl Authenticator {
         config: &AuthConfig,
         headers: &HeaderMap,
         chain: Option<&[CertificateDer<'static>]>,
+        tokens: Tokens,
     ) -> Result<(UserInfo, Method), AuthnError> {
         let now = UnixTime::now();
         let mut errors = Vec::new();
@@ -339,7 +378,7 @@ impl Authenticator {
                 Err(error) => errors.push(AuthnError::ClientCertificate(error)),
             }
         }
-        if let Some(token) = token::bearer_token(headers) {
+        if let (Tokens::Review, Some(token)) = (tokens, token::bearer_token(headers)) {
             match self.tokens.authenticate(&token).await {
                 Ok(user) => return Ok((user.authenticated(), Method::Token)),
                 Err(error) => errors.push(error),

@@ -69,6 +69,13 @@ pub enum AuthzError {
     AllowedAndDenied,
 }
 
+impl AuthzError {
+    /// Whether the review was not made because too many reviews are in flight.
+    pub fn is_saturated(&self) -> bool {
+        matches!(self, Self::Review(e) if e.is_saturated())
+    }
+}
+
 /// One `--authorization-always-allow-paths` entry (k8s.io/apiserver `pkg/authorization/path`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum PathRule {

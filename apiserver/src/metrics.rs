@@ -280,7 +280,7 @@ impl Metrics {
             refused: counter(
                 &r,
                 "refused_total",
-                "Connections and requests refused by a serving limit, by limit (max_connections, max_requests_inflight, request_timeout, compute_queue).",
+                "Connections and requests refused by a serving limit, by limit (max_connections, max_requests_inflight, request_timeout, compute_queue, reviews_in_flight).",
                 &["limit"],
             ),
             history_writes: counter(
@@ -500,6 +500,8 @@ pub enum ServingLimit {
     Timeout,
     /// Waiting for a compute slot outlasted the request's deadline.
     ComputeQueue,
+    /// As many TokenReviews or SubjectAccessReviews as allowed were in flight.
+    Reviews,
 }
 
 impl ServingLimit {
@@ -508,6 +510,7 @@ impl ServingLimit {
             Self::Inflight => "max_requests_inflight",
             Self::Timeout => "request_timeout",
             Self::ComputeQueue => "compute_queue",
+            Self::Reviews => "reviews_in_flight",
         }
     }
 }

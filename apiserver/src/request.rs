@@ -449,7 +449,14 @@ fn cve_id(cve: &str) -> Result<String, StatusError> {
     if updates::is_cve_id(trimmed) {
         Ok(trimmed.to_ascii_uppercase())
     } else {
-        Err(invalid_value("cve", cve, "not a CVE id (CVE-YYYY-NNNN)"))
+        Err(invalid_value(
+            "cve",
+            cve,
+            &format!(
+                "not a CVE id (CVE-YYYY-NNNN, at most {} digits after the year)",
+                updates::MAX_CVE_SEQUENCE_DIGITS
+            ),
+        ))
     }
 }
 

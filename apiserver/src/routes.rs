@@ -24,13 +24,16 @@ use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use self::ready::Ready;
+use self::{
+    ready::Ready,
+    resources::{Answer, Cost, Job, Plan},
+};
 use crate::{
     authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
     authz::{Authorizer, Decision},
     health::{self, Health},
     metrics::{Metrics, RequestResource, ServingLimit},
-    request::{Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},
+    request::{Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},
 };
 
 /// Seconds a client is told to wait after a 429 (kube-apiserver says 1).
@@ -132,35 +135,41 @@ impl App {
         headers: &mut HeaderMap,
         peer: &Peer,
     ) -> HttpResponse {
-        let user = match self
-            .authn
-            .authenticate(headers, peer.chain.as_deref())
-            .await
-        {
+        // Health answers are the same for everyone: a token on a probe is never reviewed.
+        let authenticated = if info.is_health() {
+            self.authn
+                .authenticate_without_review(headers, peer.chain.as_deref())
+                .await
+        } else {
+            self.authn
+                .authenticate(headers, peer.chain.as_deref())
+                .await
+        };
+        let user = match authenticated {
             Ok(user) => user,
+            Err(error) if error.is_saturated() => {
+                self.metrics.request_refused(ServingLimit::Reviews);
+                return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+            }
             Err(error) => {
-                warn!(%error, addr = ?peer.addr, "authentication failed");
+                warn!(error = &error as &dyn std::error::Error, addr = ?peer.addr, "authentication failed");
                 return status(&StatusError::unauthorized());
             }
         };
-        match self.authz.authorize(&user, info.attributes()).await {
-            Ok(Decision::Allow) => {}
-            Ok(Decision::Deny { reason }) => return status(&forbidden(&user, info, &reason)),
-            Err(error)
-                if info.is_public_document()
-                    && user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) =>
-            {
-                // Discovery and OpenAPI must never answer 5xx (the aggregator
-                // marks the group stale and retries with backoff). They hold
-                // nothing secret and RBAC's default system:discovery role
-                // grants them to every authenticated user, so an unavailable
-                // SubjectAccessReview does not withhold them from one.
-                warn!(%error, user = %user.name, "authorization unavailable; serving a discovery document");
-            }
-            Err(error) => {
-                warn!(%error, user = %user.name, "authorization failed");
-                return status(&StatusError::internal(&error));
-            }
+        if let Err(refused) = self
+            .authorize(&user, info.attributes(), info.is_public_document())
+            .await
+        {
+            return refused;
+        }
+        // `from=` reads a second ManagedOSVersion: the user must be allowed its changelog too
+        // (a Role's resourceNames may name only some versions).
+        if let Target::Resource(Resource::Changelog { params, .. }) = info.target()
+            && let Some(from) = &params.from
+            && let Some(other) = info.attributes().with_name(from)
+            && let Err(refused) = self.authorize(&user, &other, false).await
+        {
+            return refused;
         }
         // Watches are not served: there is no stream of changes to offer.
         if !info.is_read() || info.verb() == "watch" {
@@ -203,43 +212,93 @@ impl App {
 }
 
 impl App {
-    /// Answers a resource request: from ready bytes when they are kept (decided on the async
-    /// threads: a lookup, no rendering), else rendered and kept. Rendering that grows with the
-    /// data (a range of versions, a list of summaries, a CVE search) runs on the blocking
-    /// pool, at most `--max-compute-concurrency` at once, so a flood of such requests leaves
-    /// the async threads, health probes and ready answers alone.
+    /// Authorizes `attributes` for `user`; the refusal to send otherwise (403, 429, 500).
+    /// A public document (discovery, OpenAPI) is served to an authenticated user when the
+    /// review cannot be made.
+    async fn authorize(
+        &self,
+        user: &UserInfo,
+        attributes: &Attributes,
+        public_document: bool,
+    ) -> Result<(), HttpResponse> {
+        match self.authz.authorize(user, attributes).await {
+            Ok(Decision::Allow) => Ok(()),
+            Ok(Decision::Deny { reason }) => Err(status(&forbidden(user, attributes, &reason))),
+            Err(error)
+                if public_document && user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) =>
+            {
+                // Discovery and OpenAPI must never answer 5xx (the aggregator
+                // marks the group stale and retries with backoff). They hold
+                // nothing secret and RBAC's default system:discovery role
+                // grants them to every authenticated user, so an unavailable
+                // SubjectAccessReview does not withhold them from one.
+                warn!(error = &error as &dyn std::error::Error, user = %user.name, "authorization unavailable; serving a discovery document");
+                Ok(())
+            }
+            Err(error) if error.is_saturated() => {
+                self.metrics.request_refused(ServingLimit::Reviews);
+                Err(status(&StatusError::too_many_requests(
+                    RETRY_AFTER_TOO_MANY,
+                )))
+            }
+            Err(error) => {
+                warn!(error = &error as &dyn std::error::Error, user = %user.name, "authorization failed");
+                Err(status(&StatusError::internal(&error)))
+            }
+        }
+    }
+
+    /// Answers a resource request as [`resources::Resources::plan`] decides: the ready bytes
+    /// when they are kept (a lookup on the async threads, nothing rendered), else rendered on
+    /// the blocking pool. Requests for an answer being rendered wait for it without holding a
+    /// thread. Rendering that grows with the data (a range of versions, a list of summaries, a
+    /// CVE search) runs at most `--max-compute-concurrency` at once, so a flood of such
+    /// requests leaves the async threads, health probes and ready answers alone.
     async fn answer_resource(
         &self,
         resource: &Resource,
         headers: &HeaderMap,
     ) -> Result<HttpResponse, StatusError> {
         let accept = header_str(headers, header::ACCEPT);
-        if let Some(ready) = self.resources.kept(resource, accept)? {
-            return Ok(ready.respond(headers));
-        }
-        let heavy = match resource {
-            Resource::Changelog { params, .. } => params.from.is_some(),
-            Resource::List { .. } => true,
-            Resource::Get { .. } => false,
+        let render = match self.resources.plan(resource, accept)? {
+            Plan::Ready(ready) => return Ok(ready.respond(headers)),
+            Plan::Render(render) => render,
         };
-        if !heavy {
-            return Ok(self.resources.answer(resource, accept)?.respond(headers));
-        }
-        // Waiting for a slot counts against the request's deadline (`limited`).
-        let Ok(permit) = self.compute.clone().acquire_owned().await else {
-            self.metrics.request_refused(ServingLimit::ComputeQueue);
-            return Err(StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+        let answer = match render.job {
+            Job::Keep { key, render: job } => self
+                .resources
+                .ready()
+                .get_or_render_async(key, self.off_the_reactor(render.cost, job))
+                .await
+                .map(Answer::Ready)?,
+            Job::Run(job) => self.off_the_reactor(render.cost, job).await?,
         };
-        let resources = self.resources.clone();
-        let resource = resource.clone();
-        let accept = accept.map(str::to_owned);
-        let answer = tokio::task::spawn_blocking(move || {
+        Ok(answer.respond(headers))
+    }
+
+    /// Runs `job` on the blocking pool, holding a compute slot when it is heavy. Waiting for
+    /// a slot counts against the request's deadline (`limited`).
+    async fn off_the_reactor<T: Send + 'static>(
+        &self,
+        cost: Cost,
+        job: Box<dyn FnOnce() -> Result<T, StatusError> + Send>,
+    ) -> Result<T, StatusError> {
+        let permit = match cost {
+            Cost::Light => None,
+            Cost::Heavy => {
+                let Ok(permit) = self.compute.clone().acquire_owned().await else {
+                    self.metrics.request_refused(ServingLimit::ComputeQueue);
+                    return Err(StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+                };
+                Some(permit)
+            }
+        };
+        tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            resources.answer(&resource, accept.as_deref())
+            job()
         })
         .await
-        .unwrap_or_else(|panicked| Err(StatusError::internal(&panicked)))?;
-        Ok(answer.respond(headers))
+        .unwrap_or_else(|panicked| Err(StatusError::internal(&panicked)))
     }
 
     /// Keeps the default answer of every version ready (see
@@ -348,8 +407,7 @@ fn health_response(checks: &[health::Check], kind: &str, verbose: bool) -> HttpR
     response
 }
 
-fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> StatusError {
-    let attributes = info.attributes();
+fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusError {
     let denied = match attributes.resource() {
         Some(r) => Denied::Resource {
             verb: attributes.verb(),

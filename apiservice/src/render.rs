@@ -1,8 +1,13 @@
 //! Human-readable changelogs (`format=text` and `format=markdown`), for
 //! people on a terminal. Output depends only on the changelog, so the same
 //! changelog always renders the same.
+//!
+//! Channel data is outside data: an advisory title may carry terminal escape sequences
+//! (`ESC [ 2 J`, OSC 8 links, a carriage return that rewrites the line) or bidirectional
+//! overrides that make text read differently from what it is. Every text output goes through
+//! [`terminal_safe`], which writes such characters as visible escapes (`\x1b`, `\u{202e}`).
 
-use std::fmt::Write as _;
+use std::{borrow::Cow, fmt::Write as _};
 
 use crate::types::{Advisory, AdvisoryPackage, ManagedOSVersionChangelog, PackageChange};
 
@@ -78,6 +83,10 @@ fn package_groups(c: &ManagedOSVersionChangelog) -> Vec<(&'static str, &[Package
 
 /// Plain text for a terminal.
 pub fn text(c: &ManagedOSVersionChangelog) -> String {
+    terminal_safe_owned(text_unfiltered(c))
+}
+
+fn text_unfiltered(c: &ManagedOSVersionChangelog) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -151,6 +160,41 @@ fn text_advisory(out: &mut String, a: &Advisory) {
     }
 }
 
+/// Whether `c` must not reach a terminal as is: C0 controls but line feed and tab, DEL, C1
+/// controls (8-bit CSI and OSC among them), and the bidirectional embeddings, overrides and
+/// isolates (`U+202A`..`U+202E`, `U+2066`..`U+2069`) of "Trojan Source".
+pub fn is_unsafe_for_terminals(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
+/// `s` with every character [`is_unsafe_for_terminals`] written as a visible escape: `\x1b`
+/// for a byte-sized one, `\u{202e}` for others. Borrowed when there is none (the usual case).
+pub fn terminal_safe(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_unsafe_for_terminals) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if !is_unsafe_for_terminals(c) {
+            out.push(c);
+        } else if u32::from(c) < 0x100 {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn terminal_safe_owned(s: String) -> String {
+    match terminal_safe(&s) {
+        Cow::Borrowed(_) => s,
+        Cow::Owned(safe) => safe,
+    }
+}
+
 /// Escapes characters that would break a Markdown table cell or add markup.
 fn md(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -169,6 +213,10 @@ fn md(s: &str) -> String {
 
 /// Markdown, for issue trackers and rendered views.
 pub fn markdown(c: &ManagedOSVersionChangelog) -> String {
+    terminal_safe_owned(markdown_unfiltered(c))
+}
+
+fn markdown_unfiltered(c: &ManagedOSVersionChangelog) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Changelog of {}\n", md(&c.version));
     let _ = writeln!(
@@ -378,5 +426,23 @@ mod tests {
         };
         assert_eq!(evr(&p(Some("3"))), "a-3:1-2.noarch");
         assert_eq!(evr(&p(Some("0"))), "a-1-2.noarch");
+    }
+
+    #[test]
+    fn terminal_escapes_in_channel_data_are_made_visible() {
+        let mut c = changelog();
+        c.advisories[0].title =
+            "fix\u{1b}[2J\u{1b}]8;;http://evil\u{7}link\r\u{9b}31m\u{202e}txt.exe".into();
+        c.channel.name = "chan\u{1b}[31m".into();
+        for out in [text(&c), markdown(&c)] {
+            assert!(
+                !out.chars().any(is_unsafe_for_terminals),
+                "unsafe characters left in\n{out}"
+            );
+            assert!(out.contains("\\x1b"), "{out}");
+            assert!(out.contains("\\u{202e}"), "{out}");
+        }
+        assert!(text(&c).contains("fix\\x1b[2J\\x1b]8;;http://evil\\x07link\\x0d\\x9b31m"));
+        assert!(matches!(terminal_safe("plain\ttext\n"), Cow::Borrowed(_)));
     }
 }

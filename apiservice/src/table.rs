@@ -228,10 +228,12 @@ fn row(
     let count = |f: fn(&crate::types::ChangelogSummary) -> usize| {
         summary.map_or(Value::Null, |s| json!(f(s)))
     };
+    // Cells are printed on terminals as they are (kubectl cuts them at a line break only).
+    let text = |s: &str| json!(crate::render::terminal_safe(s));
     let mut cells = vec![
-        json!(item.metadata.name),
-        json!(item.channel.name),
-        json!(item.version),
+        text(&item.metadata.name),
+        text(&item.channel.name),
+        text(&item.version),
         count(|s| s.advisories),
         count(|s| s.by_type.get("security").copied().unwrap_or_default()),
         count(|s| s.cves),
@@ -250,7 +252,7 @@ fn row(
             .and_then(|r| serde_json::to_value(r).ok())
             .unwrap_or(Value::Null);
         cells.extend([
-            item.from.as_ref().map_or(Value::Null, |f| json!(f.name)),
+            item.from.as_ref().map_or(Value::Null, |f| text(&f.name)),
             packages.map_or(Value::Null, Value::from),
             json!(item.available),
             reason,

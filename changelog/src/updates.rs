@@ -98,10 +98,17 @@ where
     Ok(Option::<T>::deserialize(de)?.unwrap_or_default())
 }
 
-/// Whether `id` looks like a CVE id (`CVE-YYYY-NNNN...`, any case).
+/// Most digits of a CVE id's sequence number. The CVE program issues 4 or more; the
+/// largest issued so far have 7. Ten leaves room for a thousand times more ids, and keeps an
+/// id a client chooses (`?cve=`, a key of kept answers) short.
+pub const MAX_CVE_SEQUENCE_DIGITS: usize = 10;
+
+/// Whether `id` looks like a CVE id (`CVE-YYYY-NNNN...`, any case, at most
+/// [`MAX_CVE_SEQUENCE_DIGITS`] digits after the year).
 pub fn is_cve_id(id: &str) -> bool {
     let b = id.as_bytes();
     b.len() >= 13
+        && b.len() <= 9 + MAX_CVE_SEQUENCE_DIGITS
         && b[..4].eq_ignore_ascii_case(b"CVE-")
         && b[4..8].iter().all(u8::is_ascii_digit)
         && b[8] == b'-'
@@ -459,6 +466,9 @@ mod tests {
         assert!(!is_cve_id("CVE-2024-001"));
         assert!(!is_cve_id("CVE-24-00001"));
         assert!(!is_cve_id("CVE-2024-0001a"));
+        assert!(is_cve_id("CVE-2024-1234567890"));
+        assert!(!is_cve_id("CVE-2024-12345678901"));
+        assert!(!is_cve_id(&format!("CVE-2024-{}", "1".repeat(7000))));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use elemental_changelog_apiservice::{API_VERSION, RESOURCE, SUBRESOURCE, content};
+use elemental_changelog_apiservice::{API_VERSION, RESOURCE, SUBRESOURCE, content, render};
 use http::{HeaderValue, Request, StatusCode, header};
 use http_body_util::{BodyExt as _, Limited};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
@@ -345,7 +345,7 @@ impl Warnings {
     pub fn print(&mut self, answer: &Answer) {
         for text in &answer.warnings {
             if self.seen.insert(text.clone()) {
-                eprintln!("Warning: {text}");
+                eprintln!("Warning: {}", render::terminal_safe(text));
             }
         }
     }

@@ -31,7 +31,7 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{}", report(&e));
+            eprintln!("{}", render::terminal_safe(&report(&e)));
             ExitCode::FAILURE
         }
     }

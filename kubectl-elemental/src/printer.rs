@@ -2,6 +2,7 @@
 //! printer and `text/tabwriter` settings), so `kubectl elemental versions`
 //! and `kubectl get managedosversions.changelog.elemental.cattle.io` agree.
 
+use elemental_changelog_apiservice::render;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -54,10 +55,14 @@ pub struct Options {
 fn cell(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
-        Value::String(s) => match s.find(['\n', '\r', '\x0c']) {
-            Some(i) => format!("{}...", &s[..i]),
-            None => s.clone(),
-        },
+        Value::String(s) => {
+            let line = match s.find(['\n', '\r', '\x0c']) {
+                Some(i) => format!("{}...", &s[..i]),
+                None => s.clone(),
+            };
+            // The server escapes what it sends; a cell from elsewhere is escaped here.
+            render::terminal_safe(&line).into_owned()
+        }
         other => other.to_string(),
     }
 }

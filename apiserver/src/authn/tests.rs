@@ -669,6 +669,21 @@ async fn concurrent_identical_reviews_are_coalesced() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn health_paths_review_no_token() {
+    let (client, mut handle) = mock::client();
+    let authenticator = authenticator(client, Duration::from_secs(10));
+    for n in 0..20 {
+        let mut request = bearer(&format!("random-{n}"));
+        let user = authenticator
+            .authenticate_without_review(&mut request, None)
+            .await
+            .unwrap();
+        assert_eq!(user, UserInfo::anonymous());
+    }
+    assert!(mock::idle(&mut handle), "a TokenReview was sent");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_zero_ttl_disables_the_token_cache() {
     let (client, mut handle) = mock::client();
     let authenticator = authenticator(client, Duration::ZERO);

@@ -30,6 +30,17 @@ pub enum ReviewError {
     /// The task making the review panicked or was cancelled at shutdown.
     #[error("review task failed")]
     Task(#[source] Arc<tokio::task::JoinError>),
+    /// As many reviews as allowed are already in flight; nothing was sent.
+    #[error("{0} reviews are already in flight")]
+    Saturated(usize),
+}
+
+impl ReviewError {
+    /// Whether the review was not made because too many are in flight (the request is
+    /// answered 429, not 401 or 500: it may be tried again at once).
+    pub fn is_saturated(&self) -> bool {
+        matches!(self, Self::Saturated(_))
+    }
 }
 
 /// Exponential backoff between attempts, as Go's `wait.Backoff` (without jitter).
@@ -56,6 +67,12 @@ pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most answers a review cache keeps; expired answers go first, then the oldest.
 pub(crate) const CACHE_CAPACITY: usize = 8192;
+
+/// Most distinct reviews of one kind in flight at once. A review outlives the request that
+/// started it (others may wait for its answer), so without a bound a client sending requests
+/// with ever new tokens, and going away at once, could keep any number running against the
+/// kube API. Past it a request is answered 429 without a review.
+pub(crate) const MAX_REVIEWS_IN_FLIGHT: usize = 64;
 
 /// Whether `error` is transient, as `webhook.DefaultShouldRetry`: a broken connection, or an API
 /// answer that says "internal error", "timeout", "too many requests" or asks to retry later.
@@ -193,6 +210,9 @@ where
                 }
                 None => {}
             }
+        }
+        if !self.in_flight.in_flight(&key) && self.in_flight.len() >= MAX_REVIEWS_IN_FLIGHT {
+            return Err(Arc::new(ReviewError::Saturated(MAX_REVIEWS_IN_FLIGHT)));
         }
         let answers = Arc::clone(&self.answers);
         let capacity = self.capacity;
@@ -384,6 +404,63 @@ mod tests {
                 .ok(),
             Some(1)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reviews_in_flight_are_bounded() {
+        let cache = Arc::new(ReviewCache::<u32, u32>::new(10_000));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let mut pending = Vec::new();
+        for key in 0..u32::try_from(MAX_REVIEWS_IN_FLIGHT).unwrap() {
+            let (cache, mut released) = (Arc::clone(&cache), released.clone());
+            pending.push(tokio::spawn(async move {
+                cache
+                    .get_or_review(
+                        key,
+                        || async move {
+                            released.wait_for(|r| *r).await.ok();
+                            Ok(key)
+                        },
+                        |_: &u32| None,
+                    )
+                    .await
+            }));
+        }
+        for _ in 0..1000 {
+            if cache.in_flight.len() == MAX_REVIEWS_IN_FLIGHT {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(cache.in_flight.len(), MAX_REVIEWS_IN_FLIGHT);
+        // One more distinct review is refused without being started...
+        let started = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&started);
+        let refused = cache
+            .get_or_review(
+                u32::MAX,
+                || async move { Ok(counted.fetch_add(1, Ordering::SeqCst)) },
+                |_: &u32| None,
+            )
+            .await;
+        assert!(matches!(refused, Err(e) if e.is_saturated()));
+        assert_eq!(started.load(Ordering::SeqCst), 0);
+        // ...but a lookup of a key in flight joins its review.
+        let (joined, ()) = tokio::join!(
+            cache.get_or_review(0, || async { Ok(999) }, |_: &u32| None),
+            async {
+                release.send_replace(true);
+            }
+        );
+        assert_eq!(joined.ok(), Some(0));
+        for review in pending {
+            assert!(review.await.unwrap().is_ok());
+        }
+        // Once they are done, reviews start again.
+        let again = cache
+            .get_or_review(u32::MAX, || async { Ok(5) }, |_: &u32| None)
+            .await;
+        assert_eq!(again.ok(), Some(5));
     }
 
     #[tokio::test(start_paused = true)]

@@ -80,6 +80,20 @@ impl Attributes {
         self.resource.as_ref()
     }
 
+    /// The same request on another object of the same resource: the attributes a request
+    /// that names `name` instead would have (for `from=`, which reads a second object).
+    /// `None` for a request that names no object.
+    pub fn with_name(&self, name: &str) -> Option<Self> {
+        let mut resource = self.resource.clone()?;
+        resource.name.as_ref()?;
+        resource.name = Some(name.to_owned());
+        Some(Self {
+            path: resource.path(),
+            verb: self.verb.clone(),
+            resource: Some(resource),
+        })
+    }
+
     /// The path's segments, without leading and trailing slashes (requestinfo.go's split).
     pub(super) fn segments(&self) -> Vec<&str> {
         segments(&self.path)
@@ -96,6 +110,34 @@ impl Attributes {
                 + r.name.as_ref().map_or(0, String::len)
         });
         self.path.len() + self.verb.len() + resource
+    }
+}
+
+impl ResourceAttributes {
+    /// The canonical path of these attributes: `/api/{v}` or `/apis/{g}/{v}`, then
+    /// `namespaces/{ns}`, resource, name and subresource as present.
+    fn path(&self) -> String {
+        let mut path = if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        };
+        if let Some(namespace) = &self.namespace {
+            path.push_str("/namespaces/");
+            path.push_str(namespace);
+        }
+        for part in [
+            Some(&self.resource),
+            self.name.as_ref(),
+            self.subresource.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            path.push('/');
+            path.push_str(part);
+        }
+        path
     }
 }
 
@@ -237,6 +279,23 @@ mod tests {
     fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
         let path = super::super::decode_path(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         Attributes::of(method, path, &QueryValues::parse(query.unwrap_or_default()))
+    }
+
+    #[test]
+    fn with_name_is_the_request_on_the_other_object() {
+        let path = format!("{BASE}/namespaces/fleet-default/managedosversions/v2/changelog");
+        let a = attributes(&Method::GET, &path, Some("from=v1"));
+        let other = a.with_name("v1").unwrap_or_else(|| panic!("named"));
+        assert_eq!(
+            other,
+            attributes(
+                &Method::GET,
+                &format!("{BASE}/namespaces/fleet-default/managedosversions/v1/changelog"),
+                None
+            )
+        );
+        let list = attributes(&Method::GET, &format!("{BASE}/managedosversions"), None);
+        assert_eq!(list.with_name("v1"), None);
     }
 
     fn resource_of(

@@ -5,8 +5,10 @@
 //! (`--answer-cache-size`), with concurrent misses of one answer rendered once.
 
 use std::{
+    future::Future,
     hash::Hash,
     io::Write,
+    mem::size_of,
     sync::{Arc, Weak},
 };
 
@@ -200,12 +202,25 @@ pub fn accepts_gzip(value: Option<&HeaderValue>) -> bool {
     })
 }
 
+/// A key of kept answers: what it holds besides its own size counts in the cache's weight, so
+/// that keys a client chooses (a `from`, a `cve`) cannot make the cache hold more than it says.
+pub trait AnswerKeyBytes {
+    /// Bytes the key holds on the heap.
+    fn heap_bytes(&self) -> usize;
+}
+
+impl AnswerKeyBytes for u32 {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
 #[derive(Clone)]
 struct ByBytes;
 
-impl<K> Weighter<K, Arc<Ready>> for ByBytes {
-    fn weight(&self, _key: &K, ready: &Arc<Ready>) -> u64 {
-        ready.weight()
+impl<K: AnswerKeyBytes> Weighter<K, Arc<Ready>> for ByBytes {
+    fn weight(&self, key: &K, ready: &Arc<Ready>) -> u64 {
+        ready.weight() + (size_of::<K>() + key.heap_bytes()) as u64
     }
 }
 
@@ -217,7 +232,7 @@ pub struct ReadyCache<K> {
     metrics: Arc<Metrics>,
 }
 
-impl<K: Eq + Hash + Clone> ReadyCache<K> {
+impl<K: Eq + Hash + Clone + AnswerKeyBytes> ReadyCache<K> {
     /// A cache of at most `capacity` bytes; 0 keeps nothing (every answer is rendered).
     pub fn new(capacity: u64, metrics: Arc<Metrics>) -> Self {
         // Answers are typically a few KiB; the estimate only sizes the tables.
@@ -260,6 +275,40 @@ impl<K: Eq + Hash + Clone> ReadyCache<K> {
             render().map(Arc::new)
         })?;
         self.metrics.answer_cache(!rendered);
+        self.metrics
+            .answer_cache_bytes(answers.weight(), answers.len());
+        Ok(answer)
+    }
+
+    /// The answer kept for `key`, or the one `render` makes (kept), waiting without holding
+    /// a thread: concurrent callers with one key wait for one render (the first caller's;
+    /// should it fail or go away, the next one renders). Errors are not kept.
+    pub async fn get_or_render_async<E>(
+        &self,
+        key: K,
+        render: impl Future<Output = Result<Ready, E>>,
+    ) -> Result<Arc<Ready>, E> {
+        let Some(answers) = &self.answers else {
+            self.metrics.answer_cache(false);
+            return render.await.map(Arc::new);
+        };
+        let guard = loop {
+            match answers.get_value_or_guard_async(&key).await {
+                Ok(found) if found.pins_alive() => {
+                    self.metrics.answer_cache(true);
+                    return Ok(found);
+                }
+                // Rendered from a snapshot that is gone: never sent again.
+                Ok(_) => {
+                    answers.remove(&key);
+                }
+                Err(guard) => break guard,
+            }
+        };
+        let answer = Arc::new(render.await?);
+        // Refused only when the placeholder was replaced meanwhile; the answer is still right.
+        let _ = guard.insert(answer.clone());
+        self.metrics.answer_cache(false);
         self.metrics
             .answer_cache_bytes(answers.weight(), answers.len());
         Ok(answer)
@@ -396,6 +445,65 @@ mod tests {
         let failed = cache.get_or_render(500u32, || Err("no"));
         assert_eq!(failed.unwrap_err(), "no");
         assert!(!cache.contains(&500));
+    }
+
+    #[derive(Clone, PartialEq, Eq, Hash)]
+    struct Long(String);
+
+    impl AnswerKeyBytes for Long {
+        fn heap_bytes(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    #[test]
+    fn keys_count_in_the_weight() {
+        let metrics = Arc::new(Metrics::new());
+        let cache = ReadyCache::new(1 << 20, metrics);
+        // Small answers under 7,000-byte keys: without the keys, 1 MiB would hold ~1,700 of
+        // them and ~12 MiB of keys.
+        for n in 0..2000 {
+            let key = Long(format!("{n:07000}"));
+            cache
+                .get_or_render::<()>(key, || {
+                    Ok(Ready::answer(b"{}".to_vec(), "application/json"))
+                })
+                .unwrap();
+        }
+        let kept = cache.answers.as_ref().unwrap().len();
+        assert!(
+            kept * 7000 <= 1 << 20,
+            "{kept} answers with 7,000-byte keys kept"
+        );
+        assert!(cache.weight() <= 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn concurrent_async_renders_of_one_key_render_once() {
+        let metrics = Arc::new(Metrics::new());
+        let cache = Arc::new(ReadyCache::new(1 << 20, metrics));
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let mut waiters = Vec::new();
+        for _ in 0..20 {
+            let (cache, renders, mut released) = (cache.clone(), renders.clone(), released.clone());
+            waiters.push(tokio::spawn(async move {
+                cache
+                    .get_or_render_async::<()>(7u32, async move {
+                        renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        released.wait_for(|r| *r).await.unwrap();
+                        Ok(Ready::answer(b"{}".to_vec(), "application/json"))
+                    })
+                    .await
+                    .unwrap()
+            }));
+        }
+        tokio::task::yield_now().await;
+        release.send_replace(true);
+        for waiter in waiters {
+            assert_eq!(waiter.await.unwrap().body().as_ref(), b"{}");
+        }
+        assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use kube::ResourceExt;
 
 use super::{
     HttpResponse, ok,
-    ready::{Ready, ReadyCache},
+    ready::{AnswerKeyBytes, Ready, ReadyCache},
 };
 use crate::oci::FetchErrorKind;
 use crate::{
@@ -83,6 +83,22 @@ pub enum AnswerKey {
     },
 }
 
+impl AnswerKeyBytes for AnswerKey {
+    fn heap_bytes(&self) -> usize {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        match self {
+            Self::Changelog { object, from, .. } => {
+                object.namespace.len()
+                    + object.name.len()
+                    + text(&object.uid)
+                    + text(&object.resource_version)
+                    + text(from)
+            }
+            Self::Summaries { cve, .. } => text(cve),
+        }
+    }
+}
+
 /// A ManagedOSVersion as last seen: namespace, name, uid and resourceVersion.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ObjectVersion {
@@ -122,6 +138,66 @@ impl Answer {
     }
 }
 
+/// How a request is answered, decided once ([`Resources::plan`]).
+pub enum Plan {
+    /// The answer is kept: send it.
+    Ready(Arc<Ready>),
+    /// It must be rendered.
+    Render(Render),
+}
+
+/// An answer to render, and what rendering it costs.
+pub struct Render {
+    /// Whether it grows with the data (a range of versions, a list): such jobs run at most
+    /// `--max-compute-concurrency` at once.
+    pub cost: Cost,
+    /// The work.
+    pub job: Job,
+}
+
+/// What rendering grows with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cost {
+    /// One version's answer.
+    Light,
+    /// A range of versions, or a list.
+    Heavy,
+}
+
+/// A rendering job; each runs off the async threads.
+pub enum Job {
+    /// Renders the answer kept under `key`: concurrent requests for one key wait (without
+    /// holding a thread) for one render.
+    Keep {
+        /// What the answer depends on.
+        key: AnswerKey,
+        /// Renders it.
+        render: Box<dyn FnOnce() -> Result<Ready, StatusError> + Send>,
+    },
+    /// Makes an answer (a Table, for one request; a list, selecting as it goes).
+    Run(Box<dyn FnOnce() -> Result<Answer, StatusError> + Send>),
+}
+
+impl Plan {
+    /// Carries the plan out on this thread (tests, the ahead-of-time pass, and jobs that
+    /// already run on the blocking pool).
+    pub fn run_here(self, resources: &Resources) -> Result<Answer, StatusError> {
+        match self {
+            Self::Ready(ready) => Ok(Answer::Ready(ready)),
+            Self::Render(Render {
+                job: Job::Keep { key, render },
+                ..
+            }) => resources
+                .ready
+                .get_or_render(key, render)
+                .map(Answer::Ready),
+            Self::Render(Render {
+                job: Job::Run(run), ..
+            }) => run(),
+        }
+    }
+}
+
 /// Where a version's data stands: the snapshot holding it, or why none does.
 enum Lookup {
     Found {
@@ -137,13 +213,13 @@ enum Lookup {
 }
 
 /// A changelog request whose version, channel and snapshot are known.
-struct ChangelogRequest<'a> {
+struct ChangelogRequest {
     key: AnswerKey,
     version: Arc<ManagedOSVersion>,
     channel: Arc<ManagedOSVersionChannel>,
     snapshot: Arc<Snapshot>,
-    params: &'a ChangelogParams,
-    arch: &'a Arch,
+    params: ChangelogParams,
+    arch: Arch,
 }
 
 /// The versions a summaries request selects, each with where its data stands.
@@ -169,14 +245,14 @@ impl Resources {
         }
     }
 
-    /// The answer to `resource` when it is kept ready, decided without rendering anything:
-    /// `Ok(None)` means it must be rendered ([`Resources::answer`]). Errors (404, 400, 503)
-    /// are cheap and final.
-    pub fn kept(
-        &self,
+    /// Plans the answer to `resource`, once: the ready bytes when they are kept (decided
+    /// without rendering anything), else what renders them. Errors (404, 400, 503) are cheap
+    /// and final. Only map lookups happen here; a list's selection is made by its job.
+    pub fn plan(
+        self: &Arc<Self>,
         resource: &Resource,
         accept: Option<&str>,
-    ) -> Result<Option<Arc<Ready>>, StatusError> {
+    ) -> Result<Plan, StatusError> {
         match resource {
             Resource::Changelog {
                 namespace,
@@ -184,23 +260,22 @@ impl Resources {
                 params,
             } => {
                 let request = self.changelog_request(namespace, name, params, accept)?;
-                Ok(self.ready.get(&request.key))
-            }
-            Resource::Get { .. } | Resource::List { .. } => Ok(None),
-        }
-    }
-
-    /// Answers a resource request, from the ready bytes when they are kept, else rendering
-    /// them (and keeping them).
-    pub fn answer(&self, resource: &Resource, accept: Option<&str>) -> Result<Answer, StatusError> {
-        match resource {
-            Resource::Changelog {
-                namespace,
-                name,
-                params,
-            } => {
-                let request = self.changelog_request(namespace, name, params, accept)?;
-                self.changelog(request).map(Answer::Ready)
+                if let Some(ready) = self.ready.get(&request.key) {
+                    return Ok(Plan::Ready(ready));
+                }
+                let cost = if params.from.is_some() {
+                    Cost::Heavy
+                } else {
+                    Cost::Light
+                };
+                let key = request.key.clone();
+                Ok(Plan::Render(Render {
+                    cost,
+                    job: Job::Keep {
+                        key,
+                        render: Box::new(move || request.render()),
+                    },
+                }))
             }
             Resource::Get {
                 namespace,
@@ -208,17 +283,33 @@ impl Resources {
                 params,
             } => {
                 let representation = content::negotiate(accept, params.include_object)?;
-                let arch = self.arch(params.arch.as_ref())?;
+                let arch = self.arch(params.arch.as_ref())?.clone();
                 let version = self.version(namespace, name)?;
-                let lookup = self.lookup(&version, arch);
-                self.summaries(vec![(version, lookup)], None, arch, representation, false)
+                let lookup = self.lookup(&version, &arch);
+                self.plan_summaries(vec![(version, lookup)], None, arch, representation, false)
             }
             Resource::List { namespace, params } => {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
-                let arch = self.arch(params.arch.as_ref())?;
-                let selection = self.select(namespace.as_deref(), params, arch);
-                self.summaries(selection, params.cve.as_deref(), arch, representation, true)
+                let arch = self.arch(params.arch.as_ref())?.clone();
+                let (resources, namespace, params) =
+                    (self.clone(), namespace.clone(), params.clone());
+                // Selecting grows with the number of versions: it is part of the job.
+                Ok(Plan::Render(Render {
+                    cost: Cost::Heavy,
+                    job: Job::Run(Box::new(move || {
+                        let selection = resources.select(namespace.as_deref(), &params, &arch);
+                        resources
+                            .plan_summaries(
+                                selection,
+                                params.cve.clone(),
+                                arch,
+                                representation,
+                                true,
+                            )?
+                            .run_here(&resources)
+                    })),
+                }))
             }
         }
     }
@@ -239,7 +330,12 @@ impl Resources {
             let Ok(request) = self.changelog_request(&namespace, &name, &params, None) else {
                 continue;
             };
-            if !self.ready.contains(&request.key) && self.changelog(request).is_ok() {
+            if !self.ready.contains(&request.key)
+                && self
+                    .ready
+                    .get_or_render(request.key.clone(), || request.render())
+                    .is_ok()
+            {
                 rendered += 1;
             }
         }
@@ -258,13 +354,13 @@ impl Resources {
 
     /// Finds what a changelog request needs: the version, its channel and snapshot; `from`
     /// checked. Cheap: nothing is computed or rendered.
-    fn changelog_request<'a>(
-        &'a self,
+    fn changelog_request(
+        &self,
         namespace: &str,
         name: &str,
-        params: &'a ChangelogParams,
+        params: &ChangelogParams,
         accept: Option<&str>,
-    ) -> Result<ChangelogRequest<'a>, StatusError> {
+    ) -> Result<ChangelogRequest, StatusError> {
         if params.format == Format::Json {
             // A Table of a changelog is not offered; kubectl then prints the
             // object itself. Only types we cannot produce at all are refused.
@@ -291,57 +387,8 @@ impl Resources {
             version,
             channel,
             snapshot,
-            params,
-            arch,
-        })
-    }
-
-    /// The changelog's ready bytes, rendered unless kept.
-    fn changelog(&self, request: ChangelogRequest<'_>) -> Result<Arc<Ready>, StatusError> {
-        let ChangelogRequest {
-            key,
-            version,
-            channel,
-            snapshot,
-            params,
-            arch,
-        } = request;
-        self.ready.get_or_render(key, || {
-            let name = version.name_any();
-            let channel_name = channel.name_any();
-            let source = source(&channel_name, &snapshot);
-            let changelog = objects::changelog(
-                source,
-                &snapshot.data,
-                &name,
-                params.from.as_deref(),
-                object_meta(&version),
-                arch,
-            )
-            .map_err(|e| query_error(&name, source, &e))?;
-            let (body, content_type) = match params.format {
-                Format::Json => (
-                    serde_json::to_vec(&changelog).map_err(|e| StatusError::internal(&e))?,
-                    content::JSON,
-                ),
-                Format::Text => (
-                    render::text(&changelog).into_bytes(),
-                    "text/plain; charset=utf-8",
-                ),
-                Format::Markdown => (
-                    render::markdown(&changelog).into_bytes(),
-                    "text/markdown; charset=utf-8",
-                ),
-            };
-            // kubectl (and client-go) print these on stderr.
-            let warnings = changelog
-                .warnings
-                .iter()
-                .filter_map(|w| HeaderValue::from_str(&objects::warning_header(w)).ok())
-                .collect();
-            Ok(Ready::answer(body, content_type)
-                .with_warnings(warnings)
-                .pinned(&[&snapshot]))
+            params: params.clone(),
+            arch: arch.clone(),
         })
     }
 
@@ -365,41 +412,53 @@ impl Resources {
             .collect()
     }
 
-    /// Summaries of `selection` (with `cve`, only the versions fixing it, first fix first).
-    /// JSON is kept ready; a Table is made for each request.
-    fn summaries(
+    /// The plan for the summaries of `selection` (with `cve`, only the versions fixing it,
+    /// first fix first). JSON is kept ready; a Table is made for each request.
+    fn plan_summaries(
         &self,
         selection: Selection,
-        cve: Option<&str>,
-        arch: &Arch,
+        cve: Option<String>,
+        arch: Arch,
         representation: Representation,
         list: bool,
-    ) -> Result<Answer, StatusError> {
-        let render = |selection: Selection| {
-            let selection = match cve {
-                Some(cve) => fixing(selection, cve),
-                None => selection,
-            };
-            let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
-            respond_summaries(representation, items, list)
-        };
+    ) -> Result<Plan, StatusError> {
+        let cost = if list { Cost::Heavy } else { Cost::Light };
         if !matches!(representation, Representation::Json) {
-            let (body, content_type) = render(selection)?;
-            return Ok(Answer::Fresh(ok(body, content_type)));
+            return Ok(Plan::Render(Render {
+                cost,
+                job: Job::Run(Box::new(move || {
+                    let (body, content_type) =
+                        render_summaries(selection, cve.as_deref(), representation, list)?;
+                    Ok(Answer::Fresh(ok(body, content_type)))
+                })),
+            }));
         }
         let key = AnswerKey::Summaries {
             list,
-            cve: cve.map(str::to_owned),
-            arch: arch.clone(),
+            cve: cve.clone(),
+            arch,
             fingerprint: fingerprint(&selection),
         };
-        self.ready
-            .get_or_render(key, || {
-                let pins: Vec<Arc<Snapshot>> = snapshots_of(&selection);
-                let (body, content_type) = render(selection)?;
-                Ok(Ready::answer(body, content_type).pinned(&pins.iter().collect::<Vec<_>>()))
-            })
-            .map(Answer::Ready)
+        if let Some(ready) = self.ready.get(&key) {
+            return Ok(Plan::Ready(ready));
+        }
+        Ok(Plan::Render(Render {
+            cost,
+            job: Job::Keep {
+                key,
+                render: Box::new(move || {
+                    let pins: Vec<Arc<Snapshot>> = snapshots_of(&selection);
+                    let (body, content_type) =
+                        render_summaries(selection, cve.as_deref(), representation, list)?;
+                    Ok(Ready::answer(body, content_type).pinned(&pins.iter().collect::<Vec<_>>()))
+                }),
+            },
+        }))
+    }
+
+    /// The kept answers.
+    pub fn ready(&self) -> &ReadyCache<AnswerKey> {
+        &self.ready
     }
 
     /// The architecture asked for (the default when none), if this server reads it.
@@ -541,6 +600,56 @@ impl Resources {
                 "from: ManagedOSVersion {from} belongs to no channel"
             ))),
         }
+    }
+}
+
+impl ChangelogRequest {
+    /// Renders the changelog (the `from` range computed here, so on the blocking pool when it
+    /// is a range).
+    fn render(self) -> Result<Ready, StatusError> {
+        let Self {
+            version,
+            channel,
+            snapshot,
+            params,
+            arch,
+            ..
+        } = self;
+        let name = version.name_any();
+        let channel_name = channel.name_any();
+        let source = source(&channel_name, &snapshot);
+        let changelog = objects::changelog(
+            source,
+            &snapshot.data,
+            &name,
+            params.from.as_deref(),
+            object_meta(&version),
+            &arch,
+        )
+        .map_err(|e| query_error(&name, source, &e))?;
+        let (body, content_type) = match params.format {
+            Format::Json => (
+                serde_json::to_vec(&changelog).map_err(|e| StatusError::internal(&e))?,
+                content::JSON,
+            ),
+            Format::Text => (
+                render::text(&changelog).into_bytes(),
+                "text/plain; charset=utf-8",
+            ),
+            Format::Markdown => (
+                render::markdown(&changelog).into_bytes(),
+                "text/markdown; charset=utf-8",
+            ),
+        };
+        // kubectl (and client-go) print these on stderr.
+        let warnings = changelog
+            .warnings
+            .iter()
+            .filter_map(|w| HeaderValue::from_str(&objects::warning_header(w)).ok())
+            .collect();
+        Ok(Ready::answer(body, content_type)
+            .with_warnings(warnings)
+            .pinned(&[&snapshot]))
     }
 }
 
@@ -782,6 +891,22 @@ fn snapshots_of(selection: &Selection) -> Vec<Arc<Snapshot>> {
 
 /// Where a version stands: namespace, channel, index in the channel's order.
 type ChannelPosition = (Option<String>, Option<String>, usize);
+
+/// The summaries of `selection` (with `cve`, only the versions fixing it) in
+/// `representation`.
+fn render_summaries(
+    selection: Selection,
+    cve: Option<&str>,
+    representation: Representation,
+    list: bool,
+) -> Result<(Vec<u8>, &'static str), StatusError> {
+    let selection = match cve {
+        Some(cve) => fixing(selection, cve),
+        None => selection,
+    };
+    let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
+    respond_summaries(representation, items, list)
+}
 
 /// The body and content type of summaries in `representation`.
 fn respond_summaries(

@@ -173,7 +173,7 @@ fn forbidden_names_the_resource_or_the_path() {
         &http::Method::GET,
         &format!("{BASE}/namespaces/fleet-default/managedosversions/v1/changelog"),
     );
-    let e = forbidden(&user, &info, "");
+    let e = forbidden(&user, info.attributes(), "");
     assert_eq!(e.code(), 403);
     assert!(
         e.message.contains(r#"User "jane" cannot get resource "managedosversions/changelog" in API group "changelog.elemental.cattle.io" in the namespace "fleet-default""#),
@@ -181,7 +181,7 @@ fn forbidden_names_the_resource_or_the_path() {
         e.message
     );
     let info = request(&http::Method::GET, "/metrics");
-    let e = forbidden(&user, &info, "");
+    let e = forbidden(&user, info.attributes(), "");
     assert!(
         e.message.contains(r#"cannot get path "/metrics""#),
         "{}",

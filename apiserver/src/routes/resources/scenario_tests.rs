@@ -159,7 +159,7 @@ struct World {
     channels: Writer<ManagedOSVersionChannel>,
     versions: Writer<ManagedOSVersion>,
     cache: Arc<Cache>,
-    resources: Resources,
+    resources: Arc<Resources>,
 }
 
 const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
@@ -174,13 +174,13 @@ impl World {
         };
         let cache = Arc::new(Cache::default());
         let arch = |a: &str| a.parse::<Arch>().unwrap_or_else(|e| panic!("{e}"));
-        let resources = Resources::new(
+        let resources = Arc::new(Resources::new(
             objects,
             cache.clone(),
             arch(default_arch),
             archs.iter().map(|a| arch(a)).collect(),
             ReadyCache::new(4 << 20, Arc::new(crate::metrics::Metrics::new())),
-        );
+        ));
         Self {
             channels,
             versions,
@@ -315,10 +315,8 @@ impl World {
         )?;
         match info.target() {
             crate::request::Target::Resource(resource) => {
-                match self.resources.kept(resource, accept)? {
-                    Some(ready) => Ok(ready.respond(headers)),
-                    None => Ok(self.resources.answer(resource, accept)?.respond(headers)),
-                }
+                let plan = self.resources.plan(resource, accept)?;
+                Ok(plan.run_here(&self.resources)?.respond(headers))
             }
             crate::request::Target::Invalid { error, .. } => Err(error.clone()),
             other => panic!("{uri} is not a resource request: {other:?}"),
@@ -1024,6 +1022,16 @@ fn resource_of(uri: &str) -> Resource {
     }
 }
 
+impl Resources {
+    /// The answer to `resource` when it is kept ready.
+    fn kept(self: &Arc<Self>, resource: &Resource) -> Result<Option<Arc<Ready>>, StatusError> {
+        Ok(match self.plan(resource, None)? {
+            Plan::Ready(ready) => Some(ready),
+            Plan::Render(_) => None,
+        })
+    }
+}
+
 fn changelog_path(namespace: &str, name: &str) -> String {
     format!("{BASE}/namespaces/{namespace}/managedosversions/{name}/changelog")
 }
@@ -1035,7 +1043,7 @@ fn answers_are_rendered_once_and_sent_as_kept() {
     let resource = resource_of(&format!("{path}?from={OLDEST}"));
     assert!(
         w.resources
-            .kept(&resource, None)
+            .kept(&resource)
             .unwrap_or_else(|e| panic!("{e:?}"))
             .is_none()
     );
@@ -1044,7 +1052,7 @@ fn answers_are_rendered_once_and_sent_as_kept() {
         .unwrap_or_else(|e| panic!("{e:?}"));
     let kept = w
         .resources
-        .kept(&resource, None)
+        .kept(&resource)
         .unwrap_or_else(|e| panic!("{e:?}"));
     let kept = kept.unwrap_or_else(|| panic!("the answer is kept after the first request"));
     let etag = header_of(&first, header::ETAG).to_owned();
@@ -1156,7 +1164,7 @@ fn default_answers_are_ready_before_the_first_request() {
         let resource = resource_of(&changelog_path(namespace, name));
         assert!(
             w.resources
-                .kept(&resource, None)
+                .kept(&resource)
                 .unwrap_or_else(|e| panic!("{e:?}"))
                 .is_some(),
             "{namespace}/{name}"
