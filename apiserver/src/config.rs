@@ -181,8 +181,8 @@ pub struct ServeArgs {
     pub registry: crate::oci::RegistryArgs,
     /// Authentication.
     #[command(flatten)]
-    pub authn: crate::authn::AuthnArgs,
+    pub authn: elemental_changelog_auth::authn::AuthnArgs,
     /// Authorization.
     #[command(flatten)]
-    pub authz: crate::authz::AuthzArgs,
+    pub authz: elemental_changelog_auth::authz::AuthzArgs,
 }

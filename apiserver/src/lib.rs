@@ -1,13 +1,11 @@
 //! elemental-changelog-apiserver: a Kubernetes aggregated API server that serves
 //! Elemental OS changelogs as a read-only subresource of ManagedOSVersion.
 //!
-//! A request flows through [`server`] (TLS, HTTP/1.1 and HTTP/2) → [`authn`]
-//! (front-proxy headers, client certificates, TokenReview) → [`authz`]
-//! (SubjectAccessReview) → [`routes`] which answer from the [`cache`] filled by
+//! A request flows through [`server`] (TLS, HTTP/1.1 and HTTP/2) → [`request`] (the request
+//! model) → authentication and authorization ([`elemental_changelog_auth`]: front-proxy
+//! headers, client certificates, TokenReview, SubjectAccessReview) → [`routes`] which answer from the [`cache`] filled by
 //! [`channels`] (reflectors and refresh triggers) through [`oci`] (image pulls).
 
-pub mod authn;
-pub mod authz;
 pub mod budget;
 pub mod cache;
 pub mod channels;

@@ -6,8 +6,6 @@ use std::{path::Path, process::ExitCode, sync::Arc};
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use elemental_changelog_apiserver::{
-    authn::Authenticator,
-    authz::Authorizer,
     cache::Cache,
     channels::{self, RefreshSettings, history::ConfigMapHistory},
     cli,
@@ -18,6 +16,7 @@ use elemental_changelog_apiserver::{
     routes::{App, ready::ReadyCache, resources::Resources},
     server, telemetry,
 };
+use elemental_changelog_auth::{authn::Authenticator, authz::Authorizer};
 use elemental_changelog_certs::{serving, tls};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
@@ -82,9 +81,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         &args.authn,
         metrics.clone(),
     ));
-    let authn_run = authn
-        .clone()
-        .run(health.ready_flag("authentication-config"));
+    let auth_ready = health.ready_flag("authentication-config");
+    let authn_run = authn.clone().run(move || auth_ready.set());
     let authz = Arc::new(Authorizer::new(client, &args.authz, metrics.clone()));
     let app = Arc::new(App {
         metrics: metrics.clone(),

@@ -491,6 +491,27 @@ fn bounded_verb(verb: &str) -> &'static str {
     }
 }
 
+/// The `resource` label of watch metrics for the authentication ConfigMap.
+const AUTH_CONFIG_WATCH: &str = "extension-apiserver-authentication";
+
+impl elemental_changelog_auth::AuthMetrics for Metrics {
+    fn authentication(&self, result: &'static str) {
+        Metrics::authentication(self, result);
+    }
+
+    fn authorization(&self, decision: &'static str) {
+        Metrics::authorization(self, decision);
+    }
+
+    fn config_watch_synced(&self) {
+        self.watch_synced(AUTH_CONFIG_WATCH, true);
+    }
+
+    fn config_watch_failed(&self) {
+        self.watch_error(AUTH_CONFIG_WATCH);
+    }
+}
+
 /// The serving limit that refused a request: the `limit` label of `refused_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServingLimit {

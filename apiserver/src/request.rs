@@ -36,12 +36,10 @@ use std::{net::SocketAddr, sync::Arc};
 use http::{Method, Uri};
 use rustls_pki_types::CertificateDer;
 
+pub use self::query::QueryValues;
 use self::selector::{FieldSelector, LabelSelector};
-pub use self::{
-    attributes::{Attributes, ResourceAttributes},
-    query::QueryValues,
-};
 use crate::metrics::RequestResource;
+pub use elemental_changelog_auth::{Attributes, ResourceAttributes};
 
 /// The longest query string accepted, in bytes (kube-apiserver takes what fits in its
 /// header limit; ours are short by nature).
@@ -237,7 +235,7 @@ impl RequestInfo {
         }
         let path = decode_path(uri.path())?;
         let query = QueryValues::parse(raw_query);
-        let attributes = Attributes::of(method, path, &query);
+        let attributes = attributes::of(method, path, &query);
         let target = Target::of(&attributes, &query);
         Ok(Self {
             method: method.clone(),
@@ -304,7 +302,7 @@ impl RequestInfo {
 impl Target {
     /// The target of a request whose path segments and verb `attributes` hold.
     fn of(attributes: &Attributes, query: &QueryValues) -> Self {
-        let segments = attributes.segments();
+        let segments = attributes::segments(attributes.path());
         match segments.as_slice() {
             ["apis"] => Self::Discovery(Discovery::Apis),
             ["apis", g] if *g == GROUP => Self::Discovery(Discovery::Group),

@@ -24,13 +24,16 @@ use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+use elemental_changelog_auth::{
+    authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
+    authz::{Authorizer, Decision},
+};
+
 use self::{
     ready::Ready,
     resources::{Answer, Cost, Job, Plan},
 };
 use crate::{
-    authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
-    authz::{Authorizer, Decision},
     health::{self, Health},
     metrics::{Metrics, RequestResource, ServingLimit},
     request::{Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use elemental_changelog_auth::{Attributes, ResourceAttributes};
 use http::Method;
 
 use super::{QueryValues, selector::FieldSelector, selector::LabelSelector};
@@ -13,135 +14,27 @@ const SPECIAL_VERBS: [&str; 2] = ["proxy", "watch"];
 /// Subresources of a namespace, which make `/namespaces/{ns}/{sub}` a request on the namespace.
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
-/// What a request asks to do, as k8s.io/apiserver's `authorizer.Attributes` without the user.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attributes {
-    path: String,
-    verb: Cow<'static, str>,
-    resource: Option<ResourceAttributes>,
-}
-
-/// The resource part of [`Attributes`], for requests under `/api` or `/apis`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResourceAttributes {
-    /// API group; empty for the core group.
-    pub group: String,
-    /// API version.
-    pub version: String,
-    /// Resource (plural); may be empty for malformed paths such as `/apis/{g}/{v}/watch`.
-    pub resource: String,
-    /// Subresource (`changelog`), when the path names one.
-    pub subresource: Option<String>,
-    /// Namespace, for a namespaced request.
-    pub namespace: Option<String>,
-    /// Object name, for a request on one object.
-    pub name: Option<String>,
-}
-
-impl Attributes {
-    /// The attributes of a request from its method, its percent-decoded path and its query.
-    ///
-    /// `/api/{version}/...` and `/apis/{group}/{version}/...` with at least one segment after
-    /// the version are resource requests: the verb comes from the method (`get` becomes
-    /// `list`, or `watch` with `watch=true`, without a name; `delete` without a name becomes
-    /// `deletecollection`; a method with no verb gives an empty one), or from a
-    /// `watch`/`proxy` segment after the version; `namespaces/{ns}/` scopes the request; then
-    /// come resource, name and subresource. A list with `fieldSelector=metadata.name=<name>`
-    /// names that object. Everything else (discovery, `/metrics`, `/openapi/v2`, ...) is a
-    /// non-resource request whose verb is the lower-case method.
-    pub(super) fn of(method: &Method, path: String, query: &QueryValues) -> Self {
-        match resource(method, &path, query) {
-            Some((verb, resource)) => Self {
-                path,
-                verb,
-                resource: Some(resource),
-            },
-            None => Self {
-                verb: Cow::Owned(method.as_str().to_ascii_lowercase()),
-                path,
-                resource: None,
-            },
+/// The attributes of a request from its method, its percent-decoded path and its query.
+///
+/// `/api/{version}/...` and `/apis/{group}/{version}/...` with at least one segment after
+/// the version are resource requests: the verb comes from the method (`get` becomes
+/// `list`, or `watch` with `watch=true`, without a name; `delete` without a name becomes
+/// `deletecollection`; a method with no verb gives an empty one), or from a
+/// `watch`/`proxy` segment after the version; `namespaces/{ns}/` scopes the request; then
+/// come resource, name and subresource. A list with `fieldSelector=metadata.name=<name>`
+/// names that object. Everything else (discovery, `/metrics`, `/openapi/v2`, ...) is a
+/// non-resource request whose verb is the lower-case method.
+pub(super) fn of(method: &Method, path: String, query: &QueryValues) -> Attributes {
+    match resource(method, &path, query) {
+        Some((verb, resource)) => Attributes::resource_request(path, verb, resource),
+        None => {
+            Attributes::non_resource_request(path, Cow::Owned(method.as_str().to_ascii_lowercase()))
         }
     }
-
-    /// The verb: `get`, `list`, `watch`, `create`, ... for resource requests, the lower-case
-    /// HTTP method for others.
-    pub fn verb(&self) -> &str {
-        &self.verb
-    }
-
-    /// The request path, percent-decoded.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// The resource attributes; `None` for a non-resource request.
-    pub fn resource(&self) -> Option<&ResourceAttributes> {
-        self.resource.as_ref()
-    }
-
-    /// The same request on another object of the same resource: the attributes a request
-    /// that names `name` instead would have (for `from=`, which reads a second object).
-    /// `None` for a request that names no object.
-    pub fn with_name(&self, name: &str) -> Option<Self> {
-        let mut resource = self.resource.clone()?;
-        resource.name.as_ref()?;
-        resource.name = Some(name.to_owned());
-        Some(Self {
-            path: resource.path(),
-            verb: self.verb.clone(),
-            resource: Some(resource),
-        })
-    }
-
-    /// The path's segments, without leading and trailing slashes (requestinfo.go's split).
-    pub(super) fn segments(&self) -> Vec<&str> {
-        segments(&self.path)
-    }
-
-    /// Total length of the attributes, as k8s.io/apiserver's `shouldCache` counts it.
-    pub fn size(&self) -> usize {
-        let resource = self.resource.as_ref().map_or(0, |r| {
-            r.group.len()
-                + r.version.len()
-                + r.resource.len()
-                + r.subresource.as_ref().map_or(0, String::len)
-                + r.namespace.as_ref().map_or(0, String::len)
-                + r.name.as_ref().map_or(0, String::len)
-        });
-        self.path.len() + self.verb.len() + resource
-    }
 }
 
-impl ResourceAttributes {
-    /// The canonical path of these attributes: `/api/{v}` or `/apis/{g}/{v}`, then
-    /// `namespaces/{ns}`, resource, name and subresource as present.
-    fn path(&self) -> String {
-        let mut path = if self.group.is_empty() {
-            format!("/api/{}", self.version)
-        } else {
-            format!("/apis/{}/{}", self.group, self.version)
-        };
-        if let Some(namespace) = &self.namespace {
-            path.push_str("/namespaces/");
-            path.push_str(namespace);
-        }
-        for part in [
-            Some(&self.resource),
-            self.name.as_ref(),
-            self.subresource.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            path.push('/');
-            path.push_str(part);
-        }
-        path
-    }
-}
-
-fn segments(path: &str) -> Vec<&str> {
+/// The path's segments, without leading and trailing slashes (requestinfo.go's split).
+pub(super) fn segments(path: &str) -> Vec<&str> {
     let trimmed = path.trim_matches('/');
     if trimmed.is_empty() {
         Vec::new()
@@ -278,7 +171,7 @@ mod tests {
     /// The attributes of a raw path and query, as [`crate::request::RequestInfo`] builds them.
     fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
         let path = super::super::decode_path(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        Attributes::of(method, path, &QueryValues::parse(query.unwrap_or_default()))
+        of(method, path, &QueryValues::parse(query.unwrap_or_default()))
     }
 
     #[test]
@@ -305,7 +198,7 @@ mod tests {
     ) -> (String, ResourceAttributes) {
         let attributes = attributes(&method, path, query);
         let verb = attributes.verb().to_owned();
-        match attributes.resource {
+        match attributes.resource().cloned() {
             Some(resource) => (verb, resource),
             None => panic!("{path} is not a resource request"),
         }
@@ -556,7 +449,7 @@ mod tests {
         fn never_panics(method in "[A-Z]{1,8}", path in "(/[a-z%2F.]{0,8}){0,8}/?", query in "[a-z=&%+;,.!\\\\]{0,30}") {
             let method = Method::from_bytes(method.as_bytes()).unwrap_or(Method::GET);
             let Ok(path) = super::super::decode_path(&path) else { return Ok(()) };
-            let attributes = Attributes::of(&method, path, &QueryValues::parse(&query));
+            let attributes = of(&method, path, &QueryValues::parse(&query));
             if let Some(resource) = attributes.resource() {
                 prop_assert!(resource.name.as_deref() != Some(""));
                 prop_assert!(resource.namespace.as_deref() != Some(""));

@@ -30,12 +30,11 @@ use kube::{Api, Client, api::PostParams};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    authn::{
-        ReviewError, UserInfo,
-        webhook::{CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, with_backoff},
+    Attributes, AuthMetrics,
+    authn::UserInfo,
+    review::{
+        CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, ReviewError, with_backoff,
     },
-    metrics::Metrics,
-    request::Attributes,
 };
 
 /// The group whose members are allowed everything without a review.
@@ -198,7 +197,7 @@ pub struct Authorizer {
     always_allow_paths: AlwaysAllowPaths,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn AuthMetrics>,
 }
 
 impl fmt::Debug for Authorizer {
@@ -214,7 +213,7 @@ impl fmt::Debug for Authorizer {
 impl Authorizer {
     /// An authorizer that reviews through `client` and counts its decisions in `metrics`
     /// (`allowed`, `denied`, `error`).
-    pub fn new(client: Client, args: &AuthzArgs, metrics: Arc<Metrics>) -> Self {
+    pub fn new(client: Client, args: &AuthzArgs, metrics: Arc<dyn AuthMetrics>) -> Self {
         Self {
             api: Api::all(client),
             cache: ReviewCache::new(CACHE_CAPACITY),

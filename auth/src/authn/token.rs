@@ -9,11 +9,9 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::{Api, Client, api::PostParams};
 use sha2::{Digest, Sha256};
 
-use super::{
-    AuthnError, UserInfo,
-    webhook::{
-        CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, ReviewError, with_backoff,
-    },
+use super::{AuthnError, UserInfo};
+use crate::review::{
+    CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, ReviewError, with_backoff,
 };
 
 /// The bearer token of the `Authorization` header, as Go's `bearertoken` reads it: the header

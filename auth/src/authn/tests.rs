@@ -11,7 +11,8 @@ use rcgen::{
 use rustls_pki_types::CertificateDer;
 use serde_json::{Value, json};
 
-use super::{webhook::mock, *};
+use super::*;
+use crate::review::mock;
 
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 
@@ -97,7 +98,7 @@ fn authenticator(client: Client, ttl: Duration) -> Authenticator {
     let args = AuthnArgs {
         token_cache_ttl: ttl,
     };
-    Authenticator::new(client, &args, Arc::new(Metrics::new()))
+    Authenticator::new(client, &args, Arc::new(crate::NoMetrics))
 }
 
 /// An authenticator whose kube API must never be called.

@@ -3,11 +3,11 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use http::{Method, StatusCode};
+use http::StatusCode;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::authn::webhook::mock;
+use crate::{ResourceAttributes, review::mock};
 
 const REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
@@ -15,7 +15,7 @@ const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 fn authorizer(args: &AuthzArgs) -> (Authorizer, mock::Handle) {
     let (client, handle) = mock::client();
     (
-        Authorizer::new(client, args, Arc::new(Metrics::new())),
+        Authorizer::new(client, args, Arc::new(crate::NoMetrics)),
         handle,
     )
 }
@@ -29,25 +29,51 @@ fn alice() -> UserInfo {
     }
 }
 
-/// The attributes of a request, as the request model builds them.
-fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
-    let uri: http::Uri = match query {
-        Some(query) => format!("{path}?{query}"),
-        None => path.to_owned(),
+/// A non-resource GET of `path`.
+fn non_resource(path: &str) -> Attributes {
+    Attributes::non_resource_request(path.to_owned(), "get".into())
+}
+
+/// A request on a resource of this API, as the request model builds it.
+fn resource(
+    verb: &'static str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    subresource: Option<&str>,
+) -> Attributes {
+    let mut path = BASE.to_owned();
+    for part in [
+        namespace.map(|ns| format!("namespaces/{ns}")),
+        Some("managedosversions".to_owned()),
+        name.map(str::to_owned),
+        subresource.map(str::to_owned),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        path.push('/');
+        path.push_str(&part);
     }
-    .parse()
-    .unwrap();
-    crate::request::RequestInfo::parse(method, &uri)
-        .unwrap()
-        .attributes()
-        .clone()
+    Attributes::resource_request(
+        path,
+        verb.into(),
+        ResourceAttributes {
+            group: "changelog.elemental.cattle.io".to_owned(),
+            version: "v1beta1".to_owned(),
+            resource: "managedosversions".to_owned(),
+            subresource: subresource.map(str::to_owned),
+            namespace: namespace.map(str::to_owned),
+            name: name.map(str::to_owned),
+        },
+    )
 }
 
 fn changelog() -> Attributes {
-    attributes(
-        &Method::GET,
-        &format!("{BASE}/namespaces/fleet-default/managedosversions/v1.2.3/changelog"),
-        Some("from=v1.2.2"),
+    resource(
+        "get",
+        Some("fleet-default"),
+        Some("v1.2.3"),
+        Some("changelog"),
     )
 }
 
@@ -117,11 +143,7 @@ async fn lists_are_reviewed_cluster_wide_without_name() {
         name: "bob".to_owned(),
         ..UserInfo::default()
     };
-    let attributes = attributes(
-        &Method::GET,
-        &format!("{BASE}/managedosversions"),
-        Some("labelSelector=a%3Db"),
-    );
+    let attributes = resource("list", None, None, None);
     let review = json!({
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
@@ -152,7 +174,7 @@ async fn lists_are_reviewed_cluster_wide_without_name() {
 async fn other_paths_are_reviewed_as_non_resource_requests() {
     let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
     let user = alice();
-    let attributes = attributes(&Method::GET, "/metrics", None);
+    let attributes = non_resource("/metrics");
     let mut review = changelog_review();
     review["spec"]
         .as_object_mut()
@@ -189,7 +211,7 @@ async fn masters_and_always_allowed_paths_skip_the_review() {
         "/debug/pprof/heap",
         "/debug/",
     ] {
-        let attributes = attributes(&Method::GET, path, None);
+        let attributes = non_resource(path);
         assert_eq!(
             authorizer.authorize(&anonymous, &attributes).await.unwrap(),
             Decision::Allow,
@@ -204,7 +226,7 @@ async fn paths_close_to_always_allowed_ones_are_reviewed() {
     let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
     let anonymous = UserInfo::anonymous();
     for path in ["/healthz/etcd", "/livezz", "/apis/x/v1/healthz"] {
-        let attributes = attributes(&Method::GET, path, None);
+        let attributes = non_resource(path);
         let (decision, ()) = tokio::join!(authorizer.authorize(&anonymous, &attributes), async {
             let (_, respond) = handle.next_request().await.expect("a review");
             respond.send_response(http::Response::new(kube::client::Body::from(

@@ -25,7 +25,6 @@ mod request_header;
 mod tests;
 mod token;
 mod watch;
-pub(crate) mod webhook;
 
 use std::{
     collections::BTreeMap,
@@ -50,10 +49,10 @@ pub use self::{
         REQUESTHEADER_USERNAME_HEADERS,
     },
     watch::{WatchError, watch_config},
-    webhook::ReviewError,
 };
 use self::{request_header::HeaderNames, token::TokenAuthenticator};
-use crate::{health::ReadyFlag, metrics::Metrics};
+use crate::AuthMetrics;
+pub use crate::review::ReviewError;
 
 /// The user of requests that carry no credentials.
 pub const ANONYMOUS_USER: &str = "system:anonymous";
@@ -185,9 +184,6 @@ enum Tokens {
     Ignore,
 }
 
-/// The `resource` label of watch metrics for the authentication ConfigMap.
-const CONFIG_METRIC_LABEL: &str = "extension-apiserver-authentication";
-
 /// k8s.io/apiserver's standard front-proxy headers, stripped whatever the configuration says.
 static STANDARD_HEADERS: LazyLock<HeaderNames> = LazyLock::new(HeaderNames::standard);
 
@@ -198,7 +194,7 @@ pub struct Authenticator {
     client: Client,
     tokens: TokenAuthenticator,
     ready: signal::Sender<bool>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn AuthMetrics>,
 }
 
 impl fmt::Debug for Authenticator {
@@ -214,7 +210,7 @@ impl Authenticator {
     /// An authenticator that reviews tokens (and watches its configuration, see [`Self::run`])
     /// through `client`, counting results in `metrics`. Its configuration is empty (tokens and
     /// anonymous only) until one is loaded, and it is not ready until then.
-    pub fn new(client: Client, args: &AuthnArgs, metrics: Arc<Metrics>) -> Self {
+    pub fn new(client: Client, args: &AuthnArgs, metrics: Arc<dyn AuthMetrics>) -> Self {
         Self {
             config: ArcSwap::from_pointee(AuthConfig::default()),
             tokens: TokenAuthenticator::new(client.clone(), args.token_cache_ttl),
@@ -227,12 +223,12 @@ impl Authenticator {
     /// Keeps the configuration current ([`watch_config`] with the authenticator's client) and
     /// sets `ready` once it is first loaded. Runs until the watch ends, which is logged as an
     /// error: the caller should stop the process.
-    pub async fn run(self: Arc<Self>, ready: ReadyFlag) {
+    pub async fn run(self: Arc<Self>, on_ready: impl FnOnce() + Send) {
         let client = self.client.clone();
         let watch = watch_config(client, Arc::clone(&self));
         let flag = async {
             self.wait_until_ready().await;
-            ready.set();
+            on_ready();
             std::future::pending::<()>().await;
         };
         tokio::select! {
@@ -287,12 +283,12 @@ impl Authenticator {
 
     fn mark_ready(&self) {
         self.ready.send_replace(true);
-        self.metrics.watch_synced(CONFIG_METRIC_LABEL, true);
+        self.metrics.config_watch_synced();
     }
 
     /// Counts a failure of the configuration watch.
     fn watch_failed(&self) {
-        self.metrics.watch_error(CONFIG_METRIC_LABEL);
+        self.metrics.config_watch_failed();
     }
 
     /// Authenticates a request from its headers and the client certificate chain of its

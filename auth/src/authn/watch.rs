@@ -36,8 +36,15 @@ pub async fn watch_config(
 ) -> Result<Infallible, WatchError> {
     let api: Api<ConfigMap> = Api::namespaced(client, CONFIG_MAP_NAMESPACE);
     let selector = format!("metadata.name={CONFIG_MAP_NAME}");
-    let mut events =
-        pin!(watcher(api, crate::channels::watch_config().fields(&selector)).default_backoff());
+    let mut events = pin!(
+        watcher(
+            api,
+            watcher::Config::default()
+                .timeout(crate::WATCH_TIMEOUT_SECONDS)
+                .fields(&selector)
+        )
+        .default_backoff()
+    );
     let mut listed = false;
     while let Some(event) = events.next().await {
         match event {

@@ -2,7 +2,7 @@
 //! k8s.io/apiserver's webhook clients make them (`pkg/util/webhook`,
 //! `plugin/pkg/authenticator/token/webhook`, `plugin/pkg/authorizer/webhook`): retried with
 //! exponential backoff on transient errors under an overall timeout, and answered from a cache
-//! whose concurrent lookups for the same key share one review ([`crate::singleflight`]).
+//! whose concurrent lookups for the same key share one review (a single flight, as Go's `singleflight.DoChan`).
 //!
 //! Shared by [`crate::authn`] (tokens) and [`crate::authz`] (access reviews).
 
