@@ -12,9 +12,11 @@
 //! only; past that, new connections are closed at once. In-flight requests and the
 //! per-request deadline are enforced by the app.
 //!
-//! Memory: a connection buffers at most [`MAX_HEADER_BYTES`] of request head, so
-//! `--max-connections` × 64 KiB (64 MiB at the default 1,024) bounds what unfinished
-//! heads can hold in all, whoever sends them.
+//! Memory: a connection buffers at most [`MAX_HEADER_BYTES`] of request head, and all
+//! connections together at most 8 KiB each plus one shared pool ([`heads`],
+//! [`HEAD_POOL_BYTES`]); an answer nobody reads holds at most one TLS record besides
+//! its body, for the write timeout. So what any number of hostile connections can make
+//! the server hold is bounded by `--max-connections`, whoever sends them.
 
 mod heads;
 mod io;
@@ -75,12 +77,14 @@ const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 /// that idle clients do not turn kube-apiserver's new connections to the probe pool.
 const PRESSURED_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 const PRESSURE_FRACTION: usize = 8;
+/// How often, at most, connections are told to look at their waits again under
+/// pressure.
 const PRESSURE_NOTICE_INTERVAL: Duration = Duration::from_millis(500);
 /// Largest request head (request line and headers) a connection buffers; larger is a
 /// 431. kube-apiserver accepts 1 MiB, but no client of this server sends more than a
 /// few KiB: kube-apiserver's proxy (user, groups and extras as `X-Remote-*` headers:
-/// 64 KiB is about a thousand groups of 50 characters), probes and Prometheus. Times
-/// `--max-connections`, it bounds the memory unfinished heads hold. hyper's minimum
+/// 64 KiB is about a thousand groups of 50 characters), probes and Prometheus. What
+/// all connections hold together is bounded by [`HEAD_POOL_BYTES`]. hyper's minimum
 /// is 8 KiB.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Bytes of unfinished request heads all connections may hold together beyond the
