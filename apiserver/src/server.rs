@@ -459,8 +459,14 @@ impl Connection {
                         return;
                     }
                     if closing.is_some_and(|deadline| now >= deadline) {
-                        debug!(%addr, "connection still busy after its graceful shutdown; dropped");
-                        return;
+                        // A request that began just before the GOAWAY runs to its end
+                        // (bounded by the request timeout); an answer that cannot be
+                        // written does not.
+                        if activity.in_flight() == 0 {
+                            debug!(%addr, "connection still busy after its graceful shutdown; dropped");
+                            return;
+                        }
+                        closing = Some(now + pool.write_timeout);
                     }
                 }
                 () = gate.pressure.notified(), if closing.is_none() && !stopping => {}

@@ -77,6 +77,11 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// Requests whose handler has not returned yet.
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
     /// Whether a byte was read.
     #[cfg(test)]
     pub(super) fn was_heard(&self) -> bool {

@@ -328,9 +328,9 @@ async fn unread_h2_answers_end_their_connections(bed: &TestBed, dialer: &Dialer)
 pub async fn all_at_once(bed: &mut TestBed, registry: &Registry) -> Result<()> {
     let mut flags = registry.server_flags()?;
     flags.extend([
-        "--header-read-timeout=30s".to_owned(),
-        "--idle-connection-timeout=30s".to_owned(),
-        "--write-timeout=30s".to_owned(),
+        "--header-read-timeout=60s".to_owned(),
+        "--idle-connection-timeout=60s".to_owned(),
+        "--write-timeout=60s".to_owned(),
         "--max-connections=2000".to_owned(),
     ]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
