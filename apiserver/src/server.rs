@@ -4,17 +4,17 @@
 //!
 //! What a client can make the server hold is bounded here (see [`ServingLimits`]):
 //! the TLS handshake time; the wait for the first bytes and the first request
-//! ([`lifetime`]); the time to send a request head (which also ends idle
-//! keep-alive connections); an idle connection's life, HTTP/2 included ([`lifetime`]);
-//! the time a response may wait for the client to read it ([`io`]); the head's size
+//! (`lifetime`); the time to send a request head (which also ends idle
+//! keep-alive connections); an idle connection's life, HTTP/2 included (`lifetime`);
+//! the time a response may wait for the client to read it (`io`); the head's size
 //! (431 above it), HTTP/2 streams per connection and header list size, and the number
 //! of connections. Past the connection cap a few more are admitted for health probes
 //! only; past that, new connections are closed at once. In-flight requests and the
 //! per-request deadline are enforced by the app.
 //!
 //! Memory: a connection buffers at most [`MAX_HEADER_BYTES`] of request head, and all
-//! connections together at most 8 KiB each plus one shared pool ([`heads`],
-//! [`HEAD_POOL_BYTES`]); an answer nobody reads holds at most one TLS record besides
+//! connections together at most 8 KiB each plus one shared pool (`heads`,
+//! 16 MiB); an answer nobody reads holds at most one TLS record besides
 //! its body, for the write timeout. So what any number of hostile connections can make
 //! the server hold is bounded by `--max-connections`, whoever sends them.
 
@@ -84,7 +84,7 @@ const PRESSURE_NOTICE_INTERVAL: Duration = Duration::from_millis(500);
 /// 431. kube-apiserver accepts 1 MiB, but no client of this server sends more than a
 /// few KiB: kube-apiserver's proxy (user, groups and extras as `X-Remote-*` headers:
 /// 64 KiB is about a thousand groups of 50 characters), probes and Prometheus. What
-/// all connections hold together is bounded by [`HEAD_POOL_BYTES`]. hyper's minimum
+/// all connections hold together is bounded by `HEAD_POOL_BYTES`. hyper's minimum
 /// is 8 KiB.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Bytes of unfinished request heads all connections may hold together beyond the
