@@ -3,13 +3,35 @@
 //! [`crate::routes::App`] with the client certificate chain the peer presented, if any.
 //!
 //! What a client can make the server hold is bounded here (see [`ServingLimits`]):
-//! the TLS handshake time, the time to send a request head (which also ends idle
-//! keep-alive connections), the head's size (431 above it), HTTP/2 streams per connection
-//! and header list size, and the number of connections. Past the connection cap a few
-//! more are admitted for health probes only; past that, new connections are closed at
-//! once. In-flight requests and the per-request deadline are enforced by the app.
+//! the TLS handshake time; the wait for the first bytes and the first request
+//! (`lifetime`); the time to send a request head (which also ends idle
+//! keep-alive connections); an idle connection's life, HTTP/2 included (`lifetime`);
+//! the time a response may wait for the client to read it (`io`); the head's size
+//! (431 above it), HTTP/2 streams per connection and header list size, and the number
+//! of connections. Past the connection cap a few more are admitted for health probes
+//! only; past that, new connections are closed at once. In-flight requests and the
+//! per-request deadline are enforced by the app.
+//!
+//! Memory: a connection buffers at most [`MAX_HEADER_BYTES`] of request head, and all
+//! connections together at most 8 KiB each plus one shared pool (`heads`,
+//! 16 MiB); an answer nobody reads holds at most one TLS record besides
+//! its body, for the write timeout. So what any number of hostile connections can make
+//! the server hold is bounded by `--max-connections`, whoever sends them.
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+mod heads;
+mod io;
+mod lifetime;
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    pin::pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -17,19 +39,22 @@ use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{
-        conn::auto,
-        graceful::{GracefulShutdown, Watcher},
-    },
+    server::conn::auto,
 };
 use rustls::pki_types::CertificateDer;
 use tokio::{
     net::{TcpListener, TcpStream},
-    sync::{OwnedSemaphorePermit, Semaphore},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore, watch},
+    time::Instant,
 };
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use tracing::{debug, info, warn};
 
+use self::{
+    heads::Pool,
+    io::Guarded,
+    lifetime::{Activity, Next, Timeouts},
+};
 use crate::{request::Peer, routes::App};
 
 /// How long a client may take to finish its TLS handshake.
@@ -43,8 +68,32 @@ const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest life of a probe-only connection: an idle HTTP/2 connection, which the head
 /// timeout does not end, must not keep a probe slot.
 const PROBE_CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
-/// Largest request head (request line and headers), as kube-apiserver's 1 MiB.
-pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
+/// How long a client has, after its handshake, to send a first byte: kube-apiserver
+/// closes a TLS connection that sends nothing after 10 s (Go's HTTP/2 preface
+/// timeout). The header-read timeout, when shorter, is used instead.
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+/// While fewer than one slot in [`PRESSURE_FRACTION`] of `--max-connections` is free,
+/// connections with no request in flight are closed after this long without one, so
+/// that idle clients do not turn kube-apiserver's new connections to the probe pool.
+const PRESSURED_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+const PRESSURE_FRACTION: usize = 8;
+/// How often, at most, connections are told to look at their waits again under
+/// pressure.
+const PRESSURE_NOTICE_INTERVAL: Duration = Duration::from_millis(500);
+/// Largest request head (request line and headers) a connection buffers; larger is a
+/// 431. kube-apiserver accepts 1 MiB, but no client of this server sends more than a
+/// few KiB: kube-apiserver's proxy (user, groups and extras as `X-Remote-*` headers:
+/// 64 KiB is about a thousand groups of 50 characters), probes and Prometheus. What
+/// all connections hold together is bounded by `HEAD_POOL_BYTES`. hyper's minimum
+/// is 8 KiB.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Bytes of unfinished request heads all connections may hold together beyond the
+/// first 8 KiB of each ([`heads`]): with `--max-connections` 1,024, heads hold at most
+/// 8 MiB + 16 MiB, whatever the clients send.
+const HEAD_POOL_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of TLS records a connection may have waiting to be sent (rustls' default is
+/// 64 KiB): what an answer nobody reads holds in TLS, one full record.
+const TLS_SEND_BUFFER_BYTES: usize = 16 * 1024 + 256;
 /// HTTP/2 streams a connection may have open at once (Go's http2 default is 250;
 /// kube-apiserver sets 100 for the aggregator's long-lived connections).
 const MAX_CONCURRENT_STREAMS: u32 = 100;
@@ -72,9 +121,18 @@ pub struct ServingLimits {
     /// Deadline of one request; past it, 504.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
-    /// Time a client has to send a request head; also ends idle keep-alive connections.
+    /// Time a client has to send a request head (the first one counted from the end of
+    /// the TLS handshake); also ends idle keep-alive connections.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub header_read_timeout: Duration,
+    /// A connection (HTTP/2 included) with no request in flight for this long is closed:
+    /// HTTP/2 gets a GOAWAY, HTTP/1 is closed.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_IDLE_CONNECTION_TIMEOUT", default_value = "90s", value_parser = humantime::parse_duration)]
+    pub idle_connection_timeout: Duration,
+    /// A response the client reads nothing of for this long ends its connection; so does
+    /// a connection still busy this long after it was closed for being idle.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_WRITE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub write_timeout: Duration,
     /// Changelog ranges, summary lists and CVE searches computed at once, off the async
     /// threads (0: one per CPU).
     #[arg(
@@ -105,6 +163,8 @@ impl Default for ServingLimits {
             max_requests_inflight: 400,
             request_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
+            idle_connection_timeout: Duration::from_secs(90),
+            write_timeout: Duration::from_secs(30),
             max_compute_concurrency: 0,
             answer_cache_size: 32 << 20,
             shutdown_delay_duration: Duration::ZERO,
@@ -130,10 +190,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     limits: &ServingLimits,
 ) {
-    let gate = Gate::new(limits);
+    let gate = Arc::new(Gate::new(limits));
     let acceptor = TlsAcceptor::from(tls);
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
+    // Every connection holds a receiver: `closed()` tells when the last one ended.
+    let (stopping, stop) = watch::channel(false);
+    let mut shutdown = pin!(shutdown);
     loop {
         let (tcp, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -160,15 +221,18 @@ pub async fn serve(
         let connection = Connection {
             tcp,
             addr,
-            builder: gate.builder(&admission),
             admission,
+            gate: gate.clone(),
+            stop: stop.clone(),
         };
-        tokio::spawn(connection.serve(acceptor.clone(), app.clone(), graceful.watcher()));
+        tokio::spawn(connection.serve(acceptor.clone(), app.clone()));
     }
     drop(listener);
+    drop(stop);
     let grace = limits.shutdown_grace_period;
     info!(grace = ?grace, "stopped accepting; waiting for in-flight requests");
-    if tokio::time::timeout(grace, graceful.shutdown())
+    let _ = stopping.send(true);
+    if tokio::time::timeout(grace, stopping.closed())
         .await
         .is_err()
     {
@@ -176,37 +240,111 @@ pub async fn serve(
     }
 }
 
-/// The connection cap with its probe-only overflow, and the HTTP settings of each.
+/// The connection cap with its probe-only overflow, and the HTTP settings and
+/// timeouts of each.
 struct Gate {
     connections: Arc<Semaphore>,
     probe_connections: Arc<Semaphore>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    probe_builder: Arc<auto::Builder<TokioExecutor>>,
+    /// Free slots at or under which the server is short of connections.
+    pressure_mark: usize,
+    /// Woken when the server is short of connections (at most once per
+    /// [`PRESSURE_NOTICE_INTERVAL`], so that a flood of connects wakes no storm).
+    pressure: Notify,
+    /// When `pressure` was last woken, in milliseconds after `started`.
+    pressure_noticed: AtomicU64,
+    started: Instant,
+    full: Admitted,
+    probe: Admitted,
+    /// Unfinished request heads, all connections together.
+    heads: Arc<Pool>,
+}
+
+/// What a connection of one pool is allowed.
+struct Admitted {
+    builder: auto::Builder<TokioExecutor>,
+    handshake_timeout: Duration,
+    timeouts: Timeouts,
+    write_timeout: Duration,
+    /// Longest life of any connection of the pool.
+    lifetime: Option<Duration>,
 }
 
 impl Gate {
     fn new(limits: &ServingLimits) -> Self {
+        let full = Timeouts {
+            first_bytes: FIRST_BYTES_TIMEOUT.min(limits.header_read_timeout),
+            first_request: limits.header_read_timeout,
+            idle: limits.idle_connection_timeout,
+            pressured: PRESSURED_IDLE_TIMEOUT.min(limits.idle_connection_timeout),
+        };
+        let probe = Timeouts {
+            first_bytes: PROBE_HEADER_TIMEOUT,
+            first_request: PROBE_HEADER_TIMEOUT,
+            idle: PROBE_HEADER_TIMEOUT,
+            pressured: PROBE_HEADER_TIMEOUT,
+        };
         Self {
             connections: Arc::new(Semaphore::new(limits.max_connections)),
             probe_connections: Arc::new(Semaphore::new(PROBE_CONNECTIONS)),
-            builder: Arc::new(builder(limits.header_read_timeout, true)),
-            probe_builder: Arc::new(builder_for_probes()),
+            pressure_mark: limits.max_connections / PRESSURE_FRACTION,
+            pressure: Notify::new(),
+            pressure_noticed: AtomicU64::new(0),
+            started: Instant::now(),
+            full: Admitted {
+                builder: builder(limits.header_read_timeout, true),
+                handshake_timeout: HANDSHAKE_TIMEOUT,
+                timeouts: full,
+                write_timeout: limits.write_timeout,
+                lifetime: None,
+            },
+            probe: Admitted {
+                builder: builder(PROBE_HEADER_TIMEOUT, false),
+                handshake_timeout: PROBE_HANDSHAKE_TIMEOUT,
+                timeouts: probe,
+                write_timeout: limits.write_timeout.min(PROBE_CONNECTION_LIFETIME),
+                lifetime: Some(PROBE_CONNECTION_LIFETIME),
+            },
+            heads: Pool::new(HEAD_POOL_BYTES),
         }
     }
 
     /// A slot for one more connection; `None` when both pools are full.
     fn admit(&self) -> Option<Admission> {
         if let Ok(permit) = self.connections.clone().try_acquire_owned() {
+            if self.pressured() {
+                self.notice_pressure();
+            }
             return Some(Admission::Full(permit));
         }
+        self.notice_pressure();
         let permit = self.probe_connections.clone().try_acquire_owned().ok()?;
         Some(Admission::ProbeOnly(permit))
     }
 
-    fn builder(&self, admission: &Admission) -> Arc<auto::Builder<TokioExecutor>> {
+    /// Tells every connection to look at its timeouts again, under pressure.
+    fn notice_pressure(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.pressure_noticed.load(Ordering::Relaxed);
+        let interval = u64::try_from(PRESSURE_NOTICE_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        if (last == 0 || now.saturating_sub(last) >= interval)
+            && self
+                .pressure_noticed
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.pressure.notify_waiters();
+        }
+    }
+
+    /// Whether few connection slots are left.
+    fn pressured(&self) -> bool {
+        self.connections.available_permits() <= self.pressure_mark
+    }
+
+    fn pool(&self, admission: &Admission) -> &Admitted {
         match admission {
-            Admission::Full(_) => self.builder.clone(),
-            Admission::ProbeOnly(_) => self.probe_builder.clone(),
+            Admission::Full(_) => &self.full,
+            Admission::ProbeOnly(_) => &self.probe,
         }
     }
 }
@@ -216,29 +354,31 @@ struct Connection {
     tcp: TcpStream,
     addr: SocketAddr,
     admission: Admission,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    gate: Arc<Gate>,
+    /// Turns `true` when the server stops; dropped when the connection ends.
+    stop: watch::Receiver<bool>,
 }
 
 impl Connection {
-    /// The TLS handshake, then HTTP until the connection ends (a probe-only one
-    /// at the end of its lifetime at the latest).
-    async fn serve(self, acceptor: TlsAcceptor, app: Arc<App>, watcher: Watcher) {
+    /// The TLS handshake, then HTTP until the connection ends: by the client, by one of
+    /// the [`lifetime`] rules, at the end of a probe-only connection's lifetime, or
+    /// gracefully when the server stops.
+    async fn serve(self, acceptor: TlsAcceptor, app: Arc<App>) {
         // `admission` holds the pool slot until the connection ends.
         let Self {
             tcp,
             addr,
             admission,
-            builder,
+            gate,
+            mut stop,
         } = self;
         let probe_only = matches!(admission, Admission::ProbeOnly(_));
+        let pool = gate.pool(&admission);
         let metrics = app.metrics.clone();
         let _open = metrics.connection_opened();
-        let handshake_timeout = if probe_only {
-            PROBE_HANDSHAKE_TIMEOUT
-        } else {
-            HANDSHAKE_TIMEOUT
-        };
-        let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+        let accepted = Instant::now();
+        let mut tls = match tokio::time::timeout(pool.handshake_timeout, acceptor.accept(tcp)).await
+        {
             Ok(Ok(tls)) => tls,
             Ok(Err(error)) => {
                 debug!(%addr, %error, "TLS handshake failed");
@@ -254,24 +394,91 @@ impl Connection {
             chain: peer_chain(&tls),
             probe_only,
         };
+        tls.get_mut()
+            .1
+            .set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+        let activity = Activity::new(Instant::now(), gate.heads.clone());
+        let requests = activity.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let app = app.clone();
             let peer = peer.clone();
+            let in_flight = requests.request();
             async move {
-                Ok::<Response<Full<Bytes>>, std::convert::Infallible>(app.handle(req, &peer).await)
+                let response = app.handle(req, &peer).await;
+                drop(in_flight);
+                Ok::<Response<Full<Bytes>>, std::convert::Infallible>(response)
             }
         });
-        let conn = watcher.watch(builder.serve_connection(TokioIo::new(tls), service));
-        let served = if probe_only {
-            match tokio::time::timeout(PROBE_CONNECTION_LIFETIME, conn).await {
-                Ok(served) => served,
-                Err(_) => {
-                    debug!(%addr, "probe-only connection closed at the end of its lifetime");
-                    return;
+        let io = Guarded::new(tls, activity.clone(), pool.write_timeout);
+        let mut conn = pin!(pool.builder.serve_connection(TokioIo::new(io), service));
+        let end_of_life = pool.lifetime.map(|lifetime| accepted + lifetime);
+        // Set once the connection was shut down for being idle: past it, it is dropped.
+        let mut closing: Option<Instant> = None;
+        // Set once the server stops: the server's grace period bounds what follows.
+        let mut stopping = false;
+        let served = loop {
+            let wake = if stopping {
+                None
+            } else if let Some(deadline) = closing {
+                Some(deadline)
+            } else {
+                match pool
+                    .timeouts
+                    .next(&activity, Instant::now(), gate.pressured())
+                {
+                    Next::At(at) => Some(at),
+                    Next::Close(reason) if reason.graceful() => {
+                        debug!(%addr, ?reason, "closing the connection gracefully");
+                        conn.as_mut().graceful_shutdown();
+                        let deadline = Instant::now() + pool.write_timeout;
+                        closing = Some(deadline);
+                        Some(deadline)
+                    }
+                    Next::Close(reason) => {
+                        debug!(%addr, ?reason, "closing the connection");
+                        return;
+                    }
+                }
+            };
+            let wake = match (wake, end_of_life) {
+                (Some(at), Some(end)) => Some(at.min(end)),
+                (at, end) => at.or(end),
+            };
+            let woken = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                served = conn.as_mut() => break served,
+                () = woken => {
+                    let now = Instant::now();
+                    if end_of_life.is_some_and(|end| now >= end) {
+                        debug!(%addr, "probe-only connection closed at the end of its lifetime");
+                        return;
+                    }
+                    if closing.is_some_and(|deadline| now >= deadline) {
+                        // A request that began just before the GOAWAY runs to its end
+                        // (bounded by the request timeout); an answer that cannot be
+                        // written does not.
+                        if activity.in_flight() == 0 {
+                            debug!(%addr, "connection still busy after its graceful shutdown; dropped");
+                            return;
+                        }
+                        closing = Some(now + pool.write_timeout);
+                    }
+                }
+                () = gate.pressure.notified(), if closing.is_none() && !stopping => {}
+                changed = stop.changed(), if !stopping => {
+                    if changed.is_err() || *stop.borrow() {
+                        stopping = true;
+                        if closing.is_none() {
+                            conn.as_mut().graceful_shutdown();
+                        }
+                    }
                 }
             }
-        } else {
-            conn.await
         };
         if let Err(error) = served {
             debug!(%addr, %error, "connection ended with an error");
@@ -307,8 +514,4 @@ fn builder(header_read_timeout: Duration, keep_alive: bool) -> auto::Builder<Tok
         .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
     builder
-}
-
-fn builder_for_probes() -> auto::Builder<TokioExecutor> {
-    builder(PROBE_HEADER_TIMEOUT, false)
 }

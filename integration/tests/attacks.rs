@@ -1,9 +1,17 @@
 //! Hostile clients against the real server binary (issue 9, "Clients"): slow and oversized
-//! requests, connection floods and a flood of expensive requests. Each attack is bounded in
-//! count and time, on loopback, and measured; `docs/reliability.md` lists the figures.
+//! requests, connection floods and a flood of expensive requests; then (issue 17,
+//! "Connections that never become requests") connections that stay silent after the
+//! handshake, idle HTTP/2 connections, answers nobody reads and unfinished heads, first
+//! kind by kind against short timeouts, then all at once against the memory limit. Each
+//! attack is bounded in count and time, on loopback, and measured; `docs/reliability.md`
+//! lists the figures.
 //!
-//! The server runs with small limits so that the attacks reach them quickly:
-//! `--header-read-timeout 2s`, `--max-connections 40`, `--max-compute-concurrency 1`.
+//! The server runs with small limits so that the attacks reach them quickly: first
+//! `--header-read-timeout 2s`, `--max-connections 40`, `--max-compute-concurrency 1`; then
+//! `--header-read-timeout 2s`, `--idle-connection-timeout 3s`, `--write-timeout 2s`.
+
+#[path = "attacks/clients.rs"]
+mod clients;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,11 +52,17 @@ async fn hostile_clients_are_bounded() -> Result<()> {
     let result = async {
         slow_clients_are_cut_and_probes_still_answer(&bed).await?;
         oversized_heads_are_431(&bed).await?;
-        expensive_floods_leave_health_and_cheap_requests_answering(&bed, &registry).await
+        expensive_floods_leave_health_and_cheap_requests_answering(&bed, &registry).await?;
+        connections::kind_by_kind(&mut bed, &registry).await?;
+        connections::under_pressure(&mut bed, &registry).await?;
+        connections::all_at_once(&mut bed, &registry).await
     }
     .await;
     bed.finish(result)
 }
+
+#[path = "attacks/connections.rs"]
+mod connections;
 
 fn connector(bed: &TestBed) -> Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
