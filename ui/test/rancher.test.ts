@@ -1,10 +1,10 @@
-// The Vue components of the Rancher extension (ui/rancher/), mounted the way
+// The Vue components of the Rancher extension (ui/rancher/pkg/elemental-changelog/), mounted the way
 // Rancher mounts them: a `resource` prop and `this.$store`. Registration
 // (index.ts, product.ts, routing.ts) needs Rancher's shell and is not tested here.
 import { mount } from '@vue/test-utils';
 import { describe, expect, it, vi } from 'vitest';
-import ChangelogMasthead from '../rancher/components/ChangelogMasthead.vue';
-import CveSearchPage from '../rancher/pages/CveSearchPage.vue';
+import ChangelogMasthead from '../rancher/pkg/elemental-changelog/components/ChangelogMasthead.vue';
+import CveSearchPage from '../rancher/pkg/elemental-changelog/pages/CveSearchPage.vue';
 import { changelog, cve, fixtureRoutes, settle } from './fixtures';
 
 const PREFIX = '/k8s/clusters/local/apis/changelog.elemental.cattle.io/v1beta1';

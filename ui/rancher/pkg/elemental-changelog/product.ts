@@ -12,14 +12,14 @@ export const CVE_PAGE = 'elemental-changelog-cve';
 export const CVE_ROUTE = `${ELEMENTAL_PRODUCT}-c-cluster-${CVE_PAGE}`;
 
 export function init($plugin: IPlugin, store: any): void {
-  const { virtualType, basicType } = $plugin.DSL(store, ELEMENTAL_PRODUCT);
+  const { virtualType, basicType, weightType } = $plugin.DSL(store, ELEMENTAL_PRODUCT);
 
   virtualType({
     label: 'CVE fixes',
     name: CVE_PAGE,
     namespaced: false,
-    weight: 5,
     route: { name: CVE_ROUTE, params: { cluster: '_' } },
   });
   basicType([CVE_PAGE]);
+  weightType(CVE_PAGE, 5, true);
 }
