@@ -140,9 +140,10 @@ pub struct ServeArgs {
     )]
     pub namespaces: Vec<String>,
     /// Namespace of the channel history ConfigMap: the server's own (the
-    /// chart sets `POD_NAMESPACE` from the downward API). Without it the
-    /// history is off and versions a newer image dropped are served only by
-    /// the replica that read the older image, until it restarts.
+    /// chart sets `POD_NAMESPACE` from the downward API). Default, in a pod
+    /// without a kubeconfig: the service account's namespace. Otherwise the
+    /// history is off and versions a newer image dropped are served only by the
+    /// replica that read the older image, until it restarts.
     #[arg(long, env = "POD_NAMESPACE")]
     pub history_namespace: Option<String>,
     /// Name of the channel history ConfigMap (one per installation).

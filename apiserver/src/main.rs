@@ -73,7 +73,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         RefreshSettings {
             interval: args.refresh_interval,
             architectures: args.architectures.iter().map(ToString::to_string).collect(),
-            history: history(&args, &client, &metrics),
+            history: history(&args, &client, &metrics, &health),
         },
     );
     let authn = Arc::new(Authenticator::new(
@@ -227,25 +227,53 @@ async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
     kube::Client::try_from(kube_config).context("Kubernetes client")
 }
 
-/// Where the channel history is kept: a ConfigMap with `--history-namespace`, else nowhere.
+/// Where the channel history is kept: a ConfigMap in `--history-namespace`,
+/// else, in a pod, in the service account's namespace, else nowhere.
+/// Logged at start, shown in `/readyz?verbose` (`channel-history`, or
+/// `channel-history-off`) and in `elemental_changelog_channel_history_enabled`.
 fn history(
     args: &ServeArgs,
     client: &kube::Client,
     metrics: &Arc<Metrics>,
+    health: &Health,
 ) -> Option<Arc<ConfigMapHistory>> {
-    let Some(namespace) = &args.history_namespace else {
+    let found = match &args.history_namespace {
+        Some(namespace) => Some((namespace.clone(), "--history-namespace (POD_NAMESPACE)")),
+        None => default_history_namespace(args.kubeconfig.as_deref()),
+    };
+    metrics.history_enabled(found.is_some());
+    let Some((namespace, source)) = found else {
         warn!(
-            "no --history-namespace (POD_NAMESPACE): retained versions live only in this replica's memory"
+            "channel history off: no --history-namespace (POD_NAMESPACE) and not running in a pod; retained versions live only in this replica's memory"
         );
+        health.ready_flag("channel-history-off").set();
         return None;
     };
-    info!(%namespace, configmap = %args.history_configmap, "channel history kept in the cluster");
+    info!(%namespace, configmap = %args.history_configmap, source, "channel history kept in the cluster");
     Some(Arc::new(ConfigMapHistory::new(
         client.clone(),
-        namespace,
+        &namespace,
         &args.history_configmap,
         metrics.clone(),
     )))
+}
+
+/// The in-cluster service account's namespace, the namespace client-go uses in a pod,
+/// when the client is in-cluster (no `--kubeconfig`, `$KUBECONFIG` or `~/.kube/config`,
+/// the order of `kube::Config::infer`). From a kubeconfig there is no default: its
+/// context's namespace (often `default`) is where the user works, not where this server
+/// may keep its history, and a history it cannot read holds readiness back.
+fn default_history_namespace(kubeconfig: Option<&Path>) -> Option<(String, &'static str)> {
+    const SERVICE_ACCOUNT_NAMESPACE: &str =
+        "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+    if kubeconfig.is_some() || Kubeconfig::read().is_ok() {
+        return None;
+    }
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|namespace| namespace.trim().to_owned())
+        .filter(|namespace| !namespace.is_empty())
+        .map(|namespace| (namespace, "in-cluster service account"))
 }
 
 /// Reloads the serving certificate when its files change and counts the

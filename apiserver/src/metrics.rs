@@ -102,6 +102,7 @@ pub struct Metrics {
     refused: IntCounterVec,
     history_writes: IntCounterVec,
     history_records: IntGauge,
+    history_enabled: IntGauge,
     retained_pulls: IntCounterVec,
     worker_panics: IntCounter,
     answer_hits: IntCounter,
@@ -294,6 +295,11 @@ impl Metrics {
                 "channel_history_images",
                 "Images recorded in the channel history, over all channels.",
             ),
+            history_enabled: gauge(
+                &r,
+                "channel_history_enabled",
+                "1 when the channel history ConfigMap is kept (--history-namespace, or the service account's namespace in a pod), 0 when it is off.",
+            ),
             retained_pulls: counter(
                 &r,
                 "retained_pulls_total",
@@ -426,6 +432,11 @@ impl Metrics {
     /// Sets the number of images recorded in the channel history.
     pub fn history_records(&self, records: usize) {
         self.history_records.set(gauge_value(records));
+    }
+
+    /// Records whether the channel history is kept in the cluster.
+    pub fn history_enabled(&self, enabled: bool) {
+        self.history_enabled.set(i64::from(enabled));
     }
 
     /// Counts a pull by digest for retained versions.
