@@ -6,11 +6,15 @@
 //! over the test bed's running server and watches the APIService stay
 //! Available. A third lints and renders the chart as Rancher's Apps page
 //! installs it (system default registry, proxy, cert-manager, monitoring,
-//! Rancher's role API) and checks its Rancher catalog metadata.
+//! Rancher's role API) and checks its Rancher catalog metadata. A fourth renders it
+//! with every answer Rancher's form can send (each question at its default and at
+//! another value) and checks the issuer, memory and replica settings. A fifth
+//! installs it next to Rancher's UIPlugin CRD and fetches every file of the built UI
+//! extension from the endpoint the UIPlugin names, as Rancher does.
 
 use std::path::Path;
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::API_VERSION;
 use elemental_changelog_integration::availability::AvailabilityWatch;
 use elemental_changelog_integration::testbed::{
@@ -19,12 +23,13 @@ use elemental_changelog_integration::testbed::{
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde::Deserialize as _;
 use serde_yaml::Value;
 
@@ -626,6 +631,570 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         disabled
             .iter()
             .all(|d| d["kind"].as_str() != Some("RoleTemplate"))
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Every answer of Rancher's form
+
+/// A non-default value for a string question, and the answers that must come with it
+/// for it to be used (a CA bundle needs its Secret, a bundle key its ConfigMap).
+fn other_string(variable: &str) -> Option<(Value, Vec<(&'static str, Value)>)> {
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let s = |v: &str| Value::String(v.to_owned());
+    Some(match variable {
+        "server.namespaces" => (s("fleet-default, elemental-edge"), vec![]),
+        "resources.limits.memory" => (s("512Mi"), vec![]),
+        "server.memoryBudget" => (s("136Mi"), vec![]),
+        "server.answerCacheSize" => (s("16Mi"), vec![]),
+        "tls.certManager.issuerRef.name" => (s("my-issuer"), vec![]),
+        "tls.existingSecret" => (s("my-tls"), vec![("tls.caBundle", s(PEM))]),
+        "tls.caBundle" => (s(PEM), vec![("tls.existingSecret", s("my-tls"))]),
+        "registry.configSecret" => (s("registry-credentials"), vec![]),
+        "registry.caConfigMap" => (s("registry-ca"), vec![]),
+        "registry.caBundleKey" => (
+            s("bundle.pem"),
+            vec![("registry.caConfigMap", s("registry-ca"))],
+        ),
+        "proxy" => (s("http://proxy.example.com:3128"), vec![]),
+        "noProxy" => (s("127.0.0.0/8,.svc,.cluster.local"), vec![]),
+        _ => return None,
+    })
+}
+
+/// One question of questions.yaml: its variable, default and type, and for a subquestion
+/// the parent's variable and the value that shows it.
+struct Question {
+    variable: String,
+    default: Value,
+    kind: String,
+    options: Vec<Value>,
+    min: Option<i64>,
+    shown_by: Option<(String, Value)>,
+}
+
+fn questions(file: &Value) -> Result<Vec<Question>> {
+    let mut out = Vec::new();
+    let read = |q: &Value, shown_by: Option<(String, Value)>| -> Result<Question> {
+        Ok(Question {
+            variable: string(&q["variable"], "variable")?.to_owned(),
+            default: q["default"].clone(),
+            kind: string(&q["type"], "type")?.to_owned(),
+            options: q["options"].as_sequence().cloned().unwrap_or_default(),
+            min: q["min"].as_i64(),
+            shown_by,
+        })
+    };
+    for q in file["questions"].as_sequence().context("no questions")? {
+        let parent = read(q, None)?;
+        for sub in q["subquestions"].as_sequence().into_iter().flatten() {
+            let shown = q["show_subquestion_if"].clone();
+            out.push(read(sub, Some((parent.variable.clone(), shown)))?);
+        }
+        out.push(parent);
+    }
+    Ok(out)
+}
+
+/// Sets `variable` (dotted) to `value` in a values map.
+fn set(values: &mut Value, variable: &str, value: Value) {
+    let mut node = values;
+    let parts: Vec<&str> = variable.split('.').collect();
+    for part in &parts[..parts.len() - 1] {
+        if !node[*part].is_mapping() {
+            node[*part] = Value::Mapping(serde_yaml::Mapping::new());
+        }
+        node = &mut node[*part];
+    }
+    node[parts[parts.len() - 1]] = value;
+}
+
+fn get<'a>(values: &'a Value, variable: &str) -> &'a Value {
+    variable.split('.').fold(values, |node, part| &node[part])
+}
+
+/// MiB of a `--flag=<n>Mi` argument.
+fn mib_arg(args: &[&str], flag: &str) -> Result<u64> {
+    let value = args
+        .iter()
+        .find_map(|a| a.strip_prefix(flag))
+        .with_context(|| format!("no {flag} in {args:?}"))?;
+    value
+        .strip_suffix("Mi")
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("{flag}{value} is not in Mi"))
+}
+
+fn mib(quantity: &str) -> Result<u64> {
+    for (suffix, factor) in [("Gi", 1024), ("Mi", 1)] {
+        if let Some(n) = quantity.strip_suffix(suffix) {
+            return Ok(n.parse::<u64>()? * factor);
+        }
+    }
+    bail!("{quantity}: not Mi or Gi")
+}
+
+/// What a rendering of the chart with `answers` must hold.
+fn check_rendering(docs: &[Value], answers: &Value) -> Result<()> {
+    let fullname = SERVICE_NAME;
+    // cert-manager: a Certificate always names an issuer; an empty name means our own CA.
+    if get(answers, "tls.certManager.enabled").as_bool() == Some(true) {
+        let certificate = find(docs, "Certificate", fullname)?;
+        let issuer = &certificate["spec"]["issuerRef"];
+        let name = string(&issuer["name"], "issuerRef.name")?;
+        let asked = get(answers, "tls.certManager.issuerRef.name")
+            .as_str()
+            .unwrap_or_default();
+        if asked.is_empty() {
+            ensure!(name == format!("{fullname}-ca"), "issuerRef {issuer:?}");
+            find(docs, "Issuer", &format!("{fullname}-ca"))?;
+            find(docs, "Certificate", &format!("{fullname}-ca"))?;
+        } else {
+            ensure!(name == asked, "issuerRef {issuer:?}");
+            ensure!(issuer["kind"] == *get(answers, "tls.certManager.issuerRef.kind"));
+            ensure!(
+                docs.iter().all(|d| d["kind"].as_str() != Some("Issuer")),
+                "an Issuer was rendered although {asked} was named"
+            );
+        }
+    }
+    for doc in docs {
+        if doc["kind"].as_str() == Some("Certificate") {
+            ensure!(
+                doc["spec"]["issuerRef"]["name"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty()),
+                "Certificate {:?} with an empty issuer",
+                doc["metadata"]["name"]
+            );
+        }
+    }
+    // Replicas and memory settings.
+    let deployment = find(docs, "Deployment", fullname)?;
+    ensure!(deployment["spec"]["replicas"] == *get(answers, "replicaCount"));
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let budget = mib_arg(&args, "--memory-budget=")?;
+    let answer_cache = mib_arg(&args, "--answer-cache-size=")?;
+    let limit = mib(string(
+        &container["resources"]["limits"]["memory"],
+        "memory limit",
+    )?)?;
+    ensure!(budget >= 128, "--memory-budget={budget}Mi is below 128Mi");
+    ensure!(
+        budget + answer_cache + 80 <= limit,
+        "budget {budget}Mi + answer cache {answer_cache}Mi + 80Mi > limit {limit}Mi"
+    );
+    match get(answers, "server.memoryBudget").as_str() {
+        Some("") | None => ensure!(
+            budget + answer_cache + 80 + 1 >= limit,
+            "budget not derived"
+        ),
+        Some(given) => ensure!(budget == mib(given)?),
+    }
+    match get(answers, "server.answerCacheSize").as_str() {
+        Some("") | None => ensure!(answer_cache == limit / 8),
+        Some(given) => ensure!(answer_cache == mib(given)?),
+    }
+    // The extension, on a cluster with Rancher's UIPlugin API.
+    let plugin = find(docs, "UIPlugin", "elemental-changelog")?;
+    ensure!(plugin["metadata"]["namespace"].as_str() == Some("cattle-ui-plugin-system"));
+    ensure!(
+        string(&plugin["spec"]["plugin"]["endpoint"], "endpoint")?.starts_with(&format!(
+            "http://{fullname}-extension.{SERVER_NAMESPACE}.svc."
+        ))
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_rancher_question_renders_at_its_default_and_another_value() -> Result<()> {
+    let home = tempfile::tempdir()?;
+    let chart_dir = workspace_root().join("charts/elemental-changelog");
+    let chart = chart_dir.to_string_lossy().into_owned();
+    let questions = questions(&yaml_file(&chart_dir.join("questions.yaml"))?)?;
+
+    // Rancher's form sends an answer for every question, at its default unless changed.
+    let mut defaults = Value::Mapping(serde_yaml::Mapping::new());
+    for q in &questions {
+        set(&mut defaults, &q.variable, q.default.clone());
+    }
+    let render = async |answers: &Value| -> Result<Vec<Value>> {
+        let file = home.path().join("answers.yaml");
+        std::fs::write(&file, serde_yaml::to_string(answers)?)?;
+        let file = file.to_string_lossy().into_owned();
+        let rendered = helm_offline(
+            home.path(),
+            &[
+                "template",
+                SERVICE_NAME,
+                &chart,
+                "--namespace",
+                SERVER_NAMESPACE,
+                "--values",
+                &file,
+                "--api-versions",
+                "catalog.cattle.io/v1/UIPlugin",
+            ],
+        )
+        .await?;
+        documents(&rendered)
+    };
+    check_rendering(&render(&defaults).await?, &defaults)
+        .context("all answers at their defaults")?;
+
+    for q in &questions {
+        let mut answers = defaults.clone();
+        if let Some((parent, shown)) = &q.shown_by {
+            set(&mut answers, parent, shown.clone());
+        }
+        let other = match q.kind.as_str() {
+            "boolean" => Value::Bool(!q.default.as_bool().context("boolean default")?),
+            "int" => {
+                let default = q.default.as_i64().context("int default")?;
+                Value::from(q.min.filter(|m| *m != default).unwrap_or(default + 1))
+            }
+            "enum" => q
+                .options
+                .iter()
+                .find(|o| **o != q.default)
+                .cloned()
+                .context("an enum with one option")?,
+            "string" | "multiline" => {
+                let (value, with) = other_string(&q.variable).with_context(|| {
+                    format!(
+                        "question {}: add a non-default value to other_string()",
+                        q.variable
+                    )
+                })?;
+                for (variable, value) in with {
+                    set(&mut answers, variable, value);
+                }
+                value
+            }
+            kind => bail!("question {}: type {kind} is not covered", q.variable),
+        };
+        set(&mut answers, &q.variable, other.clone());
+        let docs = render(&answers)
+            .await
+            .with_context(|| format!("{} = {other:?}", q.variable))?;
+        check_rendering(&docs, &answers).with_context(|| format!("{} = {other:?}", q.variable))?;
+    }
+
+    // The cert-manager answer of the bug: the form's empty issuer creates our own CA.
+    let mut answers = defaults.clone();
+    set(&mut answers, "tls.certManager.enabled", Value::Bool(true));
+    set(
+        &mut answers,
+        "tls.certManager.issuerRef.name",
+        Value::String(String::new()),
+    );
+    set(
+        &mut answers,
+        "tls.certManager.issuerRef.kind",
+        Value::String("ClusterIssuer".into()),
+    );
+    check_rendering(&render(&answers).await?, &answers).context("empty ClusterIssuer")?;
+
+    // A memory limit too small for the budget the server needs fails the install, saying why.
+    let mut answers = defaults.clone();
+    set(
+        &mut answers,
+        "resources.limits.memory",
+        Value::String("200Mi".into()),
+    );
+    let error = render(&answers).await.expect_err("a 200Mi limit rendered");
+    ensure!(format!("{error:#}").contains("at least 240Mi"), "{error:#}");
+    let mut answers = defaults.clone();
+    set(
+        &mut answers,
+        "server.memoryBudget",
+        Value::String("512Mi".into()),
+    );
+    let error = render(&answers)
+        .await
+        .expect_err("a budget over the limit rendered");
+    ensure!(format!("{error:#}").contains("do not fit"), "{error:#}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The Rancher UI extension
+
+/// Rancher's check of a files.txt entry (pkg/controllers/dashboard/plugin: no leading `/`
+/// or `.`, no `..`).
+fn rancher_accepts(entry: &str) -> bool {
+    !entry.starts_with('/') && !entry.starts_with('.') && !entry.contains("..")
+}
+
+#[tokio::test]
+async fn ui_extension_is_served_as_its_uiplugin_names_it() -> Result<()> {
+    let bed = TestBed::start(TestBedOptions::default()).await?;
+    let result = ui_extension(&bed).await;
+    bed.finish(result)
+}
+
+async fn ui_extension(bed: &TestBed) -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let root = workspace_root();
+    let package_file = root.join("ui/rancher/pkg/elemental-changelog/package.json");
+    let package_text = std::fs::read_to_string(&package_file)?;
+    ensure!(
+        std::fs::read_to_string(
+            root.join("charts/elemental-changelog/files/ui-extension-package.json")
+        )? == package_text,
+        "charts/elemental-changelog/files/ui-extension-package.json differs from {}: copy it",
+        package_file.display()
+    );
+    let package: serde_json::Value = serde_json::from_str(&package_text)?;
+    let name = package["name"].as_str().context("package name")?;
+    let version = package["version"].as_str().context("package version")?;
+    let dist = root.join(format!("ui/rancher/dist-pkg/{name}-{version}"));
+    ensure!(
+        dist.join(format!("{name}-{version}.umd.min.js")).exists(),
+        "{} holds no built extension: run `make ui-extension`",
+        dist.display()
+    );
+
+    // Rancher's UIPlugin CRD and namespace, then the chart.
+    bed.kubectl_stdin(
+        &["apply", "-f", "-"],
+        include_str!("../crds/rancher/catalog.cattle.io_uiplugins.yaml"),
+    )
+    .await?;
+    bed.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/uiplugins.catalog.cattle.io",
+        "--timeout=60s",
+    ])
+    .await?;
+    bed.kubectl_ok(&["create", "namespace", "cattle-ui-plugin-system"])
+        .await?;
+    let chart = root.join("charts/elemental-changelog");
+    let chart = chart.to_string_lossy();
+    helm_ok(
+        bed,
+        &[
+            "install",
+            RELEASE,
+            &chart,
+            "--namespace",
+            SERVER_NAMESPACE,
+            "--set",
+            "image.tag=test",
+        ],
+    )
+    .await?;
+
+    // The UIPlugin as kube-apiserver stored it (validated against Rancher's schema).
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("catalog.cattle.io", "v1", "UIPlugin"),
+        "uiplugins",
+    );
+    let plugins: Api<DynamicObject> =
+        Api::namespaced_with(bed.client(), "cattle-ui-plugin-system", &resource);
+    let plugin = plugins.get(name).await?;
+    let spec = &plugin.data["spec"]["plugin"];
+    ensure!(spec["name"] == name && spec["version"] == version, "{spec}");
+    ensure!(spec["noCache"] == false, "{spec}");
+    ensure!(
+        spec["metadata"] == package["rancher"]["annotations"],
+        "UIPlugin metadata {} is not the package's rancher.annotations",
+        spec["metadata"]
+    );
+    let endpoint = spec["endpoint"].as_str().context("endpoint")?;
+    let service_name = format!("{RELEASE}-extension");
+    ensure!(
+        endpoint == format!("http://{service_name}.{SERVER_NAMESPACE}.svc.cluster.local:80"),
+        "endpoint {endpoint}"
+    );
+
+    // The Service and Deployment behind the endpoint.
+    let service: Service = Api::namespaced(bed.client(), SERVER_NAMESPACE)
+        .get(&service_name)
+        .await?;
+    let service_spec = service.spec.context("Service without spec")?;
+    let port = service_spec
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.port == 80)
+        .context("no port 80 on the extension's Service")?;
+    let deployment: Deployment = Api::namespaced(bed.client(), SERVER_NAMESPACE)
+        .get(&service_name)
+        .await?;
+    let template = deployment.spec.template;
+    let pod_labels = template.metadata.and_then(|m| m.labels).unwrap_or_default();
+    let selector = service_spec.selector.unwrap_or_default();
+    ensure!(
+        selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "the Service does not select the extension's pods"
+    );
+    let server_service: Service = Api::namespaced(bed.client(), SERVER_NAMESPACE)
+        .get(RELEASE)
+        .await?;
+    let server_selector = server_service
+        .spec
+        .and_then(|s| s.selector)
+        .unwrap_or_default();
+    ensure!(
+        !server_selector
+            .iter()
+            .all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "the server's Service would select the extension's pods"
+    );
+    let container = template
+        .spec
+        .context("pod template without spec")?
+        .containers
+        .into_iter()
+        .next()
+        .context("no container")?;
+    let container_port = container
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| {
+            Some(IntOrString::String(p.name.clone().unwrap_or_default())) == port.target_port
+                || Some(IntOrString::Int(p.container_port)) == port.target_port
+        })
+        .context("the Service's targetPort is no port of the container")?
+        .container_port;
+    let command = container.command.unwrap_or_default();
+    let binary = Path::new(command.first().context("no command")?)
+        .file_name()
+        .context("command")?
+        .to_owned();
+    let args = container.args.unwrap_or_default();
+    ensure!(
+        args.contains(&format!("--port={container_port}")),
+        "{args:?}"
+    );
+
+    // Run the container's command as the pod would, on loopback, with the local build
+    // in place of the image's folder.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let local_port = listener.local_addr()?.port();
+    drop(listener);
+    let local_args: Vec<String> = args
+        .iter()
+        .map(|a| {
+            if a.starts_with("--dir=") {
+                format!("--dir={}", dist.display())
+            } else if a.starts_with("--port=") {
+                format!("--port={local_port}")
+            } else {
+                a.clone()
+            }
+        })
+        .chain(["--bind-address=127.0.0.1".to_owned()])
+        .collect();
+    let binary = root.join("target/debug").join(binary);
+    let mut server = tokio::process::Command::new(&binary)
+        .args(&local_args)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("{} (make server builds it)", binary.display()))?;
+    let base = format!("http://127.0.0.1:{local_port}");
+    let http = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        ensure!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the extension server did not answer"
+        );
+        ensure!(server.try_wait()?.is_none(), "the extension server exited");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // What Rancher's controller does: package.json, files.txt, then every file listed.
+    let fetch = async |path: &str| -> Result<(String, Vec<u8>)> {
+        let response = http.get(format!("{base}/{path}")).send().await?;
+        ensure!(response.status() == 200, "{path}: {}", response.status());
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        Ok((content_type, response.bytes().await?.to_vec()))
+    };
+    let (content_type, body) = fetch("plugin/package.json").await?;
+    ensure!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
+    let served: serde_json::Value = serde_json::from_slice(&body)?;
+    ensure!(
+        served["version"] == version,
+        "served version {}",
+        served["version"]
+    );
+    let (content_type, body) = fetch("files.txt").await?;
+    ensure!(content_type.starts_with("text/plain"), "{content_type}");
+    let listing = String::from_utf8(body)?;
+    let entries: Vec<&str> = listing.lines().filter(|l| !l.is_empty()).collect();
+    for wanted in [
+        "plugin/package.json".to_owned(),
+        format!("plugin/{name}-{version}.umd.min.js"),
+    ] {
+        ensure!(
+            entries.contains(&wanted.as_str()),
+            "{wanted} not in files.txt: {entries:?}"
+        );
+    }
+    for entry in &entries {
+        ensure!(
+            rancher_accepts(entry),
+            "Rancher refuses the files.txt entry {entry}"
+        );
+        let (content_type, body) = fetch(entry).await?;
+        let expected = match entry.rsplit_once('.').map(|(_, e)| e) {
+            Some("js") => "application/javascript",
+            Some("json" | "map") => "application/json",
+            Some("css") => "text/css",
+            Some("html") => "text/html",
+            Some("svg") => "image/svg+xml",
+            other => bail!("{entry}: no content type expected for {other:?}"),
+        };
+        ensure!(
+            content_type.starts_with(expected),
+            "{entry} served as {content_type}, not {expected}"
+        );
+        let local = std::fs::read(dist.join(entry.trim_start_matches("plugin/")))?;
+        ensure!(body == local, "{entry} differs from the build");
+    }
+    ensure!(
+        http.get(format!("{base}/plugin/report.html"))
+            .send()
+            .await?
+            .status()
+            == 404,
+        "the bundle report is served"
+    );
+    server.kill().await?;
+
+    helm_ok(
+        bed,
+        &[
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            SERVER_NAMESPACE,
+            "--wait",
+        ],
+    )
+    .await?;
+    ensure!(
+        plugins.get_opt(name).await?.is_none(),
+        "the UIPlugin outlived helm uninstall"
     );
     Ok(())
 }

@@ -26,6 +26,20 @@ app.kubernetes.io/name: {{ include "elemental-changelog.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The extension server's pods: a name of their own, so the server's selectors never match them. */}}
+{{- define "elemental-changelog.extensionSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "elemental-changelog.name" . }}-extension
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "elemental-changelog.extensionLabels" -}}
+helm.sh/chart: {{ include "elemental-changelog.chart" . }}
+{{ include "elemental-changelog.extensionSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: ui-extension
+{{- end }}
+
 {{- define "elemental-changelog.labels" -}}
 helm.sh/chart: {{ include "elemental-changelog.chart" . }}
 {{ include "elemental-changelog.selectorLabels" . }}
@@ -92,4 +106,67 @@ app.kubernetes.io/component: aggregated-apiserver
 - apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
   resources: ["managedosversions/changelog"]
   verbs: ["get"]
+{{- end }}
+
+{{/*
+Bytes of a memory quantity: an integer with an optional binary (Ki, Mi, Gi, Ti; also
+KiB, MiB, GiB) or decimal (K, M, G, T) suffix. Anything else fails the install with a
+message, not the pod at start.
+*/}}
+{{- define "elemental-changelog.bytes" -}}
+{{- $q := toString . | trim }}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "KiB" 1024 "MiB" 1048576 "GiB" 1073741824 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 }}
+{{- $number := regexFind "^[0-9]+" $q }}
+{{- $unit := trimPrefix $number $q }}
+{{- if or (not $number) (not (hasKey $units $unit)) }}
+{{- fail (printf "memory quantity %q: write a whole number with Ki, Mi or Gi (such as 256Mi)" $q) }}
+{{- end }}
+{{- mul (atoi $number) (get $units $unit) }}
+{{- end }}
+
+{{/*
+The server's two memory settings, moved together with the container's memory limit
+(docs/operations.md, memory budget): the answer cache (`--answer-cache-size`) is an eighth
+of the limit, and the image budget (`--memory-budget`) what is left after it and the 80Mi
+the process and the parsed channel data need. An explicit `server.answerCacheSize` or
+`server.memoryBudget` is used as given. The server refuses to start with a budget under
+128Mi (4 x the default --max-kept-size of 24MiB, plus a quarter of the budget), so such a
+budget, or settings that do not fit in the limit, fail the install here instead.
+Returns YAML: {budget: <n>Mi, answerCache: <n>Mi}.
+*/}}
+{{- define "elemental-changelog.memory" -}}
+{{- $mi := 1048576 }}
+{{- $overhead := mul 80 $mi }}
+{{- $limitValue := "" }}
+{{- if .Values.resources }}{{ if .Values.resources.limits }}{{ $limitValue = .Values.resources.limits.memory | default "" }}{{ end }}{{ end }}
+{{- $limit := 0 }}
+{{- if $limitValue }}{{ $limit = include "elemental-changelog.bytes" $limitValue | atoi }}{{ end }}
+{{- $answer := 0 }}
+{{- if ne (toString .Values.server.answerCacheSize) "" }}
+{{- $answer = include "elemental-changelog.bytes" .Values.server.answerCacheSize | atoi }}
+{{- else if $limit }}
+{{- $answer = div $limit 8 }}
+{{- else }}
+{{- $answer = mul 32 $mi }}
+{{- end }}
+{{- $budget := 0 }}
+{{- if .Values.server.memoryBudget }}
+{{- $budget = include "elemental-changelog.bytes" .Values.server.memoryBudget | atoi }}
+{{- else if $limit }}
+{{- $budget = sub (sub $limit $overhead) $answer }}
+{{- else }}
+{{- $budget = mul 144 $mi }}
+{{- end }}
+{{- if lt $budget (mul 128 $mi) }}
+{{- if .Values.server.memoryBudget }}
+{{- fail (printf "server.memoryBudget %s is below the 128Mi the server needs to start (4 x --max-kept-size 24MiB, plus a quarter of the budget)" (toString .Values.server.memoryBudget)) }}
+{{- else }}
+{{- fail (printf "resources.limits.memory %s leaves a memory budget of %dMi (limit - 80Mi - the answer cache of %dMi), below the 128Mi the server needs to start: use a limit of at least 240Mi" $limitValue (div $budget $mi) (div $answer $mi)) }}
+{{- end }}
+{{- end }}
+{{- if and $limit (gt (add $budget $answer $overhead) $limit) }}
+{{- fail (printf "server.memoryBudget (%dMi) + server.answerCacheSize (%dMi) + 80Mi for the process do not fit in resources.limits.memory %s: raise the limit, or leave both empty to derive them from it" (div $budget $mi) (div $answer $mi) $limitValue) }}
+{{- end }}
+budget: {{ printf "%dMi" (div $budget $mi) }}
+answerCache: {{ printf "%dMi" (div $answer $mi) }}
 {{- end }}
