@@ -6,29 +6,38 @@ SHELL := bash
 
 CARGO ?= cargo
 TOOLS := target/testbed/bin
+# The pinned Node and npm (.ci/node, installed by `make deps` into target/tools/node) come
+# before any other on PATH: for ui/, ui/rancher/ and the browser test (integration/tests/ui.rs).
+export PATH := $(CURDIR)/target/tools/node/node_modules/.bin:$(PATH)
 HELM := $(TOOLS)/helm
 CHART := charts/elemental-changelog
 
-.PHONY: build deps tools demo test lint fmt-check clippy doc helm-lint server unit fmt ui-test bench
+.PHONY: build deps deps-demo tools demo test lint fmt-check clippy doc helm-lint server unit fmt ui-test ui-extension bench
 
 ## build: compile the whole workspace
 build:
 	$(CARGO) build --locked --workspace
 
-## deps: install missing Debian packages (docker-registry, ...)
+## deps: check Rust and Go, install what the tests need: Debian packages (a C compiler,
+## docker-registry, chromium, ...), the pinned Node and npm (.ci/node), ui/ and ui/rancher/ npm packages
 deps:
-	.ci/deps
+	.ci/deps test
+
+## deps-demo: the same for the demo only (no Node, no chromium)
+deps-demo:
+	.ci/deps demo
 
 ## tools: build etcd, kube-apiserver, kubectl and helm into target/testbed/bin (cached)
 tools:
 	bash integration/testbed/build.sh
 
-## server: build the binaries the end-to-end tests run: the server and the kubectl plugin
+## server: build the binaries the end-to-end tests run: the server, the kubectl plugin and
+## the UI extension's file server
 server:
-	$(CARGO) build --locked -p elemental-changelog-apiserver -p kubectl-elemental
+	$(CARGO) build --locked -p elemental-changelog-apiserver -p kubectl-elemental -p elemental-changelog-extension-server
 
 ## demo: a real control plane with our server registered; Ctrl-C tears it down
-demo: deps tools server
+demo: deps-demo tools server
 	$(CARGO) run --locked -p elemental-changelog-integration --bin demo
 
 ## bench: this server next to kube-apiserver and nginx on the real test bed, plus memory,
@@ -40,15 +49,25 @@ bench: deps tools
 	$(CARGO) build --locked -p elemental-changelog-integration --bin bench
 	ELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked -p elemental-changelog-integration --bin bench
 
-## test: every check: format, clippy, docs, chart, UI unit tests, unit, property and end-to-end tests
-## (integration/tests/ui.rs is the UI's browser test)
-test: lint tools server ui-test
+## test: every check: format, clippy, docs, chart, UI unit tests, the Rancher extension's build,
+## unit, property and end-to-end tests (integration/tests/ui.rs is the UI's browser test,
+## integration/tests/chart.rs serves the built extension as its UIPlugin names it)
+test: deps lint tools server ui-test ui-extension
 	$(CARGO) test --workspace --locked
 
 ## ui-test: type-check the UI (ui/) and run its unit tests on ui/fixtures/
 ui-test:
 	@test -d ui/node_modules || { echo "ui/node_modules is missing: run 'make deps' (npm ci in ui/)" >&2; exit 1; }
 	cd ui && npm run --silent typecheck && npm test --silent
+
+## ui-extension: build the Rancher extension (ui/rancher/pkg/elemental-changelog) with Rancher's
+## shell as the extension creator's template does (`build-pkg`: webpack, with the TypeScript
+## check); writes ui/rancher/dist-pkg/elemental-changelog-<version>/, which the chart's
+## UIPlugin serves (the bundle report is left out, as Rancher's publish script does)
+ui-extension:
+	@test -d ui/rancher/node_modules || { echo "ui/rancher/node_modules is missing: run 'make deps' (npm ci in ui/rancher/)" >&2; exit 1; }
+	cd ui/rancher && npm run --silent build-pkg elemental-changelog
+	rm -f ui/rancher/dist-pkg/elemental-changelog-*/report.html
 
 ## lint: format check, clippy, rustdoc warnings, helm lint
 lint: fmt-check clippy doc helm-lint
@@ -74,7 +93,7 @@ helm-lint: tools
 ## fuzz: run every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each (nightly + cargo-fuzz; not part of `test`)
 FUZZ_SECONDS ?= 30
 FUZZ_TOOLCHAIN ?= +nightly
-FUZZ_TARGETS ?= channel_json updates_log packages updateinfo channel_data rpmvercmp layer accept_header label_selector
+FUZZ_TARGETS ?= $(notdir $(basename $(wildcard fuzz/fuzz_targets/*.rs)))
 
 .PHONY: fuzz
 fuzz:

@@ -193,9 +193,16 @@ async fn checks(
     let expect_file = bed.root().join("ui-expect.json");
     std::fs::write(&expect_file, serde_json::to_vec_pretty(&expect)?)?;
     let step = Instant::now();
+    // The pinned Node that `make deps` installs (.ci/node), else whatever `node` is on PATH.
+    let pinned = workspace_root().join("target/tools/node/node_modules/.bin/node");
+    let node = if pinned.exists() {
+        pinned
+    } else {
+        PathBuf::from("node")
+    };
     run_node(
         ui,
-        Path::new("node"),
+        &node,
         &["e2e/browser.mjs"],
         &[
             ("UI_EXPECT", expect_file.as_os_str()),

@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 use elemental_changelog_integration::registry::{self, Registry};
 use elemental_changelog_integration::testbed::elemental;
 use elemental_changelog_integration::testbed::{
-    APISERVICE_NAME, FLEET_NAMESPACE, TestBed, TestBedOptions, tools_dir,
+    APISERVICE_NAME, FLEET_NAMESPACE, TestBed, TestBedOptions, tools_dir, workspace_root,
 };
 use elemental_changelog_integration::{image, sample};
 use serde_json::Value;
@@ -136,7 +136,13 @@ async fn show(bed: &TestBed, registry: &Registry) -> Result<()> {
 
     println!("The test bed keeps running. In another shell:\n");
     println!("  export KUBECONFIG={}", bed.kubeconfig().display());
-    println!("  export PATH={}:$PATH", tools_dir().display());
+    // kubectl and helm, and the `kubectl elemental` plugin (`make demo` builds it).
+    let plugin_dir = workspace_root().join("target/debug");
+    println!(
+        "  export PATH={}:{}:$PATH",
+        tools_dir().display(),
+        plugin_dir.display()
+    );
     println!("  kubectl get apiservice {APISERVICE_NAME} -o yaml");
     println!("  kubectl api-resources --api-group=changelog.elemental.cattle.io");
     println!(
@@ -153,6 +159,7 @@ async fn show(bed: &TestBed, registry: &Registry) -> Result<()> {
         "  kubectl --kubeconfig {} get --raw /apis/changelog.elemental.cattle.io/v1beta1   # a user with no role",
         bed.user_kubeconfig("alice")?.display()
     );
+    println!("  kubectl elemental changelog {newest} -n {FLEET_NAMESPACE}   # the kubectl plugin");
     if let Some(server) = bed.server() {
         println!(
             "\nOur server listens on {} (log: {}).",
