@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail, ensure};
+use elemental_changelog_apiserver::{request, server};
 use elemental_changelog_apiservice::status::{Reason, StatusError};
 use elemental_changelog_apiservice::types::UnavailableReason;
 use elemental_changelog_integration::testbed::{server_binary, workspace_root};
@@ -552,6 +553,20 @@ fn every_status_reason_and_cause_is_in_the_error_table() -> Result<()> {
     ] {
         if !api.contains(&format!("`{fixed}`")) {
             problems.push(format!("docs/api.md does not quote the message `{fixed}`"));
+        }
+    }
+    // The size limits the 400s and the 431 name.
+    let limits = [
+        format!(
+            "the query string is longer than {} bytes",
+            request::MAX_QUERY_BYTES
+        ),
+        format!("longer than {} bytes", request::MAX_SELECTOR_BYTES),
+        format!("larger than {} KiB", server::MAX_HEADER_BYTES / 1024),
+    ];
+    for limit in limits {
+        if !api.contains(&limit) {
+            problems.push(format!("docs/api.md does not say `{limit}`"));
         }
     }
     if !problems.is_empty() {
