@@ -44,7 +44,7 @@ demo: deps-demo tools server
 ## re-sync latency and the criterion benches; writes docs/performance.md (not part of `test`;
 ## BENCH_QUICK=1 for a short run, see docs/development.md#benchmarks)
 BENCH_SERVER ?= $(CURDIR)/target/release/elemental-changelog-apiserver
-bench: deps tools
+bench: deps-demo tools
 	$(CARGO) build --locked --release -p elemental-changelog-apiserver
 	$(CARGO) build --locked -p elemental-changelog-integration --bin bench
 	ELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked -p elemental-changelog-integration --bin bench
