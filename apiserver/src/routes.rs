@@ -37,6 +37,7 @@ use crate::{
     health::{self, Health},
     metrics::{Metrics, RequestResource, ServingLimit},
     request::{Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},
+    telemetry::error_chain,
 };
 
 /// Seconds a client is told to wait after a 429 (kube-apiserver says 1).
@@ -155,7 +156,7 @@ impl App {
                 return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
             }
             Err(error) => {
-                warn!(error = &error as &dyn std::error::Error, addr = ?peer.addr, "authentication failed");
+                warn!(error = %error_chain(&error), addr = ?peer.addr, "authentication failed");
                 return status(&StatusError::unauthorized());
             }
         };
@@ -235,7 +236,7 @@ impl App {
                 // nothing secret and RBAC's default system:discovery role
                 // grants them to every authenticated user, so an unavailable
                 // SubjectAccessReview does not withhold them from one.
-                warn!(error = &error as &dyn std::error::Error, user = %user.name, "authorization unavailable; serving a discovery document");
+                warn!(error = %error_chain(&error), user = %user.name, "authorization unavailable; serving a discovery document");
                 Ok(())
             }
             Err(error) if error.is_saturated() => {
@@ -245,7 +246,7 @@ impl App {
                 )))
             }
             Err(error) => {
-                warn!(error = &error as &dyn std::error::Error, user = %user.name, "authorization failed");
+                warn!(error = %error_chain(&error), user = %user.name, "authorization failed");
                 Err(status(&StatusError::internal(&error)))
             }
         }

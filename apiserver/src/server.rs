@@ -55,7 +55,7 @@ use self::{
     io::Guarded,
     lifetime::{Activity, Next, Timeouts},
 };
-use crate::{request::Peer, routes::App};
+use crate::{request::Peer, routes::App, telemetry::error_chain};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -201,7 +201,7 @@ pub async fn serve(
                 Ok(accepted) => accepted,
                 Err(error) => {
                     // Typically EMFILE: back off briefly rather than spin.
-                    warn!(%error, "accepting a connection failed");
+                    warn!(error = %error_chain(&error), "accepting a connection failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -381,7 +381,7 @@ impl Connection {
         {
             Ok(Ok(tls)) => tls,
             Ok(Err(error)) => {
-                debug!(%addr, %error, "TLS handshake failed");
+                debug!(%addr, error = %error_chain(&error), "TLS handshake failed");
                 return;
             }
             Err(_) => {
@@ -481,7 +481,7 @@ impl Connection {
             }
         };
         if let Err(error) = served {
-            debug!(%addr, %error, "connection ended with an error");
+            debug!(%addr, error = %error_chain(&*error), "connection ended with an error");
         }
     }
 }

@@ -111,7 +111,12 @@ where
             match call().await {
                 Ok(answer) => return Ok(answer),
                 Err(error) if attempt < backoff.steps && should_retry(&error) => {
-                    tracing::debug!(%error, attempt, ?delay, "review failed, retrying");
+                    tracing::debug!(
+                        error = &error as &dyn std::error::Error,
+                        attempt,
+                        ?delay,
+                        "review failed, retrying"
+                    );
                     tokio::time::sleep(delay).await;
                     delay = delay.mul_f64(backoff.factor);
                     attempt += 1;

@@ -64,12 +64,15 @@ pub async fn watch_config(
                 if matches!(&error, watcher::Error::InitialListFailed(kube::Error::Api(status)) | watcher::Error::WatchStartFailed(kube::Error::Api(status)) if status.code == 403)
                 {
                     tracing::warn!(
-                        %error,
+                        error = &error as &dyn std::error::Error,
                         "cannot read {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME}: bind the server's ServiceAccount to \
                          the Role extension-apiserver-authentication-reader in {CONFIG_MAP_NAMESPACE}"
                     );
                 } else {
-                    tracing::warn!(%error, "watching {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME} failed, retrying");
+                    tracing::warn!(
+                        error = &error as &dyn std::error::Error,
+                        "watching {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME} failed, retrying"
+                    );
                 }
                 authenticator.watch_failed();
             }
