@@ -8,7 +8,10 @@
 //! so a prune or another update in between is never undone.
 //!
 //! Next to the snapshots, the cache says which retained versions are being
-//! rebuilt from an older image, or could not be ([`Cache::retained_status`]).
+//! rebuilt from an older image, or could not be ([`Cache::retained_status`]),
+//! and which sync of each channel its last refresh answered
+//! ([`Cache::refreshed_sync`]): a version the snapshot lacks is "not read
+//! yet" until the refresh of the channel's latest sync is done.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -16,7 +19,7 @@ use dashmap::DashMap;
 use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 use jiff::Timestamp;
 
-use crate::oci::FetchErrorKind;
+use crate::{channels::crd::SyncKey, oci::FetchErrorKind};
 
 /// A channel: namespace and name of a ManagedOSVersionChannel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -144,6 +147,9 @@ pub type RetainedStatuses = BTreeMap<String, BTreeMap<String, RetainedStatus>>;
 pub struct Cache {
     channels: DashMap<ChannelKey, Arc<ChannelState>>,
     retained: DashMap<ChannelKey, Arc<RetainedStatuses>>,
+    /// The channel sync (image, generation, operator sync) each channel's
+    /// last completed refresh was made for.
+    refreshed: DashMap<ChannelKey, SyncKey>,
     /// Counts changes, for those who render from the cache ahead of requests.
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -256,6 +262,7 @@ impl Cache {
     pub fn remove(&self, key: &ChannelKey) {
         self.channels.remove(key);
         self.retained.remove(key);
+        self.refreshed.remove(key);
         self.changed();
     }
 
@@ -279,6 +286,20 @@ impl Cache {
         } else {
             self.retained.insert(key.clone(), Arc::new(statuses));
         }
+    }
+
+    /// The channel sync the last completed refresh of `key` was made for
+    /// (`None`: none completed yet, or not told). When the channel's
+    /// [`sync_key`](crate::channels::crd::ManagedOSVersionChannel::sync_key)
+    /// differs, its latest image is not read yet.
+    pub fn refreshed_sync(&self, key: &ChannelKey) -> Option<SyncKey> {
+        self.refreshed.get(key).map(|e| e.value().clone())
+    }
+
+    /// Records that a refresh of `key` made for `sync` completed (whatever
+    /// its outcome: failures are recorded in the state).
+    pub fn set_refreshed_sync(&self, key: &ChannelKey, sync: SyncKey) {
+        self.refreshed.insert(key.clone(), sync);
     }
 
     /// Every channel with its state.

@@ -17,6 +17,7 @@
 pub mod crd;
 pub mod history;
 mod images;
+mod kept;
 mod retained;
 
 use std::{
@@ -43,6 +44,7 @@ use self::{
     crd::{ManagedOSVersion, ManagedOSVersionChannel, SyncKey},
     history::{Change, ChannelHistory, ConfigMapHistory, History, HistoryStore},
     images::{ParsedImages, Read, ReadError},
+    kept::{Claim, ImageId, Kept, Refusals},
 };
 use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatuses, Snapshot},
@@ -163,6 +165,9 @@ pub struct RefreshSettings {
     /// The channel history in the cluster; `None`: off (retained versions
     /// then live only in this replica's memory).
     pub history: Option<Arc<ConfigMapHistory>>,
+    /// Most bytes of parsed channel data kept for all channels together
+    /// (`--max-kept-total`; see [`kept`]).
+    pub max_kept_total: u64,
 }
 
 /// Where channel images are read from: the registry through a
@@ -212,6 +217,8 @@ struct Context {
     fetcher: Arc<dyn ImageSource>,
     /// The images parsed by this process, shared by the channels that read them.
     images: ParsedImages,
+    /// The bound on the parsed data kept for all channels.
+    kept: Kept,
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     versions: Stores<ManagedOSVersion>,
@@ -287,6 +294,7 @@ pub fn start(
     let ctx = Arc::new(Context {
         fetcher,
         images: ParsedImages::default(),
+        kept: Kept::new(settings.max_kept_total),
         cache,
         metrics,
         versions: versions.clone(),
@@ -449,6 +457,7 @@ async fn controller(
             versions.wait_until_ready().await;
         }
     });
+    ctx.metrics.kept_data_limit(ctx.settings.max_kept_total);
     let mut controller = Controller {
         objects,
         ctx,
@@ -584,6 +593,7 @@ impl Controller {
             worker.task.abort();
         }
         self.ctx.cache.remove(key);
+        self.ctx.kept.forget(key);
         self.ctx.metrics.forget_channel(&key.namespace, &key.name);
         update_totals(&self.ctx);
         info!(channel = %key, "channel deleted; its data was dropped");
@@ -697,13 +707,20 @@ async fn worker(
         let _ = history.wait_for(|(_, loaded)| *loaded).await;
     }
     let mut memory = retained::Memory::default();
+    let mut refusals = Refusals::default();
+    let mut kept_changes = ctx.kept.changes();
     let mut failures: u32 = 0;
     loop {
-        let (image, _) = trigger.borrow_and_update().clone();
+        let (image, sync) = trigger.borrow_and_update().clone();
         let seen = history
             .as_mut()
             .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
-        let ok = refresh(&key, image.as_deref(), &ctx, &mut memory).await;
+        let ok = refresh(&key, image.as_deref(), &ctx, &mut memory, &mut refusals).await;
+        // Versions the data lacks are "not read yet" until this point.
+        ctx.cache.set_refreshed_sync(&key, sync);
+        // Refused for the kept-data limit: try again as soon as data goes.
+        kept_changes.mark_unchanged();
+        let refused = ctx.cache.get(&key).is_some_and(|s| kept::refused(&s));
         failures = if ok { 0 } else { failures.saturating_add(1) };
         let wait = next_wait(failures, ctx.settings.interval);
         tokio::select! {
@@ -716,6 +733,9 @@ async fn worker(
             }
             () = history_changed(history.as_mut(), &key, seen) => {
                 debug!("channel history changed");
+            }
+            Ok(()) = kept_changes.changed(), if refused => {
+                debug!("kept channel data changed; trying the refused image again");
             }
             () = tokio::time::sleep(wait) => {}
         }
@@ -786,6 +806,7 @@ async fn refresh(
     image: Option<&str>,
     ctx: &Context,
     memory: &mut retained::Memory,
+    refusals: &mut Refusals,
 ) -> bool {
     let Some(image) = image else {
         ctx.cache.update(key, |_| ChannelState {
@@ -801,6 +822,8 @@ async fn refresh(
     let previous = ctx.cache.get(key);
     let mut all_ok = true;
     let mut archs = BTreeMap::new();
+    // The images admitted under the kept-data limit, counted until stored.
+    let mut claims: Vec<Claim<'_>> = Vec::new();
     // A single-platform image serves every architecture: fetched once.
     let mut single_platform: Option<ArchState> = None;
     for arch in &ctx.settings.architectures {
@@ -813,7 +836,8 @@ async fn refresh(
             .and_then(|p| p.archs.get(arch))
             .cloned()
             .unwrap_or_default();
-        let state = refresh_arch(image, arch, old, ctx).await;
+        let (state, claim) = refresh_arch(key, image, arch, old, ctx, refusals).await;
+        claims.extend(claim);
         // An index without this architecture is not a failure to retry soon.
         all_ok &= state
             .last_error
@@ -834,14 +858,24 @@ async fn refresh(
     let _ = ctx.attempted.send(key.clone());
     ctx.versions.wait_until_ready().await;
     all_ok &= retained::retain_and_store(key, image, previous, &archs, ctx, memory).await;
+    // Stored: the cache counts them now.
+    drop(claims);
     retained::record_history(key, image, &archs, ctx).await;
     update_totals(ctx);
     all_ok
 }
 
 /// Reads the channel's image for one architecture: the new data of the
-/// image alone (the caller adds retained versions), or `old` kept.
-async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) -> ArchState {
+/// image alone (the caller adds retained versions), or `old` kept; with the
+/// claim that counts new data under the kept-data limit until it is stored.
+async fn refresh_arch<'a>(
+    key: &ChannelKey,
+    image: &str,
+    arch: &str,
+    old: ArchState,
+    ctx: &'a Context,
+    refusals: &mut Refusals,
+) -> (ArchState, Option<Claim<'a>>) {
     let attempt = Attempt {
         image,
         arch,
@@ -850,14 +884,42 @@ async fn refresh_arch(image: &str, arch: &str, old: ArchState, ctx: &Context) ->
     };
     let digest = match ctx.fetcher.resolve(image).await {
         Ok(digest) => digest,
-        Err(error) => return attempt.failed(None, &ReadError::Fetch(error), old),
+        Err(error) => return (attempt.failed(None, &ReadError::Fetch(error), old), None),
     };
     if let Some(state) = attempt.unchanged(&digest, &old) {
-        return state;
+        return (state, None);
     }
-    match images::read(image, &digest, arch, ctx).await {
-        Ok(read) => attempt.read(digest, read),
-        Err(error) => attempt.failed(Some(digest), &error, old),
+    // Refused for its size before: pulled again only once it would fit.
+    if let Some((id, bytes)) = refusals.get(image, &digest, arch)
+        && let Some(refused) = ctx.kept.refuses(&ctx.cache, key, id, bytes)
+    {
+        let error = ReadError::OverKeptTotal {
+            refused,
+            compressed_bytes: 0,
+        };
+        return (attempt.failed(Some(digest), &error, old), None);
+    }
+    let read = match images::read(image, &digest, arch, ctx).await {
+        Ok(read) => read,
+        Err(error) => return (attempt.failed(Some(digest), &error, old), None),
+    };
+    let parsed = read.parsed();
+    let id = ImageId::new(image, &digest, parsed.platform.as_deref());
+    let bytes = parsed.data.parsed_bytes();
+    match ctx.kept.admit(&ctx.cache, key, id.clone(), bytes) {
+        Ok(claim) => {
+            refusals.forget(arch);
+            (attempt.read(digest, read), Some(claim))
+        }
+        Err(refused) => {
+            ctx.metrics.kept_data_refusal();
+            refusals.insert(image, &digest, arch, id, bytes);
+            let error = ReadError::OverKeptTotal {
+                refused,
+                compressed_bytes: read.compressed_bytes(),
+            };
+            (attempt.failed(Some(digest), &error, old), None)
+        }
     }
 }
 
@@ -973,6 +1035,10 @@ impl Attempt<'_> {
                 warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "reading the channel image failed; keeping the last good data");
                 old.rejected
             }
+            ReadError::OverKeptTotal { .. } => {
+                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "channel image refused: its data does not fit under --max-kept-total; keeping the last good data");
+                old.rejected
+            }
         };
         ArchState {
             last_error: Some(FetchFailure {
@@ -1002,6 +1068,13 @@ fn update_totals(ctx: &Context) {
     let t = ctx.cache.totals();
     ctx.metrics
         .cache_size(t.channels, t.versions, t.advisories, t.retained);
+    let refused = ctx
+        .cache
+        .all()
+        .iter()
+        .filter(|(_, state)| kept::refused(state))
+        .count();
+    ctx.metrics.kept_data(kept::kept_bytes(&ctx.cache), refused);
 }
 
 #[cfg(test)]

@@ -109,6 +109,10 @@ pub struct Metrics {
     answer_misses: IntCounter,
     answer_bytes: IntGauge,
     answers: IntGauge,
+    kept_bytes: IntGauge,
+    kept_limit: IntGauge,
+    kept_refused: IntGauge,
+    kept_refusals: IntCounter,
 }
 
 impl Default for Metrics {
@@ -319,6 +323,26 @@ impl Metrics {
                 "Bytes of rendered answers kept (bodies, gzip forms, per-answer overhead); at most --answer-cache-size.",
             ),
             answers: gauge(&r, "answer_cache_answers", "Rendered answers kept."),
+            kept_bytes: gauge(
+                &r,
+                "kept_data_bytes",
+                "Bytes of parsed channel data kept in memory (as estimated when parsed), each image once however many channels share it; at most --max-kept-total.",
+            ),
+            kept_limit: gauge(
+                &r,
+                "kept_data_limit_bytes",
+                "The limit on parsed channel data kept for all channels together (--max-kept-total).",
+            ),
+            kept_refused: gauge(
+                &r,
+                "kept_data_refused_channels",
+                "Channels whose latest image is refused because its data would take the kept data past --max-kept-total (they keep their last good data, if any).",
+            ),
+            kept_refusals: plain_counter(
+                &r,
+                "kept_data_refusals_total",
+                "Channel images refused because their data would take the kept data past --max-kept-total.",
+            ),
             registry: r,
         }
     }
@@ -377,6 +401,25 @@ impl Metrics {
         self.versions.set(gauge_value(versions));
         self.advisories.set(gauge_value(advisories));
         self.retained_versions.set(gauge_value(retained));
+    }
+
+    /// Sets the kept-data gauges: bytes of parsed data kept (each image once) and the
+    /// channels whose latest image is refused for the `--max-kept-total` limit.
+    pub fn kept_data(&self, bytes: u64, refused_channels: usize) {
+        self.kept_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.kept_refused.set(gauge_value(refused_channels));
+    }
+
+    /// Sets the kept-data limit gauge (`--max-kept-total`).
+    pub fn kept_data_limit(&self, bytes: u64) {
+        self.kept_limit
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a channel image refused for the `--max-kept-total` limit.
+    pub fn kept_data_refusal(&self) {
+        self.kept_refusals.inc();
     }
 
     /// Sets the age of a channel's data.

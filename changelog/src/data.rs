@@ -116,6 +116,8 @@ pub struct ChannelData {
     versions: BTreeMap<String, Arc<VersionData>>,
     updateinfo: Option<Arc<Vec<Advisory>>>,
     problems: Vec<FileProblem>,
+    /// See [`ChannelData::parsed_bytes`].
+    parsed_bytes: u64,
 }
 
 impl Clone for ChannelData {
@@ -126,6 +128,7 @@ impl Clone for ChannelData {
             versions: self.versions.clone(),
             updateinfo: self.updateinfo.clone(),
             problems: Vec::new(),
+            parsed_bytes: self.parsed_bytes,
         }
     }
 }
@@ -299,6 +302,20 @@ impl ChannelData {
         for (path, bytes) in changelogs {
             parsed.add(&entries, path, &bytes, limits.updateinfo);
         }
+        // The entries: their text, as read, and their structures.
+        let entry_bytes = (channel_json.len()
+            + entries.len()
+                * (std::mem::size_of::<ChannelEntry>() + std::mem::size_of::<VersionData>()))
+            as u64;
+        let updateinfo_bytes = parsed.updateinfo.as_ref().map_or(0, |(_, advisories)| {
+            advisories
+                .iter()
+                .map(|a| std::mem::size_of::<Advisory>() as u64 + updates::heap_bytes(a))
+                .sum()
+        });
+        let parsed_bytes = entry_bytes
+            .saturating_add(parsed.parsed_bytes())
+            .saturating_add(updateinfo_bytes);
         let mut data = Self::from_parts(
             entries,
             parsed.advisories,
@@ -306,6 +323,7 @@ impl ChannelData {
             parsed.updateinfo.map(|(_, a)| a),
         );
         data.problems = parsed.problems;
+        data.parsed_bytes = parsed_bytes;
         Ok(data)
     }
 
@@ -337,7 +355,17 @@ impl ChannelData {
             versions,
             updateinfo: updateinfo.map(Arc::new),
             problems: Vec::new(),
+            parsed_bytes: 0,
         }
+    }
+
+    /// Memory the parsed data of the image takes, as estimated while it was parsed by
+    /// [`ChannelData::from_files`]: the `channel.json` entries, package lists, `updates.log`
+    /// advisories (as metered against [`Limits::parse_bytes`]) and `updateinfo.xml`
+    /// advisories. 0 for data built [`from_parts`](ChannelData::from_parts); a clone (which
+    /// shares the parsed versions) says the same as the original.
+    pub fn parsed_bytes(&self) -> u64 {
+        self.parsed_bytes
     }
 
     /// The versions (container entries, and retained ones) by name.
@@ -472,6 +500,45 @@ mod tests {
         assert_eq!(
             problems[3],
             "changelogs/updateinfo.xml.gz: ignored: changelogs/updateinfo.xml is used"
+        );
+    }
+
+    #[test]
+    fn parsed_bytes_count_every_kind_of_parsed_file() {
+        let only = ChannelData::from_files([file("channel.json", SL_MICRO_61)]).unwrap();
+        assert!(only.parsed_bytes() >= SL_MICRO_61.len() as u64);
+        let mut previous = only.parsed_bytes();
+        for extra in [
+            file("changelogs/base-v2.2.0-3.12-os.updates.log", EXAMPLE_LOG),
+            file("changelogs/base-v2.2.0-3.8-os.packages", HEAD40),
+            file("changelogs/updateinfo.xml", SAMPLE_XML),
+        ] {
+            let name = extra.0.clone();
+            let mut files = vec![file("channel.json", SL_MICRO_61)];
+            files.push(extra);
+            let data = ChannelData::from_files(files).unwrap();
+            assert!(data.parsed_bytes() > previous, "{name}");
+            assert_eq!(data.clone().parsed_bytes(), data.parsed_bytes());
+        }
+        previous = ChannelData::from_files([
+            file("channel.json", SL_MICRO_61),
+            file("changelogs/base-v2.2.0-3.12-os.updates.log", EXAMPLE_LOG),
+            file("changelogs/base-v2.2.0-3.8-os.packages", HEAD40),
+        ])
+        .unwrap()
+        .parsed_bytes();
+        let all = ChannelData::from_files([
+            file("channel.json", SL_MICRO_61),
+            file("changelogs/base-v2.2.0-3.12-os.updates.log", EXAMPLE_LOG),
+            file("changelogs/base-v2.2.0-3.8-os.packages", HEAD40),
+            file("changelogs/updateinfo.xml", SAMPLE_XML),
+        ])
+        .unwrap();
+        assert!(all.parsed_bytes() > previous);
+        assert_eq!(
+            ChannelData::from_parts(Vec::new(), BTreeMap::new(), BTreeMap::new(), None)
+                .parsed_bytes(),
+            0
         );
     }
 

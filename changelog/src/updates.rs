@@ -216,7 +216,7 @@ pub fn parse_within(bytes: &[u8], max_bytes: u64) -> Result<(Vec<Advisory>, u64)
 
 /// Heap memory of an advisory besides its structure: its text and lists, and an allocation
 /// header for each.
-fn heap_bytes(a: &Advisory) -> u64 {
+pub(crate) fn heap_bytes(a: &Advisory) -> u64 {
     const ALLOCATION: usize = 16;
     let text = |s: &str| {
         if s.is_empty() {

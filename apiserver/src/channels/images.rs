@@ -21,8 +21,8 @@ use std::{
 use elemental_changelog::data::{ChannelData, DataError};
 use oci_client::Reference;
 
-use super::Context;
-use crate::oci::{FetchError, FetchErrorKind, Fetched, ParseTurn, platform};
+use super::{Context, kept::Refused};
+use crate::oci::{FetchError, FetchErrorKind, Fetched, Limit, ParseTurn, platform};
 
 /// What determines the parse of an image: its repository (so that a
 /// registry answering for another repository never supplies this one's
@@ -161,9 +161,36 @@ pub(super) enum Read {
     },
 }
 
+impl Read {
+    /// The data read.
+    pub(super) fn parsed(&self) -> &Parsed {
+        match self {
+            Self::Shared(parsed) | Self::Pulled { parsed, .. } => parsed,
+        }
+    }
+
+    /// Compressed bytes downloaded for this read.
+    pub(super) fn compressed_bytes(&self) -> u64 {
+        match self {
+            Self::Shared(_) => 0,
+            Self::Pulled {
+                compressed_bytes, ..
+            } => *compressed_bytes,
+        }
+    }
+}
+
 /// Why an image could not be read.
 #[derive(Debug)]
 pub(super) enum ReadError {
+    /// Read, but its data does not fit next to what the other channels keep
+    /// (`--max-kept-total`, see [`super::kept`]).
+    OverKeptTotal {
+        /// Why.
+        refused: Refused,
+        /// Compressed bytes downloaded.
+        compressed_bytes: u64,
+    },
     /// The pull failed.
     Fetch(FetchError),
     /// No or an invalid `channel.json`: the same bytes fail the same way.
@@ -196,6 +223,7 @@ impl ReadError {
                 ..
             } => FetchErrorKind::InvalidChannelJson,
             Self::Internal { .. } => FetchErrorKind::Internal,
+            Self::OverKeptTotal { .. } => FetchErrorKind::LimitExceeded(Limit::KeptTotal),
         }
     }
 
@@ -205,6 +233,7 @@ impl ReadError {
             Self::Fetch(error) => crate::telemetry::error_chain(error),
             Self::Unusable { error, .. } => crate::telemetry::error_chain(error),
             Self::Internal { message, .. } => message.clone(),
+            Self::OverKeptTotal { refused, .. } => refused.to_string(),
         }
     }
 
@@ -216,6 +245,9 @@ impl ReadError {
                 compressed_bytes, ..
             }
             | Self::Internal {
+                compressed_bytes, ..
+            }
+            | Self::OverKeptTotal {
                 compressed_bytes, ..
             } => *compressed_bytes,
         }

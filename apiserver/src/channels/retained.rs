@@ -69,13 +69,15 @@ fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
 /// For every ManagedOSVersion of the channel (`live`) that `snapshot`'s image
 /// does not list, where its data comes from: the image the history maps it
 /// to (held here already, or to pull), else (no history, not recorded, or
-/// recorded in another registry than `registry`, the channel image's: the
-/// history never sends this server to another host) whatever this replica held.
+/// recorded in another repository than `repository`, the channel image's
+/// `registry/repository`: the history never sends this server to another
+/// host, nor to another repository of the same host, whose content whoever
+/// can write the history may control) whatever this replica held.
 #[allow(clippy::too_many_arguments)] // every input of the decision, none derivable from another
 fn plan(
     key: &ChannelKey,
     arch: &str,
-    registry: &str,
+    repository: &str,
     snapshot: &Snapshot,
     previous: Option<&Snapshot>,
     live: &BTreeSet<String>,
@@ -104,7 +106,7 @@ fn plan(
         };
         let origin = history
             .and_then(|h| h.origin(key, name))
-            .filter(|r| r.repository.split_once('/').map(|(host, _)| host) == Some(registry));
+            .filter(|r| r.repository == repository);
         let source = match origin {
             Some(record) => held(Some(&record.digest)).or_else(|| {
                 let known_empty = memory.no_data.contains(&(
@@ -140,7 +142,8 @@ pub(super) async fn retain_and_store(
     memory: &mut Memory,
 ) -> bool {
     let mut pulled: Pulled = BTreeMap::new();
-    let registry = registry_of(image).unwrap_or_default();
+    // An image that is no valid reference has no snapshot to plan for.
+    let repository = repository_of(image).unwrap_or_default();
     for _ in 0..SWAP_ATTEMPTS {
         let history = ctx
             .history
@@ -171,7 +174,7 @@ pub(super) async fn retain_and_store(
             let sources = plan(
                 key,
                 arch,
-                &registry,
+                &repository,
                 snapshot,
                 previous,
                 &live,
@@ -444,12 +447,6 @@ fn repository_of(image: &str) -> Option<String> {
         reference.registry(),
         reference.repository()
     ))
-}
-
-/// The registry host of an image reference.
-fn registry_of(image: &str) -> Option<String> {
-    let reference = image.parse::<oci_client::Reference>().ok()?;
-    Some(reference.registry().to_owned())
 }
 
 /// Records in the channel history the image each architecture was read

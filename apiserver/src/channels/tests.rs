@@ -304,6 +304,7 @@ impl HistoryStore for MemHistory {
 fn context(
     archs: &[&str],
     history: Option<Arc<MemHistory>>,
+    kept_limit: u64,
 ) -> (
     Arc<Fake>,
     mpsc::UnboundedReceiver<Call>,
@@ -331,6 +332,7 @@ fn context(
     let ctx = Arc::new(Context {
         fetcher: fake.clone(),
         images: ParsedImages::default(),
+        kept: Kept::new(kept_limit),
         cache: Arc::new(Cache::default()),
         metrics: Arc::new(Metrics::new()),
         versions: objects.versions.clone(),
@@ -338,6 +340,7 @@ fn context(
             interval: INTERVAL,
             architectures: archs.iter().map(|a| (*a).to_owned()).collect(),
             history: None,
+            max_kept_total: kept_limit,
         },
         attempted: attempted_tx,
         history: history.map(|h| h as Arc<dyn HistoryStore>),
@@ -365,7 +368,12 @@ impl Harness {
 
     /// Starts the controller with a channel history.
     fn start_with(archs: &[&str], history: Option<Arc<MemHistory>>) -> Self {
-        let (fake, calls, objects, writers, ctx, attempted) = context(archs, history);
+        Self::start_full(archs, history, u64::MAX)
+    }
+
+    /// Starts the controller with a limit on the data kept for all channels.
+    fn start_full(archs: &[&str], history: Option<Arc<MemHistory>>, kept_limit: u64) -> Self {
+        let (fake, calls, objects, writers, ctx, attempted) = context(archs, history, kept_limit);
         let health = Arc::new(Health::default());
         let (events, events_rx) = mpsc::unbounded_channel();
         let cache = ctx.cache.clone();
@@ -1447,7 +1455,7 @@ async fn images_read_are_recorded_and_the_history_is_pruned_with_the_versions() 
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_history_naming_another_registry_is_not_followed() {
+async fn a_history_naming_another_registry_or_repository_is_not_followed() {
     let mut history = History::default();
     let key = ChannelKey::new(NS, "sl-micro");
     let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
@@ -1456,6 +1464,16 @@ async fn a_history_naming_another_registry_is_not_followed() {
         "elsewhere.example.com/channel",
         "sha256:old",
         &names(&["v2"]),
+        Timestamp::UNIX_EPOCH,
+    );
+    // Whoever can write the history's ConfigMap names a repository of the
+    // channel's own registry host that they control.
+    let forged = "registry.example.com/attacker/channel";
+    history.record(
+        &key,
+        forged,
+        "sha256:forged",
+        &names(&["v1"]),
         Timestamp::UNIX_EPOCH,
     );
     history.record(
@@ -1468,15 +1486,28 @@ async fn a_history_naming_another_registry_is_not_followed() {
     let mut h = Harness::start_with(&["x86_64"], Some(MemHistory::new(history)));
     let image = format!("{REPO}:v2");
     h.fake.push(&image, "sha256:new", false, &["v3"]);
+    h.fake
+        .push(&format!("{forged}:v1"), "sha256:forged", false, &["v1"]);
     h.list(
         &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
-        &[version("v2", "sl-micro"), version("v3", "sl-micro")],
+        &[
+            version("v1", "sl-micro"),
+            version("v2", "sl-micro"),
+            version("v3", "sl-micro"),
+        ],
     );
     assert_eq!(h.call().await.image, image);
     h.until("published", |h| h.state("sl-micro").is_some())
         .await;
-    assert_eq!(retained_from(&h, "v2"), None);
-    assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
+    for name in ["v1", "v2"] {
+        assert_eq!(retained_from(&h, name), None, "{name}");
+        assert!(h.cache.retained_status(&key, "x86_64", name).is_none());
+    }
+    assert_eq!(
+        h.fake.pulls(),
+        [pull(&image, "x86_64")],
+        "nothing else pulled"
+    );
     h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
 }
 
@@ -1722,4 +1753,164 @@ async fn an_unusable_image_is_not_shared() {
     );
     assert_eq!(h.fake.pulls().len(), 2, "each channel read it itself");
     assert_eq!(fetches(&h, "shared"), 0);
+}
+
+/// Bytes of parsed data of an image of [`image_files`] listing `names`.
+fn parsed_bytes(names: &[&str]) -> u64 {
+    ChannelData::from_files(image_files(names))
+        .unwrap()
+        .parsed_bytes()
+}
+
+/// Waits until the metric `name` is `value` (metrics follow the cache).
+async fn metric_is(h: &Harness, name: &str, value: f64) {
+    h.until(&format!("{name} {value}"), |h| metric(h, name) == value)
+        .await;
+}
+
+fn metric(h: &Harness, name: &str) -> f64 {
+    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+fn kept_refused(state: &ChannelState) -> bool {
+    state.archs["x86_64"]
+        .last_error
+        .as_ref()
+        .is_some_and(|e| e.kind == FetchErrorKind::LimitExceeded(crate::oci::Limit::KeptTotal))
+}
+
+/// Issue 17, item 8: the parsed data kept for all channels is bounded; a channel past the
+/// bound is refused (a new one serves nothing, a served one keeps its data), the others
+/// are served, an image shared by channels counts once, and a refused image is not pulled
+/// again until it fits.
+#[tokio::test(start_paused = true)]
+async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
+    let each = parsed_bytes(&["a1", "a2"]);
+    assert_eq!(parsed_bytes(&["b1", "b2"]), each);
+    let limit = 2 * each + each / 2;
+    let mut h = Harness::start_full(&["x86_64", "aarch64"], None, limit);
+    h.fake
+        .push("registry/a:1", "sha256:a", false, &["a1", "a2"]);
+    h.fake
+        .push("registry/b:1", "sha256:b", false, &["b1", "b2"]);
+    h.fake
+        .push("registry/c:1", "sha256:c", false, &["c1", "c2"]);
+    h.list(
+        &[
+            channel("a", Some("registry/a:1"), "2026-01-01T00:00:00Z"),
+            channel("a-again", Some("registry/a:1"), "2026-01-01T00:00:00Z"),
+            channel("b", Some("registry/b:1"), "2026-01-01T00:00:00Z"),
+        ],
+        &[],
+    );
+    h.until("a and b served", |h| {
+        ["a", "a-again", "b"].iter().all(|c| {
+            h.state(c)
+                .is_some_and(|s| digest_of(&s, "aarch64").is_some())
+        })
+    })
+    .await;
+    metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
+    assert_eq!(
+        metric(&h, "elemental_changelog_kept_data_limit_bytes"),
+        limit as f64
+    );
+
+    // A third image does not fit: refused, the others untouched.
+    let pulls = h.fake.pulls().len();
+    h.channel(watcher::Event::Apply(channel(
+        "c",
+        Some("registry/c:1"),
+        "2026-01-01T00:00:00Z",
+    )));
+    h.until("c refused", |h| {
+        h.state("c").is_some_and(|s| kept_refused(&s))
+    })
+    .await;
+    let c = h.state("c").unwrap();
+    assert!(
+        c.archs.values().all(|a| a.snapshot.is_none()),
+        "nothing served"
+    );
+    let message = &c.archs["x86_64"].last_error.as_ref().unwrap().message;
+    assert!(message.contains("--max-kept-total"), "{message}");
+    assert_eq!(
+        FetchErrorKind::LimitExceeded(crate::oci::Limit::KeptTotal).public_message(),
+        "the channel image's data would take the server past its limit on the data kept for all channels together (--max-kept-total)"
+    );
+    assert_eq!(
+        h.fake.pulls().len(),
+        pulls + 1,
+        "one pull: a single-platform image"
+    );
+    metric_is(&h, "elemental_changelog_kept_data_refused_channels", 1.0).await;
+    assert_eq!(
+        metric(&h, "elemental_changelog_kept_data_refusals_total"),
+        1.0
+    );
+    metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
+    // Retried with backoff, without pulling it again while it would not fit.
+    while h.calls.try_recv().is_ok() {}
+    for _ in 0..3 {
+        assert_eq!(h.call().await.image, "registry/c:1");
+    }
+    assert_eq!(h.fake.pulls().len(), pulls + 1);
+
+    // A served channel whose new image would not fit keeps its last good data.
+    h.fake.push(
+        "registry/b:2",
+        "sha256:b2",
+        false,
+        &["b1", "b2", "b3", "b4"],
+    );
+    h.channel(watcher::Event::Apply(channel(
+        "b",
+        Some("registry/b:2"),
+        "2026-01-02T00:00:00Z",
+    )));
+    h.until("b's new image refused", |h| {
+        h.state("b")
+            .is_some_and(|s| kept_refused(&s) && s.image.as_deref() == Some("registry/b:2"))
+    })
+    .await;
+    let b = h.state("b").unwrap();
+    assert_eq!(digest_of(&b, "x86_64").as_deref(), Some("sha256:b"));
+    assert_eq!(digest_of(&b, "aarch64").as_deref(), Some("sha256:b"));
+    metric_is(&h, "elemental_changelog_kept_data_refused_channels", 2.0).await;
+
+    // b goes: c fits now and is served at its next retry; a channel's own
+    // data never counts against its new image.
+    h.channel(watcher::Event::Delete(channel(
+        "b",
+        Some("registry/b:2"),
+        "2026-01-02T00:00:00Z",
+    )));
+    h.until("c served", |h| {
+        h.state("c")
+            .is_some_and(|s| digest_of(&s, "x86_64").as_deref() == Some("sha256:c"))
+    })
+    .await;
+    metric_is(&h, "elemental_changelog_kept_data_refused_channels", 0.0).await;
+    metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
+    h.fake
+        .push("registry/a:2", "sha256:a2", false, &["a3", "a4"]);
+    for name in ["a", "a-again"] {
+        h.channel(watcher::Event::Apply(channel(
+            name,
+            Some("registry/a:2"),
+            "2026-01-03T00:00:00Z",
+        )));
+    }
+    h.until("a moved", |h| {
+        ["a", "a-again"].iter().all(|c| {
+            h.state(c)
+                .is_some_and(|s| digest_of(&s, "x86_64").as_deref() == Some("sha256:a2"))
+        })
+    })
+    .await;
+    metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
 }

@@ -221,6 +221,12 @@ impl FetchErrorKind {
             Self::NoMatchingPlatform => "the image has no image for this architecture",
             Self::Manifest => "the image manifest is invalid",
             Self::DigestMismatch => "content does not match its digest",
+            Self::LimitExceeded(Limit::KeptTotal) => {
+                return format!(
+                    "the channel image's data would take the server past its limit on the {}",
+                    Limit::KeptTotal.public_name()
+                );
+            }
             Self::LimitExceeded(limit) => {
                 return format!(
                     "pulling the channel image failed: the image exceeds the server's limit on {}",

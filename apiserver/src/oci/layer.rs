@@ -89,6 +89,9 @@ pub enum Limit {
     ResponseBytes,
     /// The memory budget (`--memory-budget`).
     MemoryBudget,
+    /// The parsed data kept for all channels together (`--max-kept-total`):
+    /// checked once an image is parsed, before its data is served.
+    KeptTotal,
 }
 
 impl Limit {
@@ -104,6 +107,7 @@ impl Limit {
             Self::IndexManifests => "index_manifests",
             Self::ResponseBytes => "response_bytes",
             Self::MemoryBudget => "memory_budget",
+            Self::KeptTotal => "kept_total",
         }
     }
 
@@ -119,6 +123,7 @@ impl Limit {
             Self::IndexManifests => "index size",
             Self::ResponseBytes => "registry response size",
             Self::MemoryBudget => "memory budget (--memory-budget)",
+            Self::KeptTotal => "data kept for all channels together (--max-kept-total)",
         }
     }
 }

@@ -557,24 +557,79 @@ impl Resources {
                 UnavailableReason::FetchFailed,
                 None,
             ),
-            None => {
-                let message = if !version.spec.type_.is_empty()
-                    && !version.spec.type_.eq_ignore_ascii_case("container")
-                {
-                    format!(
-                        "ManagedOSVersion {name} is of type {:?}: changelogs exist for container (OS) versions only",
-                        version.spec.type_
-                    )
-                } else {
-                    format!(
-                        "channel image {} ({}) has no changelog data for ManagedOSVersion {name}",
-                        snapshot.image, snapshot.digest
-                    )
-                };
+            None if !version.spec.type_.is_empty()
+                && !version.spec.type_.eq_ignore_ascii_case("container") =>
+            {
+                let message = format!(
+                    "ManagedOSVersion {name} is of type {:?}: changelogs exist for container (OS) versions only",
+                    version.spec.type_
+                );
                 return Lookup::no_data(channel_name, image, &name, message);
             }
+            // Not in the image served, while a newer one is not read (yet): never a 404.
+            None => match self.unread(key, channel, snapshot, arch, &name) {
+                Some(unread) => unread,
+                None => {
+                    let message = format!(
+                        "channel image {} ({}) has no changelog data for ManagedOSVersion {name}",
+                        snapshot.image, snapshot.digest
+                    );
+                    return Lookup::no_data(channel_name, image, &name, message);
+                }
+            },
         };
         Lookup::unavailable(channel_name, image, &name, reason, message, retry)
+    }
+
+    /// Why a version the served snapshot lacks may still come (message, reason, retry):
+    /// the channel's latest sync is not read yet (`NotFetched`), or reading its image
+    /// failed (`FetchFailed`, the sanitized kind), so the image that lists the version may
+    /// be one the server could not read. `None` when the latest image was read: the
+    /// version really has no data.
+    fn unread(
+        &self,
+        key: &ChannelKey,
+        channel: &ManagedOSVersionChannel,
+        snapshot: &Snapshot,
+        arch: &Arch,
+        name: &str,
+    ) -> Option<(String, UnavailableReason, Option<u32>)> {
+        let (namespace, channel_name) = (&key.namespace, &key.name);
+        let image = channel.image().unwrap_or(&snapshot.image);
+        let served = format!(
+            "ManagedOSVersion {namespace}/{name} is not in channel image {} ({}), the last one read",
+            snapshot.image, snapshot.digest
+        );
+        if self
+            .cache
+            .refreshed_sync(key)
+            .is_some_and(|sync| sync != channel.sync_key())
+        {
+            let message = format!(
+                "{served}; channel {channel_name} was changed or re-synced and its image {image} is not read yet"
+            );
+            return Some((
+                message,
+                UnavailableReason::NotFetched,
+                Some(RETRY_AFTER_NOT_FETCHED),
+            ));
+        }
+        let state = self.cache.get(key)?;
+        let failure = state.archs.get(arch.as_str())?.last_error.clone()?;
+        if failure.kind == NO_MATCHING_PLATFORM {
+            return None;
+        }
+        let message = format!(
+            "{served}; reading channel image {image} for {}: {} ({}); the server keeps retrying",
+            arch.as_str(),
+            failure.kind.public_message(),
+            failure.kind
+        );
+        Some((
+            message,
+            UnavailableReason::FetchFailed,
+            Some(RETRY_AFTER_NOT_FETCHED),
+        ))
     }
 
     /// `from` must name a ManagedOSVersion of the same channel.

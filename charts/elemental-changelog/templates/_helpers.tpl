@@ -125,18 +125,19 @@ message, not the pod at start.
 {{- end }}
 
 {{/*
-The server's two memory settings, moved together with the container's memory limit
+The server's three memory settings, moved together with the container's memory limit
 (docs/operations.md, memory budget): the answer cache (`--answer-cache-size`) is an eighth
-of the limit, and the image budget (`--memory-budget`) what is left after it and the 80Mi
-the process and the parsed channel data need. An explicit `server.answerCacheSize` or
-`server.memoryBudget` is used as given. The server refuses to start with a budget under
+of the limit, the parsed channel data kept (`--max-kept-total`) a sixteenth, and the image
+budget (`--memory-budget`) what is left after them and the 64Mi the process needs. An
+explicit `server.answerCacheSize`, `server.maxKeptTotal` or `server.memoryBudget` is used
+as given. The server refuses to start with a budget under
 128Mi (4 x the default --max-kept-size of 24MiB, plus a quarter of the budget), so such a
 budget, or settings that do not fit in the limit, fail the install here instead.
-Returns YAML: {budget: <n>Mi, answerCache: <n>Mi}.
+Returns YAML: {budget: <n>Mi, answerCache: <n>Mi, keptTotal: <n>Mi}.
 */}}
 {{- define "elemental-changelog.memory" -}}
 {{- $mi := 1048576 }}
-{{- $overhead := mul 80 $mi }}
+{{- $overhead := mul 64 $mi }}
 {{- $limitValue := "" }}
 {{- if .Values.resources }}{{ if .Values.resources.limits }}{{ $limitValue = .Values.resources.limits.memory | default "" }}{{ end }}{{ end }}
 {{- $limit := 0 }}
@@ -149,11 +150,19 @@ Returns YAML: {budget: <n>Mi, answerCache: <n>Mi}.
 {{- else }}
 {{- $answer = mul 32 $mi }}
 {{- end }}
+{{- $kept := 0 }}
+{{- if ne (toString .Values.server.maxKeptTotal) "" }}
+{{- $kept = include "elemental-changelog.bytes" .Values.server.maxKeptTotal | atoi }}
+{{- else if $limit }}
+{{- $kept = div $limit 16 }}
+{{- else }}
+{{- $kept = mul 16 $mi }}
+{{- end }}
 {{- $budget := 0 }}
 {{- if .Values.server.memoryBudget }}
 {{- $budget = include "elemental-changelog.bytes" .Values.server.memoryBudget | atoi }}
 {{- else if $limit }}
-{{- $budget = sub (sub $limit $overhead) $answer }}
+{{- $budget = sub (sub (sub $limit $overhead) $answer) $kept }}
 {{- else }}
 {{- $budget = mul 144 $mi }}
 {{- end }}
@@ -161,12 +170,13 @@ Returns YAML: {budget: <n>Mi, answerCache: <n>Mi}.
 {{- if .Values.server.memoryBudget }}
 {{- fail (printf "server.memoryBudget %s is below the 128Mi the server needs to start (4 x --max-kept-size 24MiB, plus a quarter of the budget)" (toString .Values.server.memoryBudget)) }}
 {{- else }}
-{{- fail (printf "resources.limits.memory %s leaves a memory budget of %dMi (limit - 80Mi - the answer cache of %dMi), below the 128Mi the server needs to start: use a limit of at least 240Mi" $limitValue (div $budget $mi) (div $answer $mi)) }}
+{{- fail (printf "resources.limits.memory %s leaves a memory budget of %dMi (limit - 64Mi - the answer cache of %dMi - the kept channel data of %dMi), below the 128Mi the server needs to start: use a limit of at least 240Mi" $limitValue (div $budget $mi) (div $answer $mi) (div $kept $mi)) }}
 {{- end }}
 {{- end }}
-{{- if and $limit (gt (add $budget $answer $overhead) $limit) }}
-{{- fail (printf "server.memoryBudget (%dMi) + server.answerCacheSize (%dMi) + 80Mi for the process do not fit in resources.limits.memory %s: raise the limit, or leave both empty to derive them from it" (div $budget $mi) (div $answer $mi) $limitValue) }}
+{{- if and $limit (gt (add $budget $answer $kept $overhead) $limit) }}
+{{- fail (printf "server.memoryBudget (%dMi) + server.answerCacheSize (%dMi) + server.maxKeptTotal (%dMi) + 64Mi for the process do not fit in resources.limits.memory %s: raise the limit, or leave them empty to derive them from it" (div $budget $mi) (div $answer $mi) (div $kept $mi) $limitValue) }}
 {{- end }}
 budget: {{ printf "%dMi" (div $budget $mi) }}
 answerCache: {{ printf "%dMi" (div $answer $mi) }}
+keptTotal: {{ printf "%dMi" (div $kept $mi) }}
 {{- end }}

@@ -1176,3 +1176,87 @@ fn default_answers_are_ready_before_the_first_request() {
     let small = World::new();
     assert_eq!(small.resources.prepare_defaults(1), 1);
 }
+
+/// Issue 17, item 12: a version the served image lacks while the channel's newer image is
+/// not read, or could not be, is "not yet" (503 with Retry-After), never "no data" (404).
+#[test]
+fn a_version_of_an_image_not_read_yet_is_503_never_404() {
+    let mut w = World::new();
+    let key = ChannelKey::new(NS, "sl-micro");
+    let new = "base-v2.2.0-4.1-os";
+    w.version(mov(NS, new, "sl-micro", "v2.2.0-4.1"));
+    let served = |w: &World| w.cache.get(&key).unwrap_or_else(|| panic!("state"));
+    let channel = w
+        .resources
+        .objects
+        .channels
+        .get(NS, "sl-micro")
+        .unwrap_or_else(|| panic!("channel"));
+    let synced = channel.sync_key();
+
+    // The operator re-synced the channel; the refresh for that sync is still running.
+    let mut before = synced.clone();
+    before.last_synced_time = Some("1999-01-01T00:00:00Z".to_owned());
+    assert_ne!(before, synced);
+    w.cache.set_refreshed_sync(&key, before);
+    let e = error(w.changelog(NS, new, ""));
+    assert_eq!(
+        (e.code(), cause(&e), e.retry_after),
+        (503, "NotFetched", Some(RETRY_AFTER_NOT_FETCHED)),
+        "{e:?}"
+    );
+    assert!(e.message.contains("not read yet"), "{}", e.message);
+    assert_eq!(w.get(NS, new, "")["reason"], "NotFetched");
+    // What the served image lists is served meanwhile.
+    assert_eq!(
+        w.changelog_json(NS, NEWEST, "")["channel"]["digest"],
+        DIGEST
+    );
+
+    // The refresh for the latest sync ended with a failure: the last good data stays, the
+    // new version is FetchFailed with the kind only, and a Retry-After.
+    w.cache.set_refreshed_sync(&key, synced.clone());
+    let snapshot = served(&w).archs["x86_64"].snapshot.clone();
+    let secret = "503 Service Unavailable from https://registry.internal/v2/: busy";
+    w.cache
+        .update(&key, |_| fetched(IMAGE, snapshot.clone(), Some(secret)));
+    let e = error(w.changelog(NS, new, ""));
+    assert_eq!(
+        (e.code(), cause(&e), e.retry_after),
+        (503, "FetchFailed", Some(RETRY_AFTER_NOT_FETCHED)),
+        "{e:?}"
+    );
+    assert!(
+        e.message.contains("registry unreachable (registry)"),
+        "{}",
+        e.message
+    );
+    assert!(!e.message.contains("registry.internal"), "{}", e.message);
+    let summary = w.get(NS, new, "");
+    assert_eq!(
+        (summary["available"].as_bool(), summary["reason"].as_str()),
+        (Some(false), Some("FetchFailed")),
+        "{summary}"
+    );
+    let list = json_body(
+        w.list(Some(NS), None, "")
+            .unwrap_or_else(|e| panic!("{e:?}")),
+    );
+    let item = items(&list)
+        .iter()
+        .find(|i| i["metadata"]["name"] == new)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(item["reason"], "FetchFailed", "{item}");
+    assert_eq!(
+        w.changelog_json(NS, NEWEST, "")["channel"]["digest"],
+        DIGEST
+    );
+
+    // The latest image was read and really lacks it: 404.
+    w.cache
+        .update(&key, |_| fetched(IMAGE, snapshot.clone(), None));
+    let e = error(w.changelog(NS, new, ""));
+    assert_eq!((e.code(), cause(&e)), (404, "NoChangelogData"), "{e:?}");
+    assert_eq!(w.get(NS, new, "")["reason"], "NoChangelogData");
+}
