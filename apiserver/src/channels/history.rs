@@ -137,6 +137,25 @@ impl History {
             .find(|r| r.versions.contains(version))
     }
 
+    /// The image a version's data comes from when only images of `repository`
+    /// (`registry/repository`, the channel's own) are trusted: the newest
+    /// record of that repository listing it. Records naming another
+    /// repository (an edit by whoever can write the ConfigMap) are skipped,
+    /// never followed.
+    pub fn origin_in(
+        &self,
+        key: &ChannelKey,
+        version: &str,
+        repository: &str,
+    ) -> Option<&ImageRecord> {
+        self.channels
+            .get(key)?
+            .images
+            .iter()
+            .rev()
+            .find(|r| r.repository == repository && r.versions.contains(version))
+    }
+
     /// Whether recording `digest` with `versions` would change anything: it is
     /// the newest record already and lists them all.
     pub fn is_recorded(&self, key: &ChannelKey, digest: &str, versions: &BTreeSet<String>) -> bool {
@@ -179,9 +198,11 @@ impl History {
 
     /// Forgets what no ManagedOSVersion needs any more, for the channels
     /// `in_scope` says this replica watches: channels `exists` says are gone,
-    /// and in every record but the newest, versions that a newer record
-    /// lists or whose ManagedOSVersion `exists` says is gone; records left
-    /// with no version go too. Returns whether anything changed.
+    /// and in every record but the newest, versions that a newer record of
+    /// the same repository lists (a record naming another repository is never
+    /// followed, so it shadows nothing) or whose ManagedOSVersion `exists`
+    /// says is gone; records left with no version go too. Returns whether
+    /// anything changed.
     pub fn prune(
         &mut self,
         in_scope: impl Fn(&ChannelKey) -> bool,
@@ -194,9 +215,10 @@ impl History {
             if !in_scope(key) {
                 continue;
             }
-            let mut newer: BTreeSet<String> = BTreeSet::new();
+            let mut newer: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             let count = channel.images.len();
             for (index, record) in channel.images.iter_mut().enumerate().rev() {
+                let newer = newer.entry(record.repository.clone()).or_default();
                 if index + 1 < count {
                     record
                         .versions

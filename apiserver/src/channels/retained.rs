@@ -104,9 +104,7 @@ fn plan(
                     })
                 })
         };
-        let origin = history
-            .and_then(|h| h.origin(key, name))
-            .filter(|r| r.repository == repository);
+        let origin = history.and_then(|h| h.origin_in(key, name, repository));
         let source = match origin {
             Some(record) => held(Some(&record.digest)).or_else(|| {
                 let known_empty = memory.no_data.contains(&(

@@ -1462,12 +1462,20 @@ async fn a_history_naming_another_registry_or_repository_is_not_followed() {
     history.record(
         &key,
         "elsewhere.example.com/channel",
-        "sha256:old",
+        "sha256:elsewhere",
         &names(&["v2"]),
         Timestamp::UNIX_EPOCH,
     );
     // Whoever can write the history's ConfigMap names a repository of the
-    // channel's own registry host that they control.
+    // channel's own registry host that they control, newer than the real
+    // record of v1.
+    history.record(
+        &key,
+        REPO,
+        "sha256:old",
+        &names(&["v1"]),
+        Timestamp::UNIX_EPOCH,
+    );
     let forged = "registry.example.com/attacker/channel";
     history.record(
         &key,
@@ -1483,11 +1491,15 @@ async fn a_history_naming_another_registry_or_repository_is_not_followed() {
         &names(&["v3"]),
         Timestamp::UNIX_EPOCH,
     );
-    let mut h = Harness::start_with(&["x86_64"], Some(MemHistory::new(history)));
+    let history = MemHistory::new(history);
+    let mut h = Harness::start_with(&["x86_64"], Some(history.clone()));
     let image = format!("{REPO}:v2");
+    let old = by_digest(&format!("{REPO}:v1"), "sha256:old");
     h.fake.push(&image, "sha256:new", false, &["v3"]);
     h.fake
         .push(&format!("{forged}:v1"), "sha256:forged", false, &["v1"]);
+    h.fake
+        .push(&format!("{REPO}:v1"), "sha256:old", false, &["v1"]);
     h.list(
         &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
         &[
@@ -1497,15 +1509,28 @@ async fn a_history_naming_another_registry_or_repository_is_not_followed() {
         ],
     );
     assert_eq!(h.call().await.image, image);
-    h.until("published", |h| h.state("sl-micro").is_some())
+    assert_eq!(h.call().await.image, old, "the channel's own older image");
+    h.until("v1 retained", |h| retained_from(h, "v1").is_some())
         .await;
-    for name in ["v1", "v2"] {
-        assert_eq!(retained_from(&h, name), None, "{name}");
-        assert!(h.cache.retained_status(&key, "x86_64", name).is_none());
-    }
+    assert_eq!(
+        retained_from(&h, "v1"),
+        Some(Some("sha256:old".to_owned())),
+        "from the channel's own repository, never from the forged record"
+    );
+    // Nor does the forged record make the history forget the real one.
+    let recorded = history.current();
+    let records = &recorded.channel(&key).unwrap().images;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.repository == REPO && r.digest == "sha256:old" && r.versions.contains("v1")),
+        "{records:?}"
+    );
+    assert_eq!(retained_from(&h, "v2"), None, "another registry");
+    assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
     assert_eq!(
         h.fake.pulls(),
-        [pull(&image, "x86_64")],
+        [pull(&image, "x86_64"), pull(&old, "x86_64")],
         "nothing else pulled"
     );
     h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
