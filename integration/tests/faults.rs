@@ -89,6 +89,31 @@ impl Requests {
         serde_json::from_slice(&body).with_context(|| format!("GET {path}"))
     }
 
+    /// The changelog of `name` through the aggregator as answered: status,
+    /// `Retry-After` and body.
+    async fn changelog_raw(&self, name: &str) -> Result<(u16, Option<String>, Vec<u8>)> {
+        let url = format!("{}{}", self.apiserver, Self::changelog_path(name));
+        let response = self.aggregator.get(&url).send().await?;
+        let status = response.status().as_u16();
+        let retry = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Ok((status, retry, response.bytes().await?.to_vec()))
+    }
+
+    /// The summary of version `name` through the aggregator.
+    async fn summary(&self, name: &str) -> Result<serde_json::Value> {
+        let url = format!(
+            "{}/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}",
+            self.apiserver
+        );
+        let (status, body) = Self::get(&self.aggregator, url).await?;
+        ensure!(status == 200, "summary of {name}: {status}");
+        Ok(serde_json::from_slice(&body)?)
+    }
+
     /// The status code of the changelog of `name` through the aggregator.
     async fn changelog_status(&self, name: &str) -> Result<u16> {
         let url = format!("{}{}", self.apiserver, Self::changelog_path(name));
@@ -357,6 +382,14 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
         data = next;
         digest = next_digest;
     }
+    new_version_rounds(
+        &requests,
+        registry,
+        proxy,
+        &mut channel,
+        (&mut data, &mut digest),
+    )
+    .await?;
     let log = server_log(bed)?;
     ensure!(
         !log_lines(
@@ -370,6 +403,105 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
         log_lines(&log, &["panicked"])?.is_empty(),
         "the server panicked"
     );
+    Ok(())
+}
+
+/// The `reason` of a `Status`'s first cause, and its message.
+fn cause(body: &[u8]) -> (String, String) {
+    let status: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    (
+        status["details"]["causes"][0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        status["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Issue 17, item 12: the operator re-syncs the channel to an image with one
+/// more version while the registry fails. What the last good image lists
+/// stays served; the new version is "not yet", never "no data": its changelog
+/// answers 503 (`NotFetched` while the fetch runs, then `FetchFailed` naming
+/// only the error kind) with `Retry-After`, never 404 `NoChangelogData`, and
+/// its summary says the same; once the registry serves again, it is served.
+async fn new_version_rounds(
+    requests: &Requests,
+    registry: &Registry,
+    proxy: &FaultProxy,
+    channel: &mut OperatorChannel,
+    (data, digest): (&mut GeneratedChannel, &mut String),
+) -> Result<()> {
+    let repository = "elemental/faulty";
+    for (round, name) in ["HTTP 503", "truncated body", "stall"].iter().enumerate() {
+        let fault = REGISTRY_FAULTS
+            .iter()
+            .find(|f| f.name == *name)
+            .context("no such fault")?;
+        proxy.set(fault.fault);
+        let count = u32::try_from(data.versions.len())? + 1;
+        let next = GeneratedChannel::generate("faulty", &format!("faulty-new-{round}"), 1..=count);
+        let next_digest = push_with_payload(registry, repository, &next).await?;
+        channel.sync(&next.entries()).await?;
+        let new = next.newest()?.name.clone();
+        let causes = std::cell::RefCell::new(Vec::new());
+        // A wrong answer ends the poll at once (an error would only be retried).
+        let (outcome, detected) = poll(
+            &format!("{name}: the new version {new} answers FetchFailed"),
+            DEADLINE,
+            POLL,
+            async || {
+                let (status, retry, body) = requests.changelog_raw(&new).await?;
+                let (reason, message) = cause(&body);
+                Ok(match (status, reason.as_str()) {
+                    // Not seen by our server's watch yet: no such ManagedOSVersion.
+                    (404, "") => None,
+                    (503, "NotFetched" | "FetchFailed") if retry.is_none() => Some(Err(format!(
+                        "{name}: 503 {reason} without Retry-After: {message}"
+                    ))),
+                    (503, "NotFetched" | "FetchFailed") => {
+                        let mut causes = causes.borrow_mut();
+                        if causes.last() != Some(&reason) {
+                            causes.push(reason.clone());
+                        }
+                        (reason == "FetchFailed").then_some(Ok((message, retry)))
+                    }
+                    _ => Some(Err(format!(
+                        "{name}: {new} answered {status} {reason} during the fault (only 503 NotFetched or FetchFailed allowed): {message}"
+                    ))),
+                })
+            },
+        )
+        .await?;
+        let (message, retry) = outcome.map_err(anyhow::Error::msg)?;
+        ensure!(
+            fault
+                .kinds
+                .iter()
+                .any(|k| message.contains(&format!("({k})"))),
+            "{name}: the message names none of the kinds {:?}: {message}",
+            fault.kinds
+        );
+        ensure!(
+            !message.contains("fault proxy") && !message.contains(&next_digest),
+            "{name}: the registry's words or the unread digest leaked: {message}"
+        );
+        let summary = requests.summary(&new).await?;
+        ensure!(
+            summary["reason"] == "FetchFailed" && summary["available"] == false,
+            "{name}: summary of {new}: {summary}"
+        );
+        let answered = requests.still_served(data, digest).await?;
+        proxy.set(Fault::Pass);
+        let recovered = requests.wait_served(&next, &new, &next_digest).await?;
+        eprintln!(
+            "new version during {name:>14}: {} with Retry-After {} ({detected:.1?} after the re-sync;              answers seen: {causes:?}), summary FetchFailed, never 404; {answered} requests for the other versions              answered meanwhile; served {recovered:.1?} after the fault cleared",
+            "503 FetchFailed",
+            retry.unwrap_or_default(),
+            causes = causes.borrow()
+        );
+        *data = next;
+        *digest = next_digest;
+    }
     Ok(())
 }
 

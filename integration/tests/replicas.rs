@@ -239,6 +239,7 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
     a_new_replica_serves_every_retained_version(bed, &[&retained_1, &retained_2]).await?;
     load_during_a_restart(bed, &retained_2).await?;
     an_old_image_gone_from_the_registry_is_retried(bed, registry, &digests[1], &retained_1).await?;
+    a_forged_history_record_is_not_followed(bed, registry, &digests[2], &retained_2).await?;
     a_deleted_version_is_forgotten_everywhere(bed, &channel).await?;
     Ok(())
 }
@@ -450,6 +451,98 @@ async fn an_old_image_gone_from_the_registry_is_retried(
     .await?;
     ensure!(body == expected, "other bytes after the image came back");
     eprintln!("served {took:?} after the old image came back");
+    Ok(())
+}
+
+/// Issue 17, item 9: whoever can write ConfigMaps in the server's namespace
+/// adds a history record mapping the retained stable-v1-2 to an image of
+/// another repository on the channel's own registry host, holding forged
+/// data for it. A replica restarted afterwards rebuilds stable-v1-2 from the
+/// channel's own repository, serving the bytes the other replica serves;
+/// the forged image is never used, and the real record is kept.
+async fn a_forged_history_record_is_not_followed(
+    bed: &mut TestBed,
+    registry: &Registry,
+    digest: &str,
+    expected: &[u8],
+) -> Result<()> {
+    let forged = GeneratedChannel::generate(CHANNEL, "forged-by-a-configmap-writer", 1..=6);
+    let pushed = image::push(
+        registry,
+        "elemental/forged:latest",
+        &forged.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let api: Api<ConfigMap> = Api::namespaced(bed.client(), SERVER_NAMESPACE);
+    let key = format!("{FLEET_NAMESPACE}.{CHANNEL}");
+    let mut written = None;
+    for _ in 0..10 {
+        let mut cm = api.get(HISTORY).await?;
+        let data = cm.data.get_or_insert_with(Default::default);
+        let mut channel: Value = serde_json::from_str(data.get(&key).context("no history")?)?;
+        let images = channel["images"].as_array_mut().context("no images")?;
+        let real = images
+            .iter()
+            .find(|r| r["digest"] == digest)
+            .context("no record of the older image")?
+            .clone();
+        let repository = real["repository"].as_str().context("no repository")?;
+        let (host, _) = repository.split_once('/').context("a repository")?;
+        let record = serde_json::json!({
+            "repository": format!("{host}/elemental/forged"),
+            "digest": pushed.digest,
+            "recorded": "2026-01-01T00:00:00Z",
+            "versions": ["stable-v1-2"],
+        });
+        // Newer than every record but the channel's current image.
+        let at = images.len().saturating_sub(1);
+        images.insert(at, record.clone());
+        data.insert(key.clone(), serde_json::to_string(&channel)?);
+        match api.replace(HISTORY, &Default::default(), &cm).await {
+            Ok(_) => {
+                written = Some(record);
+                break;
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let record = written.context("the history kept changing")?;
+    eprintln!("forged history record: {record}");
+    let path = changelog_path("stable-v1-2");
+    bed.stop_replica(1).await?;
+    let started = Instant::now();
+    bed.start_replica(1).await?;
+    let (body, _) = wait_served(bed, 1, &path).await?;
+    ensure!(
+        body == expected,
+        "the restarted replica serves other bytes for stable-v1-2 (forged record followed?):\n{}",
+        String::from_utf8_lossy(&body)
+    );
+    ensure!(
+        !String::from_utf8_lossy(&body).contains(&pushed.digest),
+        "the forged image was served"
+    );
+    ensure!(agree(bed, &path).await? == expected, "replicas disagree");
+    let history = history(bed).await?;
+    let kept = history["images"].as_array().is_some_and(|images| {
+        images.iter().any(|r| {
+            r["digest"] == digest
+                && r["versions"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|n| n == "stable-v1-2"))
+        })
+    });
+    ensure!(
+        kept,
+        "the real record of stable-v1-2 was forgotten: {history}"
+    );
+    eprintln!(
+        "a forged record naming {host_repo} not followed: the restarted replica served the real \
+         stable-v1-2 {:?} after start",
+        started.elapsed(),
+        host_repo = record["repository"]
+    );
     Ok(())
 }
 
