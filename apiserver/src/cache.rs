@@ -9,9 +9,10 @@
 //!
 //! Next to the snapshots, the cache says which retained versions are being
 //! rebuilt from an older image, or could not be ([`Cache::retained_status`]),
-//! and which sync of each channel its last refresh answered
-//! ([`Cache::refreshed_sync`]): a version the snapshot lacks is "not read
-//! yet" until the refresh of the channel's latest sync is done.
+//! and which sync of each channel its last refresh answered, and when that
+//! refresh started ([`Cache::refreshed`]): a version the snapshot lacks is
+//! "not read yet" until a refresh of the channel's latest sync, started
+//! after the version was created, is done.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -142,14 +143,22 @@ pub enum RetainedStatus {
 /// Retained versions in rebuild, by architecture, then version name.
 pub type RetainedStatuses = BTreeMap<String, BTreeMap<String, RetainedStatus>>;
 
+/// A completed refresh of a channel: what it was made for, and when it started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refreshed {
+    /// The channel sync (image, generation, operator sync) it was made for.
+    pub sync: SyncKey,
+    /// When it started: the registry was read after this.
+    pub started: Timestamp,
+}
+
 /// Every channel's state.
 #[derive(Debug, Default)]
 pub struct Cache {
     channels: DashMap<ChannelKey, Arc<ChannelState>>,
     retained: DashMap<ChannelKey, Arc<RetainedStatuses>>,
-    /// The channel sync (image, generation, operator sync) each channel's
-    /// last completed refresh was made for.
-    refreshed: DashMap<ChannelKey, SyncKey>,
+    /// The last completed refresh of each channel.
+    refreshed: DashMap<ChannelKey, Refreshed>,
     /// Counts changes, for those who render from the cache ahead of requests.
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -288,18 +297,19 @@ impl Cache {
         }
     }
 
-    /// The channel sync the last completed refresh of `key` was made for
-    /// (`None`: none completed yet, or not told). When the channel's
+    /// The last completed refresh of `key` (`None`: none yet, or not told).
+    /// When the channel's
     /// [`sync_key`](crate::channels::crd::ManagedOSVersionChannel::sync_key)
-    /// differs, its latest image is not read yet.
-    pub fn refreshed_sync(&self, key: &ChannelKey) -> Option<SyncKey> {
+    /// differs, or a version was created after it started, the image that
+    /// lists the version may not be read yet.
+    pub fn refreshed(&self, key: &ChannelKey) -> Option<Refreshed> {
         self.refreshed.get(key).map(|e| e.value().clone())
     }
 
-    /// Records that a refresh of `key` made for `sync` completed (whatever
-    /// its outcome: failures are recorded in the state).
-    pub fn set_refreshed_sync(&self, key: &ChannelKey, sync: SyncKey) {
-        self.refreshed.insert(key.clone(), sync);
+    /// Records that a refresh of `key` completed (whatever its outcome:
+    /// failures are recorded in the state).
+    pub fn set_refreshed(&self, key: &ChannelKey, refreshed: Refreshed) {
+        self.refreshed.insert(key.clone(), refreshed);
     }
 
     /// Every channel with its state.

@@ -715,9 +715,11 @@ async fn worker(
         let seen = history
             .as_mut()
             .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
+        let started = Timestamp::now();
         let ok = refresh(&key, image.as_deref(), &ctx, &mut memory, &mut refusals).await;
         // Versions the data lacks are "not read yet" until this point.
-        ctx.cache.set_refreshed_sync(&key, sync);
+        ctx.cache
+            .set_refreshed(&key, crate::cache::Refreshed { sync, started });
         // Refused for the kept-data limit: try again as soon as data goes.
         kept_changes.mark_unchanged();
         let refused = ctx.cache.get(&key).is_some_and(|s| kept::refused(&s));

@@ -567,7 +567,7 @@ impl Resources {
                 return Lookup::no_data(channel_name, image, &name, message);
             }
             // Not in the image served, while a newer one is not read (yet): never a 404.
-            None => match self.unread(key, channel, snapshot, arch, &name) {
+            None => match self.unread(key, channel, version, snapshot, arch) {
                 Some(unread) => unread,
                 None => {
                     let message = format!(
@@ -582,31 +582,35 @@ impl Resources {
     }
 
     /// Why a version the served snapshot lacks may still come (message, reason, retry):
-    /// the channel's latest sync is not read yet (`NotFetched`), or reading its image
-    /// failed (`FetchFailed`, the sanitized kind), so the image that lists the version may
-    /// be one the server could not read. `None` when the latest image was read: the
-    /// version really has no data.
+    /// the channel's latest sync is not read yet, or the version was created after the
+    /// last read started (the operator creates versions before it marks the channel
+    /// synced) (`NotFetched`); or reading the channel's image failed (`FetchFailed`, the
+    /// sanitized kind), so the image that lists the version may be one the server could
+    /// not read. `None` when an image read after the version was created lacks it: it
+    /// really has no data.
     fn unread(
         &self,
         key: &ChannelKey,
         channel: &ManagedOSVersionChannel,
+        version: &ManagedOSVersion,
         snapshot: &Snapshot,
         arch: &Arch,
-        name: &str,
     ) -> Option<(String, UnavailableReason, Option<u32>)> {
+        let name = version.name_any();
         let (namespace, channel_name) = (&key.namespace, &key.name);
         let image = channel.image().unwrap_or(&snapshot.image);
         let served = format!(
             "ManagedOSVersion {namespace}/{name} is not in channel image {} ({}), the last one read",
             snapshot.image, snapshot.digest
         );
-        if self
-            .cache
-            .refreshed_sync(key)
-            .is_some_and(|sync| sync != channel.sync_key())
-        {
+        // Creation times have whole seconds: a version created in the second a read
+        // started counts as created after it.
+        let created = version.creation_timestamp().map(|t| t.0.as_second());
+        if self.cache.refreshed(key).is_some_and(|r| {
+            r.sync != channel.sync_key() || created.is_some_and(|c| c >= r.started.as_second())
+        }) {
             let message = format!(
-                "{served}; channel {channel_name} was changed or re-synced and its image {image} is not read yet"
+                "{served}; image {image} of channel {channel_name} is not read yet since the channel was re-synced or the version created"
             );
             return Some((
                 message,

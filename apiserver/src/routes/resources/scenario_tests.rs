@@ -1198,7 +1198,13 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
     let mut before = synced.clone();
     before.last_synced_time = Some("1999-01-01T00:00:00Z".to_owned());
     assert_ne!(before, synced);
-    w.cache.set_refreshed_sync(&key, before);
+    let refreshed = |sync: &crate::channels::crd::SyncKey, started: &str| crate::cache::Refreshed {
+        sync: sync.clone(),
+        started: started.parse().unwrap_or_else(|e| panic!("{e}")),
+    };
+    // (The version was created at 2026-01-02T03:04:05Z.)
+    w.cache
+        .set_refreshed(&key, refreshed(&before, "2026-01-03T00:00:00Z"));
     let e = error(w.changelog(NS, new, ""));
     assert_eq!(
         (e.code(), cause(&e), e.retry_after),
@@ -1215,7 +1221,8 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
 
     // The refresh for the latest sync ended with a failure: the last good data stays, the
     // new version is FetchFailed with the kind only, and a Retry-After.
-    w.cache.set_refreshed_sync(&key, synced.clone());
+    w.cache
+        .set_refreshed(&key, refreshed(&synced, "2026-01-03T00:00:00Z"));
     let snapshot = served(&w).archs["x86_64"].snapshot.clone();
     let secret = "503 Service Unavailable from https://registry.internal/v2/: busy";
     w.cache
@@ -1259,4 +1266,18 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
     let e = error(w.changelog(NS, new, ""));
     assert_eq!((e.code(), cause(&e)), (404, "NoChangelogData"), "{e:?}");
     assert_eq!(w.get(NS, new, "")["reason"], "NoChangelogData");
+
+    // The operator creates a version before it marks the channel synced: one created
+    // in or after the second the last read started is not read yet.
+    w.cache
+        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:05.5Z"));
+    let e = error(w.changelog(NS, new, ""));
+    assert_eq!(
+        (e.code(), cause(&e), e.retry_after),
+        (503, "NotFetched", Some(RETRY_AFTER_NOT_FETCHED)),
+        "{e:?}"
+    );
+    w.cache
+        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:06Z"));
+    assert_eq!(error(w.changelog(NS, new, "")).code(), 404);
 }
