@@ -494,8 +494,10 @@ async fn new_version_rounds(
         proxy.set(Fault::Pass);
         let recovered = requests.wait_served(&next, &new, &next_digest).await?;
         eprintln!(
-            "new version during {name:>14}: {} with Retry-After {} ({detected:.1?} after the re-sync;              answers seen: {causes:?}), summary FetchFailed, never 404; {answered} requests for the other versions              answered meanwhile; served {recovered:.1?} after the fault cleared",
-            "503 FetchFailed",
+            "new version during {name:>14}: 503 FetchFailed with Retry-After {} {detected:.1?} after \
+             the re-sync (answers seen: {causes:?}), summary FetchFailed, never 404; {answered} \
+             requests for the other versions answered meanwhile; served {recovered:.1?} after the \
+             fault cleared",
             retry.unwrap_or_default(),
             causes = causes.borrow()
         );

@@ -51,6 +51,9 @@ async fn one_image_in_two_namespaces_is_pulled_and_parsed_once() -> Result<()> {
             "128MiB",
             "--memory-budget",
             "3GiB",
+            // One such channel keeps about 90 MiB of parsed data.
+            "--max-kept-total",
+            "1GiB",
         ])
         .await?;
         two_namespaces(&bed, &registry).await
