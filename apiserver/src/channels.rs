@@ -891,15 +891,21 @@ async fn refresh_arch<'a>(
     if let Some(state) = attempt.unchanged(&digest, &old) {
         return (state, None);
     }
-    // Refused for its size before: pulled again only once it would fit.
-    if let Some((id, bytes)) = refusals.get(image, &digest, arch)
-        && let Some(refused) = ctx.kept.refuses(&ctx.cache, key, id, bytes)
+    // Refused for its size before: pulled again only once it would fit, by one
+    // refused channel at a time.
+    let mut turn = None;
+    if let Some((id, bytes)) = refusals
+        .get(image, &digest, arch)
+        .map(|(i, b)| (i.clone(), b))
     {
-        let error = ReadError::OverKeptTotal {
-            refused,
-            compressed_bytes: 0,
-        };
-        return (attempt.failed(Some(digest), &error, old), None);
+        turn = Some(ctx.kept.retry_turn().await);
+        if let Some(refused) = ctx.kept.refuses(&ctx.cache, key, &id, bytes) {
+            let error = ReadError::OverKeptTotal {
+                refused,
+                compressed_bytes: 0,
+            };
+            return (attempt.failed(Some(digest), &error, old), None);
+        }
     }
     let read = match images::read(image, &digest, arch, ctx).await {
         Ok(read) => read,
@@ -908,7 +914,7 @@ async fn refresh_arch<'a>(
     let parsed = read.parsed();
     let id = ImageId::new(image, &digest, parsed.platform.as_deref());
     let bytes = parsed.data.parsed_bytes();
-    match ctx.kept.admit(&ctx.cache, key, id.clone(), bytes) {
+    match ctx.kept.admit(&ctx.cache, key, id.clone(), bytes, turn) {
         Ok(claim) => {
             refusals.forget(arch);
             (attempt.read(digest, read), Some(claim))

@@ -19,7 +19,9 @@
 //! `--max-kept-total`), a served one keeps its last good data, and the others
 //! are untouched. A refused channel tries again when kept data is stored or
 //! dropped ([`Kept::changes`]) and with its backoff, without pulling the image
-//! again while it would still not fit.
+//! again while it would still not fit; refused channels try one at a time
+//! ([`Kept::retry_turn`]), so that data freed for one image is not pulled by
+//! every refused channel at once.
 //!
 //! The bound holds between refreshes; while a channel replaces its data, its
 //! old and new data are both in memory until the new one is stored.
@@ -141,6 +143,8 @@ pub(super) struct Kept {
     pending: Mutex<Pending>,
     /// Bumped when admitted data is stored or a channel's data dropped.
     changes: watch::Sender<u64>,
+    /// Held by a refused channel from its new try until its data is stored.
+    retrying: tokio::sync::Mutex<()>,
 }
 
 /// An admitted image, counted as kept until dropped (the refresh that read it
@@ -148,11 +152,15 @@ pub(super) struct Kept {
 pub(super) struct Claim<'a> {
     kept: &'a Kept,
     id: u64,
+    /// The retry turn, when the image was refused before.
+    turn: Option<tokio::sync::MutexGuard<'a, ()>>,
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         self.kept.lock().claims.remove(&self.id);
+        // Stored: the next refused channel may try.
+        drop(self.turn.take());
         self.kept.changed();
     }
 }
@@ -164,7 +172,14 @@ impl Kept {
             limit,
             pending: Mutex::default(),
             changes: watch::Sender::new(0),
+            retrying: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Waits for the turn of a refused image to be tried again (see
+    /// [`Kept::admit`]).
+    pub(super) async fn retry_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.retrying.lock().await
     }
 
     /// Told when kept data may have changed: admitted data stored, a channel
@@ -215,14 +230,16 @@ impl Kept {
     }
 
     /// Admits `image` (`bytes` of parsed data) as `channel`'s new data, or
-    /// refuses it past the limit. The claim counts it until dropped.
-    pub(super) fn admit(
-        &self,
+    /// refuses it past the limit. The claim counts it until dropped, and
+    /// holds `turn` (see [`Kept::retry_turn`]) as long.
+    pub(super) fn admit<'a>(
+        &'a self,
         cache: &Cache,
         channel: &ChannelKey,
         image: ImageId,
         bytes: u64,
-    ) -> Result<Claim<'_>, Refused> {
+        turn: Option<tokio::sync::MutexGuard<'a, ()>>,
+    ) -> Result<Claim<'a>, Refused> {
         let mut pending = self.lock();
         let total = self.total_with(&pending, cache, channel, &image, bytes);
         if total > self.limit {
@@ -242,7 +259,11 @@ impl Kept {
         let id = pending.next;
         pending.next = pending.next.wrapping_add(1);
         pending.claims.insert(id, (image, bytes));
-        Ok(Claim { kept: self, id })
+        Ok(Claim {
+            kept: self,
+            id,
+            turn,
+        })
     }
 
     /// Whether [`Kept::admit`] would refuse `image` now (nothing is admitted).
@@ -362,11 +383,14 @@ mod tests {
         let kept = Kept::new(2 * each);
         let three = ChannelKey::new("ns", "three");
         let b = ImageId::new("registry.example.com/b:1", "sha256:b", None);
-        let claim = kept.admit(&cache, &three, b.clone(), each).unwrap();
+        let claim = kept.admit(&cache, &three, b.clone(), each, None).unwrap();
         // Another new image does not fit next to the admitted one...
         let c = ImageId::new("registry.example.com/c:1", "sha256:c", None);
         let four = ChannelKey::new("ns", "four");
-        let refused = kept.admit(&cache, &four, c.clone(), each).err().unwrap();
+        let refused = kept
+            .admit(&cache, &four, c.clone(), each, None)
+            .err()
+            .unwrap();
         assert_eq!(
             refused,
             Refused {
@@ -377,7 +401,7 @@ mod tests {
         );
         assert!(refused.to_string().contains("--max-kept-total"));
         // ...but the admitted image, shared, costs nothing more.
-        assert!(kept.admit(&cache, &four, b, each).is_ok());
+        assert!(kept.admit(&cache, &four, b, each, None).is_ok());
         drop(claim);
         assert!(kept.refuses(&cache, &four, &c, each).is_none());
         // A channel's new image replaces its own data: "four" may move from
