@@ -604,10 +604,11 @@ impl Resources {
             snapshot.image, snapshot.digest
         );
         // Creation times have whole seconds: a version created in the second a read
-        // started counts as created after it.
+        // started counts as created before it (the operator creates versions, then marks
+        // the channel synced, which starts a read within the same second).
         let created = version.creation_timestamp().map(|t| t.0.as_second());
         if self.cache.refreshed(key).is_some_and(|r| {
-            r.sync != channel.sync_key() || created.is_some_and(|c| c >= r.started.as_second())
+            r.sync != channel.sync_key() || created.is_some_and(|c| c > r.started.as_second())
         }) {
             let message = format!(
                 "{served}; image {image} of channel {channel_name} is not read yet since the channel was re-synced or the version created"

@@ -1268,9 +1268,9 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
     assert_eq!(w.get(NS, new, "")["reason"], "NoChangelogData");
 
     // The operator creates a version before it marks the channel synced: one created
-    // in or after the second the last read started is not read yet.
+    // after the second the last read started is not read yet.
     w.cache
-        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:05.5Z"));
+        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:04.5Z"));
     let e = error(w.changelog(NS, new, ""));
     assert_eq!(
         (e.code(), cause(&e), e.retry_after),
@@ -1278,6 +1278,10 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
         "{e:?}"
     );
     w.cache
-        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:06Z"));
-    assert_eq!(error(w.changelog(NS, new, "")).code(), 404);
+        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:05.5Z"));
+    assert_eq!(
+        error(w.changelog(NS, new, "")).code(),
+        404,
+        "the same second"
+    );
 }
