@@ -716,12 +716,13 @@ async fn worker(
             .as_mut()
             .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
         let started = Timestamp::now();
+        // Kept data stored or dropped from now on wakes a refused refresh.
+        kept_changes.mark_unchanged();
         let ok = refresh(&key, image.as_deref(), &ctx, &mut memory, &mut refusals).await;
         // Versions the data lacks are "not read yet" until this point.
         ctx.cache
             .set_refreshed(&key, crate::cache::Refreshed { sync, started });
         // Refused for the kept-data limit: try again as soon as data goes.
-        kept_changes.mark_unchanged();
         let refused = ctx.cache.get(&key).is_some_and(|s| kept::refused(&s));
         failures = if ok { 0 } else { failures.saturating_add(1) };
         let wait = next_wait(failures, ctx.settings.interval);
