@@ -9,12 +9,15 @@
 //!
 //! Next to the snapshots, the cache says which retained versions are being
 //! rebuilt from an older image, or could not be ([`Cache::retained_status`]),
-//! and which sync of each channel its last refresh answered, and when that
-//! refresh started ([`Cache::refreshed`]): a version the snapshot lacks is
-//! "not read yet" until a refresh of the channel's latest sync, started
-//! after the version was created, is done.
+//! and which sync of each channel its last refresh answered, and which
+//! versions existed when it started ([`Cache::refreshed`]): a version the
+//! snapshot lacks is "not read yet" until a refresh of the channel's latest
+//! sync, started once the version existed, is done.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use dashmap::DashMap;
 use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
@@ -143,13 +146,15 @@ pub enum RetainedStatus {
 /// Retained versions in rebuild, by architecture, then version name.
 pub type RetainedStatuses = BTreeMap<String, BTreeMap<String, RetainedStatus>>;
 
-/// A completed refresh of a channel: what it was made for, and when it started.
+/// A completed refresh of a channel: what it was made for, and the versions
+/// it was made for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refreshed {
     /// The channel sync (image, generation, operator sync) it was made for.
     pub sync: SyncKey,
-    /// When it started: the registry was read after this.
-    pub started: Timestamp,
+    /// The channel's ManagedOSVersions (names) this process knew when it
+    /// started: the registry was read after they existed.
+    pub versions: Arc<BTreeSet<String>>,
 }
 
 /// Every channel's state.
@@ -300,7 +305,7 @@ impl Cache {
     /// The last completed refresh of `key` (`None`: none yet, or not told).
     /// When the channel's
     /// [`sync_key`](crate::channels::crd::ManagedOSVersionChannel::sync_key)
-    /// differs, or a version was created after it started, the image that
+    /// differs, or a version was not known when it started, the image that
     /// lists the version may not be read yet.
     pub fn refreshed(&self, key: &ChannelKey) -> Option<Refreshed> {
         self.refreshed.get(key).map(|e| e.value().clone())

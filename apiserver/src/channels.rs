@@ -236,6 +236,8 @@ enum ChannelEvent {
     /// channels deleted while the watch was down are found missing from the store.
     ChannelsListed,
     VersionDeleted(ChannelKey),
+    /// A ManagedOSVersion of the channel was created or changed (its name).
+    VersionApplied(ChannelKey, String),
     /// A (re-)list of versions completed (see `ChannelsListed`).
     VersionsListed,
 }
@@ -349,7 +351,15 @@ fn version_event(event: &watcher::Event<ManagedOSVersion>) -> Option<ChannelEven
             ))
         }),
         watcher::Event::InitDone => Some(ChannelEvent::VersionsListed),
-        _ => None,
+        watcher::Event::Apply(v) | watcher::Event::InitApply(v) => {
+            v.channel_name().map(|channel| {
+                ChannelEvent::VersionApplied(
+                    ChannelKey::new(v.namespace().unwrap_or_default(), channel),
+                    v.name_any(),
+                )
+            })
+        }
+        watcher::Event::Init => None,
     }
 }
 
@@ -553,6 +563,21 @@ impl Controller {
                 }
             }
             ChannelEvent::VersionDeleted(key) => prune_retained(&self.objects, &self.ctx, key),
+            ChannelEvent::VersionApplied(key, name) => {
+                // A version the last read did not know of (the operator's new
+                // version seen after the channel's re-sync started that read):
+                // read again, so that it does not wait for the next interval.
+                if let Some(worker) = self.workers.get(&key)
+                    && self
+                        .ctx
+                        .cache
+                        .refreshed(&key)
+                        .is_some_and(|r| !r.versions.contains(&name))
+                {
+                    worker.trigger.send_modify(|_| {});
+                }
+                return;
+            }
             ChannelEvent::VersionsListed => {
                 for (key, _) in self.ctx.cache.all() {
                     prune_retained(&self.objects, &self.ctx, key);
@@ -715,13 +740,22 @@ async fn worker(
         let seen = history
             .as_mut()
             .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
-        let started = Timestamp::now();
+        // The versions known now: the registry is read after they existed.
+        ctx.versions.wait_until_ready().await;
+        let versions = Arc::new(
+            ctx.versions
+                .list(Some(&key.namespace))
+                .iter()
+                .filter(|v| v.channel_name() == Some(key.name.as_str()))
+                .map(|v| v.name_any())
+                .collect(),
+        );
         // Kept data stored or dropped from now on wakes a refused refresh.
         kept_changes.mark_unchanged();
         let ok = refresh(&key, image.as_deref(), &ctx, &mut memory, &mut refusals).await;
         // Versions the data lacks are "not read yet" until this point.
         ctx.cache
-            .set_refreshed(&key, crate::cache::Refreshed { sync, started });
+            .set_refreshed(&key, crate::cache::Refreshed { sync, versions });
         // Refused for the kept-data limit: try again as soon as data goes.
         let refused = ctx.cache.get(&key).is_some_and(|s| kept::refused(&s));
         failures = if ok { 0 } else { failures.saturating_add(1) };

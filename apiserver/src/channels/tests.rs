@@ -534,7 +534,9 @@ fn watch_events_the_controller_hears() {
     assert!(
         matches!(version_event(&watcher::Event::Delete(v.clone())), Some(ChannelEvent::VersionDeleted(k)) if k == ChannelKey::new(NS, "sl-micro"))
     );
-    assert!(version_event(&watcher::Event::Apply(v)).is_none());
+    assert!(
+        matches!(version_event(&watcher::Event::Apply(v)), Some(ChannelEvent::VersionApplied(k, n)) if k == ChannelKey::new(NS, "sl-micro") && n == "v1")
+    );
     let orphan: ManagedOSVersion = serde_json::from_value(json!({
         "apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSVersion",
         "metadata": {"name": "lonely", "namespace": NS}, "spec": {"version": "1"}
@@ -1938,4 +1940,37 @@ async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
     })
     .await;
     metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
+}
+
+/// Issue 17, item 12: a ManagedOSVersion the last read did not know of (the
+/// operator's new version, seen after the read for its re-sync started) is
+/// read for at once, not at the next interval; a known one changing wakes
+/// nothing.
+#[tokio::test(start_paused = true)]
+async fn a_version_the_last_read_did_not_know_is_read_for_at_once() {
+    let mut h = Harness::start(&["x86_64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:6.1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[version("v1", "sl-micro")],
+    );
+    h.call().await;
+    let key = ChannelKey::new(NS, "sl-micro");
+    let knows = |h: &Harness, name: &str| {
+        h.cache
+            .refreshed(&key)
+            .is_some_and(|r| r.versions.contains(name))
+    };
+    h.until("v1 known", |h| knows(h, "v1")).await;
+    h.version(watcher::Event::Apply(version("v2", "sl-micro")));
+    let call = h.call().await;
+    assert_eq!(h.since(call.at), Duration::ZERO, "read again at once");
+    h.until("v2 known", |h| knows(h, "v2")).await;
+    h.version(watcher::Event::Apply(version("v1", "sl-micro")));
+    h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
 }

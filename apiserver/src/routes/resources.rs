@@ -582,12 +582,12 @@ impl Resources {
     }
 
     /// Why a version the served snapshot lacks may still come (message, reason, retry):
-    /// the channel's latest sync is not read yet, or the version was created after the
-    /// last read started (the operator creates versions before it marks the channel
-    /// synced) (`NotFetched`); or reading the channel's image failed (`FetchFailed`, the
+    /// the channel's latest sync is not read yet, or the last read started before this
+    /// server knew of the version (the operator creates versions, then marks the channel
+    /// synced; the watches may show either first) (`NotFetched`); or reading the channel's image failed (`FetchFailed`, the
     /// sanitized kind), so the image that lists the version may be one the server could
-    /// not read. `None` when an image read after the version was created lacks it: it
-    /// really has no data.
+    /// not read. `None` when an image read once the version existed lacks it: it really
+    /// has no data.
     fn unread(
         &self,
         key: &ChannelKey,
@@ -603,13 +603,11 @@ impl Resources {
             "ManagedOSVersion {namespace}/{name} is not in channel image {} ({}), the last one read",
             snapshot.image, snapshot.digest
         );
-        // Creation times have whole seconds: a version created in the second a read
-        // started counts as created before it (the operator creates versions, then marks
-        // the channel synced, which starts a read within the same second).
-        let created = version.creation_timestamp().map(|t| t.0.as_second());
-        if self.cache.refreshed(key).is_some_and(|r| {
-            r.sync != channel.sync_key() || created.is_some_and(|c| c > r.started.as_second())
-        }) {
+        if self
+            .cache
+            .refreshed(key)
+            .is_some_and(|r| r.sync != channel.sync_key() || !r.versions.contains(&name))
+        {
             let message = format!(
                 "{served}; image {image} of channel {channel_name} is not read yet since the channel was re-synced or the version created"
             );

@@ -1198,13 +1198,14 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
     let mut before = synced.clone();
     before.last_synced_time = Some("1999-01-01T00:00:00Z".to_owned());
     assert_ne!(before, synced);
-    let refreshed = |sync: &crate::channels::crd::SyncKey, started: &str| crate::cache::Refreshed {
-        sync: sync.clone(),
-        started: started.parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    // (The version was created at 2026-01-02T03:04:05Z.)
+    // A refresh made for a sync, knowing these versions when it started.
+    let refreshed =
+        |sync: &crate::channels::crd::SyncKey, versions: &[&str]| crate::cache::Refreshed {
+            sync: sync.clone(),
+            versions: Arc::new(versions.iter().map(|v| (*v).to_owned()).collect()),
+        };
     w.cache
-        .set_refreshed(&key, refreshed(&before, "2026-01-03T00:00:00Z"));
+        .set_refreshed(&key, refreshed(&before, &[NEWEST, new]));
     let e = error(w.changelog(NS, new, ""));
     assert_eq!(
         (e.code(), cause(&e), e.retry_after),
@@ -1222,7 +1223,7 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
     // The refresh for the latest sync ended with a failure: the last good data stays, the
     // new version is FetchFailed with the kind only, and a Retry-After.
     w.cache
-        .set_refreshed(&key, refreshed(&synced, "2026-01-03T00:00:00Z"));
+        .set_refreshed(&key, refreshed(&synced, &[NEWEST, new]));
     let snapshot = served(&w).archs["x86_64"].snapshot.clone();
     let secret = "503 Service Unavailable from https://registry.internal/v2/: busy";
     w.cache
@@ -1267,10 +1268,9 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
     assert_eq!((e.code(), cause(&e)), (404, "NoChangelogData"), "{e:?}");
     assert_eq!(w.get(NS, new, "")["reason"], "NoChangelogData");
 
-    // The operator creates a version before it marks the channel synced: one created
-    // after the second the last read started is not read yet.
-    w.cache
-        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:04.5Z"));
+    // The operator creates a version, then marks the channel synced; this server may see
+    // the version after the read for the sync started: not read yet.
+    w.cache.set_refreshed(&key, refreshed(&synced, &[NEWEST]));
     let e = error(w.changelog(NS, new, ""));
     assert_eq!(
         (e.code(), cause(&e), e.retry_after),
@@ -1278,10 +1278,10 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
         "{e:?}"
     );
     w.cache
-        .set_refreshed(&key, refreshed(&synced, "2026-01-02T03:04:05.5Z"));
+        .set_refreshed(&key, refreshed(&synced, &[NEWEST, new]));
     assert_eq!(
         error(w.changelog(NS, new, "")).code(),
         404,
-        "the same second"
+        "read once it existed"
     );
 }
