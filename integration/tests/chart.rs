@@ -648,6 +648,7 @@ fn other_string(variable: &str) -> Option<(Value, Vec<(&'static str, Value)>)> {
         "resources.limits.memory" => (s("512Mi"), vec![]),
         "server.memoryBudget" => (s("136Mi"), vec![]),
         "server.answerCacheSize" => (s("16Mi"), vec![]),
+        "server.maxKeptTotal" => (s("8Mi"), vec![]),
         "tls.certManager.issuerRef.name" => (s("my-issuer"), vec![]),
         "tls.existingSecret" => (s("my-tls"), vec![("tls.caBundle", s(PEM))]),
         "tls.caBundle" => (s(PEM), vec![("tls.existingSecret", s("my-tls"))]),
@@ -782,21 +783,27 @@ fn check_rendering(docs: &[Value], answers: &Value) -> Result<()> {
         .collect();
     let budget = mib_arg(&args, "--memory-budget=")?;
     let answer_cache = mib_arg(&args, "--answer-cache-size=")?;
+    let kept = mib_arg(&args, "--max-kept-total=")?;
     let limit = mib(string(
         &container["resources"]["limits"]["memory"],
         "memory limit",
     )?)?;
     ensure!(budget >= 128, "--memory-budget={budget}Mi is below 128Mi");
     ensure!(
-        budget + answer_cache + 80 <= limit,
-        "budget {budget}Mi + answer cache {answer_cache}Mi + 80Mi > limit {limit}Mi"
+        budget + answer_cache + kept + 64 <= limit,
+        "budget {budget}Mi + answer cache {answer_cache}Mi + kept data {kept}Mi + 64Mi > limit {limit}Mi"
     );
     match get(answers, "server.memoryBudget").as_str() {
+        // (Each derived value is rounded down to whole MiB.)
         Some("") | None => ensure!(
-            budget + answer_cache + 80 + 1 >= limit,
+            budget + answer_cache + kept + 64 + 2 >= limit,
             "budget not derived"
         ),
         Some(given) => ensure!(budget == mib(given)?),
+    }
+    match get(answers, "server.maxKeptTotal").as_str() {
+        Some("") | None => ensure!(kept == limit / 16),
+        Some(given) => ensure!(kept == mib(given)?),
     }
     match get(answers, "server.answerCacheSize").as_str() {
         Some("") | None => ensure!(answer_cache == limit / 8),
