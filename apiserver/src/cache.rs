@@ -16,7 +16,10 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use dashmap::DashMap;
@@ -50,9 +53,29 @@ impl std::fmt::Display for ChannelKey {
     }
 }
 
-/// Data read from one image for one architecture.
+/// A snapshot's number, unique in the process and never reused: what kept answers and list
+/// fingerprints name a snapshot by (see [`Snapshot::generation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Generation(u64);
+
+impl Generation {
+    fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// Data read from one image for one architecture. Built only by [`Snapshot::read`] and
+/// [`Snapshot::with_data`], each giving it a new [`Generation`]: two snapshots are the same
+/// data exactly when their generations are equal.
 #[derive(Debug)]
 pub struct Snapshot {
+    generation: Generation,
     /// Image reference it was read from.
     pub image: String,
     /// Manifest digest the reference resolved to.
@@ -69,6 +92,47 @@ pub struct Snapshot {
     pub parsed: Arc<ChannelData>,
     /// When it was pulled.
     pub fetched_at: Timestamp,
+}
+
+impl Snapshot {
+    /// The data `parsed` from `image` at `digest` (for `platform` of an index), read at
+    /// `fetched_at`, served as it is.
+    pub fn read(
+        image: String,
+        digest: String,
+        platform: Option<String>,
+        parsed: Arc<ChannelData>,
+        fetched_at: Timestamp,
+    ) -> Self {
+        Self {
+            generation: Generation::next(),
+            image,
+            digest,
+            platform,
+            data: Arc::new(IndexedChannel::new(parsed.clone())),
+            parsed,
+            fetched_at,
+        }
+    }
+
+    /// The same image's data serving `data` instead (retained versions added or dropped).
+    #[must_use]
+    pub fn with_data(&self, data: IndexedChannel) -> Self {
+        Self {
+            generation: Generation::next(),
+            image: self.image.clone(),
+            digest: self.digest.clone(),
+            platform: self.platform.clone(),
+            data: Arc::new(data),
+            parsed: self.parsed.clone(),
+            fetched_at: self.fetched_at,
+        }
+    }
+
+    /// This snapshot's generation.
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
 }
 
 /// Why the last fetch failed.
@@ -192,7 +256,10 @@ fn without_retained(state: &ChannelState, keep: &dyn Fn(&str) -> bool) -> Option
         let Some(snapshot) = arch.snapshot.clone() else {
             continue;
         };
-        if let Some((_, pruned)) = done.iter().find(|(old, _)| Arc::ptr_eq(old, &snapshot)) {
+        if let Some((_, pruned)) = done
+            .iter()
+            .find(|(old, _)| old.generation() == snapshot.generation())
+        {
             arch.snapshot = Some(pruned.clone());
             continue;
         }
@@ -202,14 +269,7 @@ fn without_retained(state: &ChannelState, keep: &dyn Fn(&str) -> bool) -> Option
         }
         let data = IndexedChannel::new(data);
         data.precompute_summaries();
-        let pruned = Arc::new(Snapshot {
-            image: snapshot.image.clone(),
-            digest: snapshot.digest.clone(),
-            platform: snapshot.platform.clone(),
-            data: Arc::new(data),
-            parsed: snapshot.parsed.clone(),
-            fetched_at: snapshot.fetched_at,
-        });
+        let pruned = Arc::new(snapshot.with_data(data));
         arch.snapshot = Some(pruned.clone());
         done.push((snapshot, pruned));
         changed = true;

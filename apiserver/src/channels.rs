@@ -1037,16 +1037,7 @@ impl Attempt<'_> {
             }
         };
         let now = Timestamp::now();
-        let snapshot = Snapshot {
-            image: image.to_owned(),
-            digest,
-            platform: parsed.platform,
-            data: Arc::new(elemental_changelog::compute::IndexedChannel::new(
-                parsed.data.clone(),
-            )),
-            parsed: parsed.data,
-            fetched_at: now,
-        };
+        let snapshot = Snapshot::read(image.to_owned(), digest, parsed.platform, parsed.data, now);
         ArchState {
             snapshot: Some(Arc::new(snapshot)),
             confirmed_at: Some(now),

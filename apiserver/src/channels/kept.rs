@@ -320,7 +320,7 @@ pub(super) fn kept_bytes(cache: &Cache) -> u64 {
 mod tests {
     use std::sync::Arc;
 
-    use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
+    use elemental_changelog::data::ChannelData;
     use jiff::Timestamp;
 
     use super::*;
@@ -335,14 +335,13 @@ mod tests {
             )])
             .unwrap(),
         );
-        Arc::new(Snapshot {
-            image: image.to_owned(),
-            digest: digest.to_owned(),
-            platform: platform.map(str::to_owned),
-            data: Arc::new(IndexedChannel::new(parsed.clone())),
+        Arc::new(Snapshot::read(
+            image.to_owned(),
+            digest.to_owned(),
+            platform.map(str::to_owned),
             parsed,
-            fetched_at: Timestamp::UNIX_EPOCH,
-        })
+            Timestamp::UNIX_EPOCH,
+        ))
     }
 
     fn serve(cache: &Cache, channel: &str, snapshots: &[(&str, Arc<Snapshot>)]) {

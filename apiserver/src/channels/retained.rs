@@ -162,7 +162,10 @@ pub(super) async fn retain_and_store(
             let Some(snapshot) = &state.snapshot else {
                 continue;
             };
-            if groups.iter().any(|(s, _, _)| Arc::ptr_eq(s, snapshot)) {
+            if groups
+                .iter()
+                .any(|(s, _, _)| s.generation() == snapshot.generation())
+            {
                 continue;
             }
             let previous = expected
@@ -190,7 +193,9 @@ pub(super) async fn retain_and_store(
         };
         for arch in state.archs.values_mut() {
             if let Some(snapshot) = &arch.snapshot
-                && let Some((_, new)) = composed.iter().find(|(old, _)| Arc::ptr_eq(old, snapshot))
+                && let Some((_, new)) = composed
+                    .iter()
+                    .find(|(old, _)| old.generation() == snapshot.generation())
             {
                 arch.snapshot = Some(new.clone());
             }
@@ -281,11 +286,11 @@ fn retained_statuses(
     let mut out = RetainedStatuses::new();
     for (arch, state) in archs {
         // Every architecture served by a group's snapshot shares its statuses.
-        let Some((_, group_arch, sources)) = state
-            .snapshot
-            .as_ref()
-            .and_then(|s| groups.iter().find(|(g, _, _)| Arc::ptr_eq(g, s)))
-        else {
+        let Some((_, group_arch, sources)) = state.snapshot.as_ref().and_then(|s| {
+            groups
+                .iter()
+                .find(|(g, _, _)| g.generation() == s.generation())
+        }) else {
             continue;
         };
         for (name, source) in sources {
@@ -427,14 +432,7 @@ fn compose_one(
     }
     let data = IndexedChannel::new(data);
     data.precompute_summaries();
-    Arc::new(Snapshot {
-        image: snapshot.image.clone(),
-        digest: snapshot.digest.clone(),
-        platform: snapshot.platform.clone(),
-        data: Arc::new(data),
-        parsed: snapshot.parsed.clone(),
-        fetched_at: snapshot.fetched_at,
-    })
+    Arc::new(snapshot.with_data(data))
 }
 
 /// `registry/repository` of an image reference (as the history records it).

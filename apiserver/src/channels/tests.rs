@@ -578,7 +578,11 @@ async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_perio
     ) else {
         panic!("both architectures must have data: {state:?}");
     };
-    assert!(Arc::ptr_eq(x86, arm), "one pull serves both architectures");
+    assert_eq!(
+        x86.generation(),
+        arm.generation(),
+        "one pull serves both architectures"
+    );
     assert_eq!(x86.digest, "sha256:one");
     assert_eq!(x86.platform, None);
     assert_eq!(x86.data.data().versions().len(), 2);
@@ -1055,14 +1059,16 @@ async fn cache_totals_and_pruning() {
     data.retain_from(&old, "sha256:old", |_| true);
     let data = elemental_changelog::compute::IndexedChannel::new(data);
     data.precompute_summaries();
-    let snapshot = Arc::new(Snapshot {
-        image: "registry/channel:v2".to_owned(),
-        digest: "sha256:new".to_owned(),
-        platform: None,
-        data: Arc::new(data),
-        parsed,
-        fetched_at: Timestamp::UNIX_EPOCH,
-    });
+    let snapshot = Arc::new(
+        Snapshot::read(
+            "registry/channel:v2".to_owned(),
+            "sha256:new".to_owned(),
+            None,
+            parsed,
+            Timestamp::UNIX_EPOCH,
+        )
+        .with_data(data),
+    );
     let arch = ArchState {
         snapshot: Some(snapshot),
         confirmed_at: None,

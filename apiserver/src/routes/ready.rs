@@ -4,13 +4,7 @@
 //! [`Ready`] is one rendered answer; [`ReadyCache`] keeps them, bounded in bytes
 //! (`--answer-cache-size`), with concurrent misses of one answer rendered once.
 
-use std::{
-    future::Future,
-    hash::Hash,
-    io::Write,
-    mem::size_of,
-    sync::{Arc, Weak},
-};
+use std::{future::Future, hash::Hash, io::Write, mem::size_of, sync::Arc};
 
 use bytes::Bytes;
 use flate2::{Compression, write::GzEncoder};
@@ -20,7 +14,7 @@ use quick_cache::{Weighter, sync::Cache};
 use sha2::{Digest, Sha256};
 
 use super::HttpResponse;
-use crate::{cache::Snapshot, metrics::Metrics};
+use crate::metrics::Metrics;
 
 /// Bodies smaller than this are not compressed: the gzip header and trailer cost more than
 /// they save.
@@ -42,10 +36,6 @@ pub struct Ready {
     cache_control: HeaderValue,
     vary: HeaderValue,
     warnings: Box<[HeaderValue]>,
-    /// The snapshots this answer was rendered from. Their addresses are part of the cache key;
-    /// holding them weakly keeps the addresses from being reused while the answer is kept,
-    /// without keeping their data alive.
-    pins: Box<[Weak<Snapshot>]>,
 }
 
 impl Ready {
@@ -83,7 +73,6 @@ impl Ready {
             cache_control,
             vary: HeaderValue::from_static("Accept, Accept-Encoding"),
             warnings: Box::default(),
-            pins: Box::default(),
         }
     }
 
@@ -94,23 +83,10 @@ impl Ready {
         self
     }
 
-    /// Records the snapshots the answer was rendered from (their addresses are in the
-    /// answer's key; see [`super::resources::AnswerKey`]).
-    #[must_use]
-    pub fn pinned(mut self, snapshots: &[&Arc<Snapshot>]) -> Self {
-        self.pins = snapshots.iter().map(|s| Arc::downgrade(s)).collect();
-        self
-    }
-
     /// Bytes kept for this answer.
     pub fn weight(&self) -> u64 {
         let gzip = self.gzip.as_ref().map_or(0, Bytes::len);
         (self.body.len() + gzip) as u64 + ENTRY_OVERHEAD
-    }
-
-    /// Whether every snapshot it was rendered from is still alive somewhere.
-    fn pins_alive(&self) -> bool {
-        self.pins.iter().all(|p| p.strong_count() > 0)
     }
 
     /// The response to a request with these headers: `304 Not Modified` when `If-None-Match`
@@ -226,7 +202,7 @@ impl<K: AnswerKeyBytes> Weighter<K, Arc<Ready>> for ByBytes {
 
 /// Rendered answers by what they depend on, at most `capacity` bytes in all (bodies, gzip
 /// forms and a fixed overhead per answer). An answer whose snapshot was replaced is never
-/// found again (the key names the snapshot) and is evicted first.
+/// found again (the key names the snapshot by generation) and ages out.
 pub struct ReadyCache<K> {
     answers: Option<Cache<K, Arc<Ready>, ByBytes>>,
     metrics: Arc<Metrics>,
@@ -247,11 +223,7 @@ impl<K: Eq + Hash + Clone + AnswerKeyBytes> ReadyCache<K> {
 
     /// The answer kept for `key`, if any.
     pub fn get(&self, key: &K) -> Option<Arc<Ready>> {
-        let found = self
-            .answers
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .filter(|r| r.pins_alive());
+        let found = self.answers.as_ref().and_then(|a| a.get(key));
         if found.is_some() {
             self.metrics.answer_cache(true);
         }
@@ -292,18 +264,12 @@ impl<K: Eq + Hash + Clone + AnswerKeyBytes> ReadyCache<K> {
             self.metrics.answer_cache(false);
             return render.await.map(Arc::new);
         };
-        let guard = loop {
-            match answers.get_value_or_guard_async(&key).await {
-                Ok(found) if found.pins_alive() => {
-                    self.metrics.answer_cache(true);
-                    return Ok(found);
-                }
-                // Rendered from a snapshot that is gone: never sent again.
-                Ok(_) => {
-                    answers.remove(&key);
-                }
-                Err(guard) => break guard,
+        let guard = match answers.get_value_or_guard_async(&key).await {
+            Ok(found) => {
+                self.metrics.answer_cache(true);
+                return Ok(found);
             }
+            Err(guard) => guard,
         };
         let answer = Arc::new(render.await?);
         // Refused only when the placeholder was replaced meanwhile; the answer is still right.
@@ -316,10 +282,7 @@ impl<K: Eq + Hash + Clone + AnswerKeyBytes> ReadyCache<K> {
 
     /// Whether an answer is kept for `key` (no metric counted).
     pub fn contains(&self, key: &K) -> bool {
-        self.answers
-            .as_ref()
-            .and_then(|a| a.peek(key))
-            .is_some_and(|r| r.pins_alive())
+        self.answers.as_ref().is_some_and(|a| a.peek(key).is_some())
     }
 
     /// Bytes kept.
@@ -504,30 +467,5 @@ mod tests {
             assert_eq!(waiter.await.unwrap().body().as_ref(), b"{}");
         }
         assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn an_answer_of_a_dropped_snapshot_is_not_found() {
-        let metrics = Arc::new(Metrics::new());
-        let cache = ReadyCache::new(1 << 20, metrics);
-        let parsed = Arc::new(elemental_changelog::data::ChannelData::default());
-        let snapshot = Arc::new(Snapshot {
-            image: "i".into(),
-            digest: "d".into(),
-            platform: None,
-            data: Arc::new(elemental_changelog::compute::IndexedChannel::new(
-                parsed.clone(),
-            )),
-            parsed,
-            fetched_at: jiff::Timestamp::UNIX_EPOCH,
-        });
-        cache
-            .get_or_render::<()>(1u32, || {
-                Ok(Ready::answer(b"{}".to_vec(), "application/json").pinned(&[&snapshot]))
-            })
-            .unwrap();
-        assert!(cache.get(&1).is_some());
-        drop(snapshot);
-        assert!(cache.get(&1).is_none());
     }
 }

@@ -27,7 +27,7 @@ use super::{
 };
 use crate::oci::FetchErrorKind;
 use crate::{
-    cache::{Cache, ChannelKey, ChannelState, RetainedStatus, Snapshot},
+    cache::{Cache, ChannelKey, ChannelState, Generation, RetainedStatus, Snapshot},
     channels::{
         Objects,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
@@ -55,13 +55,13 @@ pub struct Resources {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum AnswerKey {
     /// A changelog. The ManagedOSVersion is named by its uid and resourceVersion (its
-    /// metadata is in the answer), the snapshot holding its data by address (the answer pins
-    /// it, so the address is not reused while the answer is kept).
+    /// metadata is in the answer), the snapshot holding its data by generation (never reused,
+    /// so an answer of replaced data is never found again).
     Changelog {
         /// The ManagedOSVersion.
         object: ObjectVersion,
-        /// Address of the [`Snapshot`].
-        snapshot: usize,
+        /// The [`Snapshot`]'s generation.
+        snapshot: Generation,
         /// `from`.
         from: Option<String>,
         /// Architecture.
@@ -70,7 +70,7 @@ pub enum AnswerKey {
         format: Format,
     },
     /// Summaries as JSON, one (`get`) or a list: a fingerprint of every version selected and
-    /// where its data stands (object uid and resourceVersion, snapshot address or why none).
+    /// where its data stands (object uid and resourceVersion, snapshot generation or why none).
     Summaries {
         /// A list (or one summary).
         list: bool,
@@ -377,7 +377,7 @@ impl Resources {
         }
         let key = AnswerKey::Changelog {
             object: ObjectVersion::of(&version),
-            snapshot: Arc::as_ptr(&snapshot) as usize,
+            snapshot: snapshot.generation(),
             from: params.from.clone(),
             arch: arch.clone(),
             format: params.format,
@@ -447,10 +447,9 @@ impl Resources {
             job: Job::Keep {
                 key,
                 render: Box::new(move || {
-                    let pins: Vec<Arc<Snapshot>> = snapshots_of(&selection);
                     let (body, content_type) =
                         render_summaries(selection, cve.as_deref(), representation, list)?;
-                    Ok(Ready::answer(body, content_type).pinned(&pins.iter().collect::<Vec<_>>()))
+                    Ok(Ready::answer(body, content_type))
                 }),
             },
         }))
@@ -705,9 +704,7 @@ impl ChangelogRequest {
             .iter()
             .filter_map(|w| HeaderValue::from_str(&objects::warning_header(w)).ok())
             .collect();
-        Ok(Ready::answer(body, content_type)
-            .with_warnings(warnings)
-            .pinned(&[&snapshot]))
+        Ok(Ready::answer(body, content_type).with_warnings(warnings))
     }
 }
 
@@ -923,7 +920,7 @@ fn fingerprint(selection: &Selection) -> [u8; 32] {
             Lookup::Found { channel, snapshot } => {
                 field(b"found");
                 field(channel.name_any().as_bytes());
-                field(&(Arc::as_ptr(snapshot) as usize).to_le_bytes());
+                field(&snapshot.generation().get().to_le_bytes());
             }
             Lookup::Unavailable { error, .. } => {
                 field(b"unavailable");
@@ -932,19 +929,6 @@ fn fingerprint(selection: &Selection) -> [u8; 32] {
         }
     }
     hash.finalize().into()
-}
-
-/// The distinct snapshots `selection` reads.
-fn snapshots_of(selection: &Selection) -> Vec<Arc<Snapshot>> {
-    let mut snapshots: Vec<Arc<Snapshot>> = Vec::new();
-    for (_, lookup) in selection {
-        if let Lookup::Found { snapshot, .. } = lookup
-            && !snapshots.iter().any(|s| Arc::ptr_eq(s, snapshot))
-        {
-            snapshots.push(snapshot.clone());
-        }
-    }
-    snapshots
 }
 
 /// Where a version stands: namespace, channel, index in the channel's order.

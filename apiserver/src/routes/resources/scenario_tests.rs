@@ -95,14 +95,16 @@ fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
     let parsed = Arc::new(data);
     let data = IndexedChannel::new(parsed.clone());
     data.precompute_summaries();
-    Arc::new(Snapshot {
-        image: image.to_owned(),
-        digest: digest.to_owned(),
-        platform: None,
-        data: Arc::new(data),
-        parsed,
-        fetched_at: Timestamp::UNIX_EPOCH,
-    })
+    Arc::new(
+        Snapshot::read(
+            image.to_owned(),
+            digest.to_owned(),
+            None,
+            parsed,
+            Timestamp::UNIX_EPOCH,
+        )
+        .with_data(data),
+    )
 }
 
 /// The same data for every architecture, as for a single-platform image.
