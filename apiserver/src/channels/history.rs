@@ -23,7 +23,7 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     cache::ChannelKey,
@@ -384,7 +384,17 @@ impl ConfigMapHistory {
                 }
                 Err(error) => {
                     self.metrics.watch_error("configmaps");
-                    warn!(%error, "watching the channel history failed; retrying with backoff");
+                    if matches!(&error, watcher::Error::InitialListFailed(kube::Error::Api(status)) | watcher::Error::WatchStartFailed(kube::Error::Api(status)) if status.code == 403)
+                    {
+                        // Not readable by this ServiceAccount: serving without the history beats
+                        // never becoming ready (which takes the APIService, and discovery of
+                        // the whole cluster, away). Retained versions then live in this
+                        // replica's memory only, until a retry succeeds.
+                        error!(error = %crate::telemetry::error_chain(&error), namespace = %self.namespace, configmap = %self.name, "cannot read the channel history: grant the server's ServiceAccount get, list, watch, create and update on this ConfigMap (the chart's Role does); serving without it meanwhile");
+                        ready.set();
+                    } else {
+                        warn!(error = %crate::telemetry::error_chain(&error), "watching the channel history failed; retrying with backoff");
+                    }
                     // Workers must not wait forever for a history they cannot read.
                     self.state
                         .send_if_modified(|(_, loaded)| !std::mem::replace(loaded, true));
