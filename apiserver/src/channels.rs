@@ -166,7 +166,7 @@ pub struct RefreshSettings {
     /// then live only in this replica's memory).
     pub history: Option<Arc<ConfigMapHistory>>,
     /// Most bytes of parsed channel data kept for all channels together
-    /// (`--max-kept-total`; see [`kept`]).
+    /// (`--max-kept-total`; see the `kept` module).
     pub max_kept_total: u64,
 }
 
