@@ -26,7 +26,7 @@ use dashmap::DashMap;
 use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 use jiff::Timestamp;
 
-use crate::{channels::crd::SyncKey, oci::FetchErrorKind};
+use crate::{channels::crd::SyncKey, read_error::ReadErrorKind};
 
 /// A channel: namespace and name of a ManagedOSVersionChannel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -139,8 +139,8 @@ impl Snapshot {
 #[derive(Clone, Debug)]
 pub struct FetchFailure {
     /// Error kind: the metric label and the message callers see
-    /// ([`FetchErrorKind::public_message`]) come from it.
-    pub kind: FetchErrorKind,
+    /// ([`ReadErrorKind::public_message`]) come from it.
+    pub kind: ReadErrorKind,
     /// Full error chain, for logs only: it may carry what the registry said.
     pub message: String,
     /// When it happened.

@@ -20,6 +20,8 @@ mod images;
 mod kept;
 mod retained;
 
+pub use self::images::{CHANNEL_FILES, parse_limits};
+
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
@@ -27,6 +29,7 @@ use std::{
 };
 
 use elemental_changelog::data::FileError;
+use elemental_changelog_registry::{FetchError, Fetched, ReloadingFetcher, Resolved};
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
@@ -50,7 +53,7 @@ use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatuses, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, Metrics},
-    oci::{FetchError, FetchErrorKind, Fetched, fetcher::Resolved},
+    read_error::ReadErrorKind,
     telemetry::error_chain,
 };
 
@@ -171,15 +174,15 @@ pub struct RefreshSettings {
 }
 
 /// Where channel images are read from: the registry through a
-/// [`ReloadingFetcher`](crate::oci::reload::ReloadingFetcher)
+/// [`ReloadingFetcher`]
 /// (a fake in tests, so the worker's decisions are tested without one).
 /// Resolving and pulling are two steps, so that a digest this process holds
 /// already (unchanged, or parsed for another channel) is not pulled.
 trait ImageSource: Send + Sync {
-    /// The manifest digest `image` points at now (see [`crate::oci::Fetcher::resolve`]).
+    /// The manifest digest `image` points at now (see [`Fetcher::resolve`](elemental_changelog_registry::Fetcher::resolve)).
     fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>>;
 
-    /// Pulls `image` at `digest` for `arch` (see [`crate::oci::Fetcher::pull`]).
+    /// Pulls `image` at `digest` for `arch` (see [`Fetcher::pull`](elemental_changelog_registry::Fetcher::pull)).
     fn pull<'a>(
         &'a self,
         image: &'a str,
@@ -188,7 +191,7 @@ trait ImageSource: Send + Sync {
     ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
 }
 
-impl ImageSource for crate::oci::reload::ReloadingFetcher {
+impl ImageSource for ReloadingFetcher {
     fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>> {
         let fetcher = self.current();
         Box::pin(async move { Ok(fetcher.resolve(image).await?.digest().to_owned()) })
@@ -205,7 +208,7 @@ impl ImageSource for crate::oci::reload::ReloadingFetcher {
         Box::pin(
             async move {
                 let resolved = Resolved::new(image, digest.to_owned())?;
-                fetcher.pull(&resolved, arch).await
+                fetcher.pull(&resolved, &images::oci_arch(arch)).await
             }
             .instrument(span),
         )
@@ -248,7 +251,7 @@ enum ChannelEvent {
 pub fn start(
     client: Client,
     namespaces: &[String],
-    fetcher: Arc<crate::oci::reload::ReloadingFetcher>,
+    fetcher: Arc<ReloadingFetcher>,
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     health: &Health,
@@ -879,7 +882,7 @@ async fn refresh(
         all_ok &= state
             .last_error
             .as_ref()
-            .is_none_or(|e| e.kind == FetchErrorKind::NoMatchingPlatform);
+            .is_none_or(|e| e.kind == ReadErrorKind::NO_MATCHING_PLATFORM);
         if state.last_error.is_none()
             && state
                 .snapshot
@@ -994,7 +997,7 @@ impl Attempt<'_> {
             let kind = old
                 .last_error
                 .as_ref()
-                .map_or(FetchErrorKind::InvalidChannelJson, |e| e.kind);
+                .map_or(ReadErrorKind::InvalidChannelJson, |e| e.kind);
             metrics.fetch(FetchResult::Failed(kind), self.seconds(), 0);
             debug!(%image, arch, %digest, %kind, "image still the unusable one; not pulled again");
             return Some(old.clone());

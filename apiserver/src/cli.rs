@@ -15,11 +15,12 @@ use elemental_changelog_apiservice::{
 };
 
 use crate::{
+    channels::{CHANNEL_FILES, parse_limits},
     config::{ComputeArgs, InspectArgs, OutputFormat},
     objects::{self, Source},
-    oci::{FetchError, Fetched, Fetcher, config::ConfigError},
     telemetry,
 };
+use elemental_changelog_registry::{FetchError, Fetched, Fetcher, config::ConfigError};
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -112,10 +113,13 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
         image: args.image.clone(),
         source,
     };
-    let fetcher = Fetcher::new(args.registry.to_config().map_err(CliError::Registry)?)
-        .map_err(fetch_error)?;
+    let config = args
+        .registry
+        .to_config(CHANNEL_FILES)
+        .map_err(CliError::Registry)?;
+    let fetcher = Fetcher::new(config).map_err(fetch_error)?;
     let fetched = fetcher
-        .fetch(&args.image, args.arch.as_str(), None)
+        .fetch(&args.image, args.arch.oci(), None)
         .await
         .map_err(fetch_error)?;
     let Fetched::Pulled {
@@ -136,7 +140,7 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
     };
     let limits = turn
         .as_ref()
-        .map_or_else(Default::default, crate::oci::ParseTurn::limits);
+        .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
     let data =
         ChannelData::from_files_with_limits(files, limits).map_err(|source| CliError::Data {
             image: args.image.clone(),

@@ -58,7 +58,7 @@ pub struct InspectArgs {
     pub log_format: LogFormat,
     /// Registry access.
     #[command(flatten)]
-    pub registry: crate::oci::RegistryArgs,
+    pub registry: elemental_changelog_registry::RegistryArgs,
 }
 
 /// `compute` settings.
@@ -179,7 +179,7 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
     /// Registry access.
     #[command(flatten)]
-    pub registry: crate::oci::RegistryArgs,
+    pub registry: elemental_changelog_registry::RegistryArgs,
     /// Authentication.
     #[command(flatten)]
     pub authn: elemental_changelog_auth::authn::AuthnArgs,

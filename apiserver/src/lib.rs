@@ -4,9 +4,9 @@
 //! A request flows through [`server`] (TLS, HTTP/1.1 and HTTP/2) → [`request`] (the request
 //! model) → authentication and authorization ([`elemental_changelog_auth`]: front-proxy
 //! headers, client certificates, TokenReview, SubjectAccessReview) → [`routes`] which answer from the [`cache`] filled by
-//! [`channels`] (reflectors and refresh triggers) through [`oci`] (image pulls).
+//! [`channels`] (reflectors and refresh triggers) through [`elemental_changelog_registry`]
+//! (image pulls).
 
-pub mod budget;
 pub mod cache;
 pub mod channels;
 pub mod cli;
@@ -14,9 +14,8 @@ pub mod config;
 pub mod health;
 pub mod metrics;
 pub mod objects;
-pub mod oci;
+pub mod read_error;
 pub mod request;
 pub mod routes;
 pub mod server;
-pub mod singleflight;
 pub mod telemetry;

@@ -12,12 +12,12 @@ use elemental_changelog_apiserver::{
     config::{Cli, Command, ServeArgs},
     health::Health,
     metrics::Metrics,
-    oci::reload::{self, ReloadingFetcher},
     routes::{App, ready::ReadyCache, resources::Resources},
     server, telemetry,
 };
 use elemental_changelog_auth::{authn::Authenticator, authz::Authorizer};
 use elemental_changelog_certs::{serving, tls};
+use elemental_changelog_registry::{ReloadingFetcher, reload};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
 use tracing::{error, info, warn};
@@ -60,8 +60,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let tls_config = Arc::new(tls::server_config(resolver.clone()).context("TLS configuration")?);
     let client = kube_client(args.kubeconfig.as_deref()).await?;
 
-    let fetcher = Arc::new(ReloadingFetcher::new(args.registry.clone())?);
-    let registry_run = fetcher.clone().watch(reload::DEFAULT_RELOAD_INTERVAL);
+    let fetcher = Arc::new(ReloadingFetcher::new(
+        args.registry.clone(),
+        channels::CHANNEL_FILES,
+    )?);
+    let registry_run = reload_registry_settings(fetcher.clone());
     let cache = Arc::new(Cache::default());
     let (objects, channels_run) = channels::start(
         client.clone(),
@@ -275,6 +278,26 @@ fn default_history_namespace(kubeconfig: Option<&Path>) -> Option<(String, &'sta
         .map(|namespace| namespace.trim().to_owned())
         .filter(|namespace| !namespace.is_empty())
         .map(|namespace| (namespace, "in-cluster service account"))
+}
+
+/// Re-reads the registry credential and CA files every
+/// [`reload::DEFAULT_RELOAD_INTERVAL`], installing a new fetcher when they
+/// changed; an unusable change is logged and the current settings kept.
+/// Never completes.
+async fn reload_registry_settings(fetcher: Arc<ReloadingFetcher>) {
+    let interval = reload::DEFAULT_RELOAD_INTERVAL;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match fetcher.reload() {
+            Ok(true) => info!("registry credentials or CA bundle changed: reloaded"),
+            Ok(false) => {}
+            Err(error) => {
+                warn!(error = %telemetry::error_chain(&error), "registry settings changed but are unusable; keeping the current ones");
+            }
+        }
+    }
 }
 
 /// Reloads the serving certificate when its files change and counts the

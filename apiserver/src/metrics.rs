@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::oci::FetchErrorKind;
+use crate::read_error::ReadErrorKind;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -54,7 +54,7 @@ pub enum FetchResult {
     /// pulled or parsed.
     Shared,
     /// Failed; the label is the error kind.
-    Failed(FetchErrorKind),
+    Failed(ReadErrorKind),
 }
 
 /// How a write of the channel history ended; the `result` label.

@@ -145,7 +145,7 @@ pub struct ServingLimits {
     /// forms, shared by every request for the same answer until the data they came from is
     /// replaced. While it is less than half full, each version's default changelog is rendered ahead of
     /// requests.
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_ANSWER_CACHE_SIZE", default_value = "32MiB", value_parser = crate::oci::config::parse_byte_size)]
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_ANSWER_CACHE_SIZE", default_value = "32MiB", value_parser = elemental_changelog_registry::config::parse_byte_size)]
     pub answer_cache_size: u64,
     /// On SIGTERM, how long to keep serving with `/readyz` failing, so that endpoints
     /// drop this replica before it stops accepting (kube-apiserver's flag).

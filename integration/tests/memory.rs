@@ -23,14 +23,18 @@ use std::{
 
 use anyhow::Result;
 use elemental_changelog::data::{ChannelData, FileError};
-use elemental_changelog_apiserver::oci::{
-    FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, Limit, ParseTurn,
+use elemental_changelog_apiserver::{
+    channels::{CHANNEL_FILES, parse_limits},
+    read_error::ReadErrorKind,
 };
 use elemental_changelog_integration::{
     hostile::{Answer, HostileRegistry},
     image::{self, Compression, Format, Image, Layer},
     registry::Registry,
     testbed,
+};
+use elemental_changelog_registry::{
+    BudgetError, FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, Limit,
 };
 
 const MIB: u64 = 1 << 20;
@@ -90,14 +94,14 @@ enum Outcome {
         advisories: usize,
         problems: Vec<String>,
     },
-    Refused(FetchErrorKind),
+    Refused(ReadErrorKind),
 }
 
 /// Fetches and parses as the server does, retrying while the budget is busy.
 async fn channel(fetcher: Fetcher, image: String) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
-        match fetcher.fetch(&image, "x86_64", None).await {
+        match fetcher.fetch(&image, "amd64", None).await {
             Ok(Fetched::Pulled { files, memory, .. }) => {
                 let turn = match &memory {
                     Some(memory) => Some(memory.parse_turn().await),
@@ -106,7 +110,7 @@ async fn channel(fetcher: Fetcher, image: String) -> Outcome {
                 let parsed = tokio::task::spawn_blocking(move || {
                     let limits = turn
                         .as_ref()
-                        .map_or_else(Default::default, ParseTurn::limits);
+                        .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
                     ChannelData::from_files_with_limits(files, limits)
                 })
                 .await;
@@ -128,18 +132,16 @@ async fn channel(fetcher: Fetcher, image: String) -> Outcome {
                             })
                             .collect(),
                     },
-                    _ => Outcome::Refused(FetchErrorKind::InvalidChannelJson),
+                    _ => Outcome::Refused(ReadErrorKind::InvalidChannelJson),
                 };
             }
-            Ok(Fetched::Unchanged { .. }) => return Outcome::Refused(FetchErrorKind::Internal),
-            Err(FetchError::Budget(elemental_changelog_apiserver::budget::BudgetError::Busy {
-                ..
-            })) if Instant::now() < deadline => {
+            Ok(Fetched::Unchanged { .. }) => return Outcome::Refused(ReadErrorKind::Internal),
+            Err(FetchError::Budget(BudgetError::Busy { .. })) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(error) => {
                 eprintln!("{image}: {error}");
-                return Outcome::Refused(error.kind());
+                return Outcome::Refused(error.kind().into());
             }
         }
     }
@@ -257,6 +259,7 @@ async fn measure() -> Result<()> {
 
     let fetcher = Fetcher::new(FetchConfig {
         insecure_registries: vec![registry.host().to_owned(), hostile.host()],
+        keep: CHANNEL_FILES,
         memory_budget: BUDGET,
         read_timeout: Duration::from_secs(10),
         ..FetchConfig::default()
@@ -322,15 +325,21 @@ async fn measure() -> Result<()> {
     };
     assert_eq!(
         refused(0),
-        Some(FetchErrorKind::LimitExceeded(Limit::UncompressedBytes))
+        Some(ReadErrorKind::Fetch(FetchErrorKind::LimitExceeded(
+            Limit::UncompressedBytes
+        )))
     );
     assert_eq!(
         refused(1),
-        Some(FetchErrorKind::LimitExceeded(Limit::UncompressedBytes))
+        Some(ReadErrorKind::Fetch(FetchErrorKind::LimitExceeded(
+            Limit::UncompressedBytes
+        )))
     );
     assert_eq!(
         refused(2),
-        Some(FetchErrorKind::LimitExceeded(Limit::FileBytes))
+        Some(ReadErrorKind::Fetch(FetchErrorKind::LimitExceeded(
+            Limit::FileBytes
+        )))
     );
     // The updateinfo bomb is refused at its package limit; the channel is served without it.
     match &outcomes[3] {
@@ -366,11 +375,15 @@ async fn measure() -> Result<()> {
     }
     assert_eq!(
         refused(8),
-        Some(FetchErrorKind::LimitExceeded(Limit::ResponseBytes))
+        Some(ReadErrorKind::Fetch(FetchErrorKind::LimitExceeded(
+            Limit::ResponseBytes
+        )))
     );
     assert_eq!(
         refused(9),
-        Some(FetchErrorKind::LimitExceeded(Limit::ResponseBytes))
+        Some(ReadErrorKind::Fetch(FetchErrorKind::LimitExceeded(
+            Limit::ResponseBytes
+        )))
     );
     assert!(
         peak <= BUDGET + PROCESS_CONSTANT,

@@ -7,13 +7,15 @@ use std::{
 };
 
 use anyhow::Result;
-use elemental_changelog_apiserver::oci::{
-    FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, Limit, RegistryArgs,
-};
+use elemental_changelog_apiserver::channels::CHANNEL_FILES;
+use elemental_changelog_apiservice::Arch;
 use elemental_changelog_integration::{
     hostile::{self, Answer, HostileRegistry},
     image::{self, Compression, Format, Image, Layer},
     registry::Registry,
+};
+use elemental_changelog_registry::{
+    FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, Limit, RegistryArgs,
 };
 
 const CHANNEL: &[u8] =
@@ -27,6 +29,7 @@ fn plain_fetcher(registry: &Registry) -> Result<Fetcher> {
 fn plain_fetcher_with(registry: &Registry, limits: FetchLimits) -> Result<Fetcher> {
     Ok(Fetcher::new(FetchConfig {
         insecure_registries: vec![registry.host().to_owned()],
+        keep: CHANNEL_FILES,
         limits,
         ..FetchConfig::default()
     })?)
@@ -106,7 +109,7 @@ async fn anonymous_pull_of_every_manifest_and_layer_format() -> Result<()> {
         )
         .await?;
         let fetched = fetcher
-            .fetch(&registry.image(&format!("channel:{tag}")), "x86_64", None)
+            .fetch(&registry.image(&format!("channel:{tag}")), "amd64", None)
             .await?;
         assert_eq!(fetched.digest(), pushed.digest, "{tag}");
         assert_eq!(
@@ -164,7 +167,7 @@ async fn layers_stack_with_whiteouts() -> Result<()> {
         .layer(Layer::new(Compression::Gzip).file("/changelogs/c", "c"));
     image::push(&registry, "stack:1", &image).await?;
     let fetched = plain_fetcher(&registry)?
-        .fetch(&registry.image("stack:1"), "x86_64", None)
+        .fetch(&registry.image("stack:1"), "amd64", None)
         .await?;
     assert_eq!(
         files(&fetched),
@@ -188,22 +191,20 @@ async fn unchanged_digest_pulls_no_blob() -> Result<()> {
         &channel_image(Format::Oci, Compression::Gzip),
     )
     .await?;
-    let first = fetcher.fetch(&image, "x86_64", None).await?;
+    let first = fetcher.fetch(&image, "amd64", None).await?;
     assert_eq!(fetcher.pulls_started(), 1);
     // Without the layer, only a fetch that pulls nothing can succeed.
     registry
         .delete_blob("channel", &pushed.layer_digests[0])
         .await?;
-    let again = fetcher
-        .fetch(&image, "x86_64", Some(first.digest()))
-        .await?;
+    let again = fetcher.fetch(&image, "amd64", Some(first.digest())).await?;
     assert!(
         matches!(&again, Fetched::Unchanged { digest } if *digest == pushed.digest),
         "{again:?}"
     );
     assert_eq!(fetcher.pulls_started(), 1);
     expect_err(
-        fetcher.fetch(&image, "x86_64", Some("sha256:0000")).await,
+        fetcher.fetch(&image, "amd64", Some("sha256:0000")).await,
         FetchErrorKind::NotFound,
     );
     assert_eq!(fetcher.pulls_started(), 2);
@@ -228,7 +229,10 @@ async fn index_resolves_the_architecture() -> Result<()> {
             ("aarch64", b"arm", "linux/arm64"),
             ("arm64", b"arm", "linux/arm64"),
         ] {
-            let fetched = fetcher.fetch(&reference, arch, None).await?;
+            // Any spelling reaches the registry by its OCI name, as the server sends it.
+            let fetched = fetcher
+                .fetch(&reference, arch.parse::<Arch>()?.oci(), None)
+                .await?;
             // The index digest is what tells a changed image.
             assert_eq!(fetched.digest(), pushed.digest);
             assert_eq!(
@@ -266,9 +270,10 @@ async fn concurrent_pulls_of_one_image_share_one_download() -> Result<()> {
     .await?;
     let resolved = fetcher.resolve(&registry.image("shared:v1")).await?;
     // Two channels, same image and architecture (under either name).
+    let (x86_64, amd64) = (Arch::x86_64(), "amd64".parse::<Arch>()?);
     let (a, b) = tokio::join!(
-        fetcher.pull(&resolved, "x86_64"),
-        fetcher.pull(&resolved, "amd64")
+        fetcher.pull(&resolved, x86_64.oci()),
+        fetcher.pull(&resolved, amd64.oci())
     );
     assert_eq!(files(&a?), files(&b?));
     assert_eq!(fetcher.pulls_started(), 1);
@@ -291,7 +296,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     // Unknown repository and unknown tag.
     expect_err(
         fetcher
-            .fetch(&registry.image("nothing:here"), "x86_64", None)
+            .fetch(&registry.image("nothing:here"), "amd64", None)
             .await,
         FetchErrorKind::NotFound,
     );
@@ -303,12 +308,12 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     .await?;
     expect_err(
         fetcher
-            .fetch(&registry.image("broken:nope"), "x86_64", None)
+            .fetch(&registry.image("broken:nope"), "amd64", None)
             .await,
         FetchErrorKind::NotFound,
     );
     expect_err(
-        fetcher.fetch("Not A Reference", "x86_64", None).await,
+        fetcher.fetch("Not A Reference", "amd64", None).await,
         FetchErrorKind::InvalidReference,
     );
 
@@ -324,7 +329,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
         .await?;
     expect_err(
         fetcher
-            .fetch(&registry.image("missing:v1"), "x86_64", None)
+            .fetch(&registry.image("missing:v1"), "amd64", None)
             .await,
         FetchErrorKind::NotFound,
     );
@@ -339,7 +344,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     registry.corrupt_blob(&pushed.layer_digests[0])?;
     let error = expect_err(
         fetcher
-            .fetch(&registry.image("corrupt:v1"), "x86_64", None)
+            .fetch(&registry.image("corrupt:v1"), "amd64", None)
             .await,
         FetchErrorKind::DigestMismatch,
     );
@@ -362,7 +367,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     std::fs::write(&path, manifest.replace(&config, &flipped))?;
     let error = expect_err(
         fetcher
-            .fetch(&registry.image("badmanifest:v1"), "x86_64", None)
+            .fetch(&registry.image("badmanifest:v1"), "amd64", None)
             .await,
         FetchErrorKind::DigestMismatch,
     );
@@ -379,7 +384,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     image::push(&registry, "garbage:v1", &garbage).await?;
     expect_err(
         fetcher
-            .fetch(&registry.image("garbage:v1"), "x86_64", None)
+            .fetch(&registry.image("garbage:v1"), "amd64", None)
             .await,
         FetchErrorKind::Layer,
     );
@@ -404,7 +409,7 @@ async fn traversal_links_and_devices_are_ignored() -> Result<()> {
     );
     image::push(&registry, "traversal:v1", &image).await?;
     let fetched = plain_fetcher(&registry)?
-        .fetch(&registry.image("traversal:v1"), "x86_64", None)
+        .fetch(&registry.image("traversal:v1"), "amd64", None)
         .await?;
     let long = format!("changelogs/{}.updates.log", "long".repeat(40));
     assert_eq!(
@@ -436,7 +441,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     for tag in ["gzip", "zstd"] {
         let error = expect_err(
             fetcher
-                .fetch(&registry.image(&format!("bomb:{tag}")), "x86_64", None)
+                .fetch(&registry.image(&format!("bomb:{tag}")), "amd64", None)
                 .await,
             FetchErrorKind::LimitExceeded(Limit::UncompressedBytes),
         );
@@ -461,7 +466,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     .await?;
     let error = expect_err(
         plain_fetcher(&registry)?
-            .fetch(&registry.image("huge:v1"), "x86_64", None)
+            .fetch(&registry.image("huge:v1"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::FileBytes),
     );
@@ -482,7 +487,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     };
     let error = expect_err(
         plain_fetcher_with(&registry, tiny)?
-            .fetch(&registry.image("bomb:gzip"), "x86_64", None)
+            .fetch(&registry.image("bomb:gzip"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::CompressedBytes),
     );
@@ -511,29 +516,29 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
     let ca = registry.ca_file().map(PathBuf::from);
 
     let good = registry.write_docker_config("puller", "s3cret:with:colons")?;
-    let fetcher = Fetcher::new(args(Some(good), ca.clone()).to_config()?)?;
-    let fetched = fetcher.fetch(&image, "x86_64", None).await?;
+    let fetcher = Fetcher::new(args(Some(good), ca.clone()).to_config(CHANNEL_FILES)?)?;
+    let fetched = fetcher.fetch(&image, "amd64", None).await?;
     assert_eq!(fetched.file("channel.json"), Some(CHANNEL));
 
     let wrong = registry.write_docker_config("puller", "wrong")?;
-    let fetcher = Fetcher::new(args(Some(wrong), ca.clone()).to_config()?)?;
+    let fetcher = Fetcher::new(args(Some(wrong), ca.clone()).to_config(CHANNEL_FILES)?)?;
     let error = expect_err(
-        fetcher.fetch(&image, "x86_64", None).await,
+        fetcher.fetch(&image, "amd64", None).await,
         FetchErrorKind::Auth,
     );
     assert!(error.to_string().contains(registry.host()), "{error}");
 
-    let anonymous = Fetcher::new(args(None, ca).to_config()?)?;
+    let anonymous = Fetcher::new(args(None, ca).to_config(CHANNEL_FILES)?)?;
     expect_err(
-        anonymous.fetch(&image, "x86_64", None).await,
+        anonymous.fetch(&image, "amd64", None).await,
         FetchErrorKind::Auth,
     );
 
     // Without the CA the registry's certificate is not trusted.
     let good = registry.write_docker_config("puller", "s3cret:with:colons")?;
-    let untrusting = Fetcher::new(args(Some(good), None).to_config()?)?;
+    let untrusting = Fetcher::new(args(Some(good), None).to_config(CHANNEL_FILES)?)?;
     expect_err(
-        untrusting.fetch(&image, "x86_64", None).await,
+        untrusting.fetch(&image, "amd64", None).await,
         FetchErrorKind::Registry,
     );
 
@@ -548,7 +553,7 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
     let https_only = Fetcher::new(FetchConfig::default())?;
     expect_err(
         https_only
-            .fetch(&plain.image("channel:v1"), "x86_64", None)
+            .fetch(&plain.image("channel:v1"), "amd64", None)
             .await,
         FetchErrorKind::Registry,
     );
@@ -560,6 +565,7 @@ fn hostile_fetcher(hostile: &HostileRegistry, read_timeout: Duration) -> Result<
     elemental_changelog_integration::registry::install_crypto_provider();
     Ok(Fetcher::new(FetchConfig {
         insecure_registries: vec![hostile.host()],
+        keep: CHANNEL_FILES,
         read_timeout,
         fetch_timeout: Duration::from_secs(60),
         ..FetchConfig::default()
@@ -604,7 +610,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     let read_timeout = Duration::from_secs(2);
     let fetcher = hostile_fetcher(&hostile, read_timeout)?;
     let digest = format!("sha256:{:064x}", 1);
-    let limit = elemental_changelog_apiserver::oci::client::MAX_MANIFEST_BYTES;
+    let limit = elemental_changelog_registry::client::MAX_MANIFEST_BYTES;
 
     // A manifest that never ends: refused at the manifest size limit.
     route_manifest(
@@ -618,7 +624,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     let started = Instant::now();
     let error = expect_err(
         fetcher
-            .fetch(&hostile.image("endless:v1"), "x86_64", None)
+            .fetch(&hostile.image("endless:v1"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -644,7 +650,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("announced:v1"), "x86_64", None)
+            .fetch(&hostile.image("announced:v1"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -667,7 +673,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     let started = Instant::now();
     expect_err(
         fetcher
-            .fetch(&hostile.image("trickle:v1"), "x86_64", None)
+            .fetch(&hostile.image("trickle:v1"), "amd64", None)
             .await,
         FetchErrorKind::Timeout,
     );
@@ -696,7 +702,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("tokened:v1"), "x86_64", None)
+            .fetch(&hostile.image("tokened:v1"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -709,7 +715,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("tokened:v1"), "x86_64", None)
+            .fetch(&hostile.image("tokened:v1"), "amd64", None)
             .await,
         FetchErrorKind::Timeout,
     );
@@ -722,7 +728,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
         ),
     );
     let fetched = fetcher
-        .fetch(&hostile.image("tokened:v1"), "x86_64", None)
+        .fetch(&hostile.image("tokened:v1"), "amd64", None)
         .await?;
     assert_eq!(fetched.digest(), manifest_digest);
     assert!(files(&fetched).is_empty());
@@ -730,7 +736,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     route_manifest(&hostile, "refused", &manifest_digest, behind_token("other"));
     expect_err(
         fetcher
-            .fetch(&hostile.image("refused:v1"), "x86_64", None)
+            .fetch(&hostile.image("refused:v1"), "amd64", None)
             .await,
         FetchErrorKind::Auth,
     );
@@ -745,7 +751,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("layers:v1"), "x86_64", None)
+            .fetch(&hostile.image("layers:v1"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::Layers),
     );
@@ -768,7 +774,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     };
     expect_err(
         plain_fetcher_with(&registry, few)?
-            .fetch(&registry.image("layers:v1"), "x86_64", None)
+            .fetch(&registry.image("layers:v1"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::Layers),
     );
@@ -777,7 +783,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
         ..FetchLimits::default()
     };
     let fetched = plain_fetcher_with(&registry, enough)?
-        .fetch(&registry.image("layers:v1"), "x86_64", None)
+        .fetch(&registry.image("layers:v1"), "amd64", None)
         .await?;
     assert_eq!(fetched.file("changelogs/l7"), Some(&b"x"[..]));
 
@@ -791,7 +797,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     .await?;
     expect_err(
         plain_fetcher(&registry)?
-            .fetch(&registry.image("wide:v1"), "x86_64", None)
+            .fetch(&registry.image("wide:v1"), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::IndexManifests),
     );
@@ -805,7 +811,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     // Within the limit, an index of made-up architectures has none for x86_64.
     expect_err(
         plain_fetcher(&registry)?
-            .fetch(&registry.image("wide:v2"), "x86_64", None)
+            .fetch(&registry.image("wide:v2"), "amd64", None)
             .await,
         FetchErrorKind::NoMatchingPlatform,
     );

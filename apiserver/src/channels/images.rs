@@ -18,36 +18,47 @@ use std::{
     sync::{Arc, Mutex, PoisonError, Weak},
 };
 
-use elemental_changelog::data::{ChannelData, DataError};
-use oci_client::Reference;
+use elemental_changelog::{
+    data::{self, ChannelData, DataError},
+    updateinfo,
+};
+use elemental_changelog_apiservice::Arch;
+use elemental_changelog_registry::{FetchError, Fetched, ImageKey, KeepFiles, ParseAllowance};
 
 use super::{Context, kept::Refused};
-use crate::oci::{FetchError, FetchErrorKind, Fetched, Limit, ParseTurn, platform};
+use crate::read_error::ReadErrorKind;
 
-/// What determines the parse of an image: its repository (so that a
-/// registry answering for another repository never supplies this one's
-/// data), the manifest digest, and the architecture (the platform chosen
-/// from an index). The parse limits are the same for every image of the
-/// process: they follow from flags read at start (`--memory-budget`, the
-/// size limits), which a reload of the registry settings does not change.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct ImageKey {
-    repository: String,
-    digest: String,
-    arch: String,
+/// What the registry keeps from a channel image's layers: `/channel.json` and
+/// the files under `/changelogs/`.
+pub const CHANNEL_FILES: KeepFiles = KeepFiles {
+    files: &["channel.json"],
+    folders: &["changelogs"],
+};
+
+/// The parse limits whose memory caps are the allowance a pulled image holds:
+/// the `updateinfo.xml` share, and the parse bytes reserved for the other kept
+/// files (package lists and `updates.log`).
+pub fn parse_limits(allowance: ParseAllowance) -> data::Limits {
+    data::Limits {
+        updateinfo: updateinfo::Limits {
+            max_memory: allowance.updateinfo_bytes,
+            ..updateinfo::Limits::default()
+        },
+        parse_bytes: allowance.parse_bytes,
+    }
 }
 
-impl ImageKey {
-    /// The key of `image` at `digest` for `arch`; `None` when `image` is not
-    /// a valid reference (its pull fails anyway).
-    pub(super) fn new(image: &str, digest: &str, arch: &str) -> Option<Self> {
-        let reference: Reference = image.parse().ok()?;
-        Some(Self {
-            repository: format!("{}/{}", reference.registry(), reference.repository()),
-            digest: digest.to_owned(),
-            arch: platform::normalize_arch(arch),
-        })
-    }
+/// The OCI name (`amd64`) of an architecture the channel settings name by its
+/// RPM name (`x86_64`), as [`Arch::oci`] translates it.
+pub(super) fn oci_arch(arch: &str) -> String {
+    arch.parse::<Arch>()
+        .map_or_else(|_| arch.to_owned(), |arch| arch.oci().to_owned())
+}
+
+/// The key of `image` at `digest` for `arch` (any spelling); `None` when
+/// `image` is not a valid reference (its pull fails anyway).
+fn image_key(image: &str, digest: &str, arch: &str) -> Option<ImageKey> {
+    ImageKey::new(image, digest, &oci_arch(arch))
 }
 
 /// An image's parsed data and the platform it was read for.
@@ -211,19 +222,19 @@ pub(super) enum ReadError {
 
 impl ReadError {
     /// The error kind (metric label, public message).
-    pub(super) fn kind(&self) -> FetchErrorKind {
+    pub(super) fn kind(&self) -> ReadErrorKind {
         match self {
-            Self::Fetch(error) => error.kind(),
+            Self::Fetch(error) => ReadErrorKind::Fetch(error.kind()),
             Self::Unusable {
                 error: DataError::MissingChannelJson,
                 ..
-            } => FetchErrorKind::MissingChannelJson,
+            } => ReadErrorKind::MissingChannelJson,
             Self::Unusable {
                 error: DataError::ChannelJson(_),
                 ..
-            } => FetchErrorKind::InvalidChannelJson,
-            Self::Internal { .. } => FetchErrorKind::Internal,
-            Self::OverKeptTotal { .. } => FetchErrorKind::LimitExceeded(Limit::KeptTotal),
+            } => ReadErrorKind::InvalidChannelJson,
+            Self::Internal { .. } => ReadErrorKind::Internal,
+            Self::OverKeptTotal { .. } => ReadErrorKind::OverKeptTotal,
         }
     }
 
@@ -264,7 +275,7 @@ pub(super) async fn read(
     arch: &str,
     ctx: &Context,
 ) -> Result<Read, ReadError> {
-    let key = ImageKey::new(image, digest, arch);
+    let key = image_key(image, digest, arch);
     let _turn = match &key {
         Some(key) => Some(ctx.images.turn(key).await),
         None => None,
@@ -299,7 +310,7 @@ pub(super) async fn read(
     let built = tokio::task::spawn_blocking(move || {
         let limits = turn
             .as_ref()
-            .map_or_else(Default::default, ParseTurn::limits);
+            .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
         let data = ChannelData::from_files_with_limits(files, limits);
         drop(turn);
         data
@@ -352,7 +363,7 @@ mod tests {
 
     #[test]
     fn the_key_is_the_repository_digest_and_normalised_architecture() {
-        let key = |image: &str, digest: &str, arch: &str| ImageKey::new(image, digest, arch);
+        let key = image_key;
         assert_eq!(
             key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
             key("registry.example.com/os/channel:v2", "sha256:a", "amd64"),

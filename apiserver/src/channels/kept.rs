@@ -35,7 +35,7 @@ use tokio::sync::watch;
 
 use crate::{
     cache::{Cache, ChannelKey, ChannelState, Snapshot},
-    oci::{FetchErrorKind, Limit},
+    read_error::ReadErrorKind,
 };
 
 /// Which parsed data: an image's repository, manifest digest, and the
@@ -306,7 +306,7 @@ pub(super) fn refused(state: &ChannelState) -> bool {
     state.archs.values().any(|a| {
         a.last_error
             .as_ref()
-            .is_some_and(|e| e.kind == FetchErrorKind::LimitExceeded(Limit::KeptTotal))
+            .is_some_and(|e| e.kind == ReadErrorKind::OverKeptTotal)
     })
 }
 

@@ -25,7 +25,7 @@ use crate::{
         Snapshot,
     },
     metrics::RetainedPull,
-    oci::FetchErrorKind,
+    read_error::ReadErrorKind,
     telemetry::error_chain,
 };
 
@@ -318,7 +318,7 @@ fn retained_statuses(
 /// Reads `reference` (`repository@digest`) for `arch`: another channel's
 /// parse of it, or pulled and parsed.
 async fn read_by_digest(reference: &str, arch: &str, ctx: &Context) -> Result<Read, FetchFailure> {
-    let failure = |kind: FetchErrorKind, message: String| FetchFailure {
+    let failure = |kind: ReadErrorKind, message: String| FetchFailure {
         kind,
         message,
         at: Timestamp::now(),
@@ -328,7 +328,7 @@ async fn read_by_digest(reference: &str, arch: &str, ctx: &Context) -> Result<Re
         .fetcher
         .resolve(reference)
         .await
-        .map_err(|error| failure(error.kind(), error_chain(&error)))?;
+        .map_err(|error| failure(error.kind().into(), error_chain(&error)))?;
     images::read(reference, &digest, arch, ctx)
         .await
         .map_err(|error| failure(error.kind(), error.message()))

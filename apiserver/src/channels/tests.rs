@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 
 use elemental_changelog::data::ChannelData;
 
+use elemental_changelog_registry::FetchErrorKind;
+
 use super::*;
 use crate::cache::RetainedStatus;
 
@@ -810,7 +812,7 @@ async fn failures_back_off_and_keep_the_last_good_data() {
     let arch = &state.archs["x86_64"];
     assert_eq!(
         arch.last_error.as_ref().map(|e| e.kind),
-        Some(FetchErrorKind::Timeout)
+        Some(ReadErrorKind::Fetch(FetchErrorKind::Timeout))
     );
     assert_eq!(
         arch.snapshot.as_ref().map(|s| s.digest.as_str()),
@@ -989,7 +991,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
     let arch = &state.archs["x86_64"];
     assert_eq!(
         arch.last_error.as_ref().map(|e| e.kind),
-        Some(FetchErrorKind::InvalidChannelJson)
+        Some(ReadErrorKind::InvalidChannelJson)
     );
     assert!(
         arch.last_error
@@ -1020,7 +1022,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
     let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
     assert_eq!(
         state.archs["x86_64"].last_error.as_ref().map(|e| e.kind),
-        Some(FetchErrorKind::InvalidChannelJson)
+        Some(ReadErrorKind::InvalidChannelJson)
     );
     assert_eq!(
         state.archs["x86_64"]
@@ -1041,7 +1043,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
             s.archs["x86_64"]
                 .last_error
                 .as_ref()
-                .is_some_and(|e| e.kind == FetchErrorKind::MissingChannelJson)
+                .is_some_and(|e| e.kind == ReadErrorKind::MissingChannelJson)
         })
     })
     .await;
@@ -1358,7 +1360,7 @@ async fn an_older_image_the_registry_lost_fails_clearly_and_is_retried_with_back
     let key = ChannelKey::new(NS, "sl-micro");
     assert!(matches!(
         h.cache.retained_status(&key, "x86_64", "v2"),
-        Some(RetainedStatus::Failed { image, failure }) if image == old && failure.kind == FetchErrorKind::Timeout
+        Some(RetainedStatus::Failed { image, failure }) if image == old && failure.kind == ReadErrorKind::Fetch(FetchErrorKind::Timeout)
     ));
     assert_eq!(retained_from(&h, "v2"), None);
     assert_eq!(retained_from(&h, "v3"), Some(None), "the rest is served");
@@ -1776,7 +1778,7 @@ async fn an_unusable_image_is_not_shared() {
             s.archs["x86_64"]
                 .last_error
                 .as_ref()
-                .is_some_and(|e| e.kind == FetchErrorKind::InvalidChannelJson)
+                .is_some_and(|e| e.kind == ReadErrorKind::InvalidChannelJson)
         })
     })
     .await;
@@ -1813,7 +1815,7 @@ fn kept_refused(state: &ChannelState) -> bool {
     state.archs["x86_64"]
         .last_error
         .as_ref()
-        .is_some_and(|e| e.kind == FetchErrorKind::LimitExceeded(crate::oci::Limit::KeptTotal))
+        .is_some_and(|e| e.kind == ReadErrorKind::OverKeptTotal)
 }
 
 /// Issue 17, item 8: the parsed data kept for all channels is bounded; a channel past the
@@ -1872,7 +1874,7 @@ async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
     let message = &c.archs["x86_64"].last_error.as_ref().unwrap().message;
     assert!(message.contains("--max-kept-total"), "{message}");
     assert_eq!(
-        FetchErrorKind::LimitExceeded(crate::oci::Limit::KeptTotal).public_message(),
+        ReadErrorKind::OverKeptTotal.public_message(),
         "the channel image's data would take the server past its limit on the data kept for all channels together (--max-kept-total)"
     );
     assert_eq!(

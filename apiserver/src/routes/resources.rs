@@ -25,7 +25,7 @@ use super::{
     HttpResponse, ok,
     ready::{AnswerKeyBytes, Ready, ReadyCache},
 };
-use crate::oci::FetchErrorKind;
+use crate::read_error::ReadErrorKind;
 use crate::{
     cache::{Cache, ChannelKey, ChannelState, Generation, RetainedStatus, Snapshot},
     channels::{
@@ -40,7 +40,7 @@ use crate::{
 /// (client-go retries such a 503 up to ten times: about 20 s in all).
 const RETRY_AFTER_NOT_FETCHED: u32 = 2;
 /// The fetch error kind of an index without the requested platform.
-const NO_MATCHING_PLATFORM: FetchErrorKind = FetchErrorKind::NoMatchingPlatform;
+const NO_MATCHING_PLATFORM: ReadErrorKind = ReadErrorKind::NO_MATCHING_PLATFORM;
 
 /// Answers resource requests.
 pub struct Resources {

@@ -110,7 +110,9 @@ fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
 /// The same data for every architecture, as for a single-platform image.
 fn fetched(image: &str, snapshot: Option<Arc<Snapshot>>, error: Option<&str>) -> ChannelState {
     let failure = error.map(|message| FetchFailure {
-        kind: crate::oci::FetchErrorKind::Registry,
+        kind: crate::read_error::ReadErrorKind::Fetch(
+            elemental_changelog_registry::FetchErrorKind::Registry,
+        ),
         message: message.to_owned(),
         at: Timestamp::UNIX_EPOCH,
     });
@@ -985,7 +987,9 @@ fn retained_versions_being_rebuilt_are_not_fetched_yet_never_not_found() {
         statuses(crate::cache::RetainedStatus::Failed {
             image: older,
             failure: FetchFailure {
-                kind: crate::oci::FetchErrorKind::NotFound,
+                kind: crate::read_error::ReadErrorKind::Fetch(
+                    elemental_changelog_registry::FetchErrorKind::NotFound,
+                ),
                 message: secret.to_owned(),
                 at: Timestamp::now(),
             },

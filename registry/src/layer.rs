@@ -1,16 +1,15 @@
-//! Reading channel data out of image layers: decompression (gzip, zstd or
-//! none), tar parsing, whiteouts and limits.
+//! Reading files out of image layers: decompression (gzip, zstd or none),
+//! tar parsing, whiteouts and limits.
 //!
 //! This is synchronous code (the fetcher runs it on a blocking thread, fed
-//! with the blob as it streams in). Only `channel.json` and the regular files
-//! under `changelogs/` are kept; everything else streams through without being
-//! buffered. Every limit is checked *before* memory is committed: the
+//! with the blob as it streams in). Only the regular files the caller's
+//! [`KeepFiles`] names are kept; everything else streams through without
+//! being buffered. Every limit is checked *before* memory is committed: the
 //! decompressed byte count through a counting reader, tar entries as they are
 //! met, a file's size from its header before it is read.
 
 use std::{
     collections::BTreeMap,
-    fmt,
     io::{self, Cursor, Read},
     sync::Arc,
 };
@@ -18,12 +17,10 @@ use std::{
 use flate2::read::MultiGzDecoder;
 use tar::EntryType;
 
-use crate::budget::{BudgetError, Reservation};
-
-/// Path of the channel file at the image root.
-pub const CHANNEL_FILE: &str = "channel.json";
-/// Folder of changelog data at the image root.
-pub const CHANGELOG_DIR: &str = "changelogs";
+use crate::{
+    budget::{BudgetError, MemoryPlan, Reservation},
+    limits::{FetchLimits, KeepFiles, Limit},
+};
 
 /// Largest tar metadata entry (GNU long name, PAX header) read into memory.
 const MAX_METADATA_BYTES: u64 = 64 * 1024;
@@ -33,106 +30,6 @@ const ZSTD_WINDOW_LOG_MAX: u32 = 25;
 
 const OPAQUE_WHITEOUT: &str = ".wh..wh..opq";
 const WHITEOUT_PREFIX: &str = ".wh.";
-
-/// Hard limits on what an image may make the fetcher read or keep.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FetchLimits {
-    /// Compressed bytes of all layers of one image, as downloaded.
-    pub max_compressed_bytes: u64,
-    /// Decompressed (tar stream) bytes of all layers of one image.
-    pub max_uncompressed_bytes: u64,
-    /// Tar entries of all layers of one image.
-    pub max_entries: u64,
-    /// Size of one kept file (and of one tar metadata entry).
-    pub max_file_bytes: u64,
-    /// Total size of the kept files.
-    pub max_kept_bytes: u64,
-    /// Layers of one image manifest.
-    pub max_layers: usize,
-    /// Entries of one image index.
-    pub max_index_manifests: usize,
-}
-
-impl Default for FetchLimits {
-    fn default() -> Self {
-        Self {
-            max_compressed_bytes: 256 * 1024 * 1024,
-            max_uncompressed_bytes: 512 * 1024 * 1024,
-            max_entries: 100_000,
-            max_file_bytes: 32 * 1024 * 1024,
-            max_kept_bytes: 24 * 1024 * 1024,
-            max_layers: 128,
-            max_index_manifests: 256,
-        }
-    }
-}
-
-/// Which of the [`FetchLimits`] an image exceeded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Limit {
-    /// [`FetchLimits::max_compressed_bytes`].
-    CompressedBytes,
-    /// [`FetchLimits::max_uncompressed_bytes`].
-    UncompressedBytes,
-    /// [`FetchLimits::max_entries`].
-    Entries,
-    /// [`FetchLimits::max_file_bytes`].
-    FileBytes,
-    /// [`FetchLimits::max_kept_bytes`].
-    KeptBytes,
-    /// [`FetchLimits::max_layers`].
-    Layers,
-    /// [`FetchLimits::max_index_manifests`].
-    IndexManifests,
-    /// A manifest, index or token answer larger than its limit
-    /// ([`super::client::ResponseLimits`]).
-    ResponseBytes,
-    /// The memory budget (`--memory-budget`).
-    MemoryBudget,
-    /// The parsed data kept for all channels together (`--max-kept-total`):
-    /// checked once an image is parsed, before its data is served.
-    KeptTotal,
-}
-
-impl Limit {
-    /// A short stable name, usable as a metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::CompressedBytes => "compressed_bytes",
-            Self::UncompressedBytes => "uncompressed_bytes",
-            Self::Entries => "entries",
-            Self::FileBytes => "file_bytes",
-            Self::KeptBytes => "kept_bytes",
-            Self::Layers => "layers",
-            Self::IndexManifests => "index_manifests",
-            Self::ResponseBytes => "response_bytes",
-            Self::MemoryBudget => "memory_budget",
-            Self::KeptTotal => "kept_total",
-        }
-    }
-
-    /// The limit's name as the flag that sets it, for messages.
-    pub fn public_name(self) -> &'static str {
-        match self {
-            Self::CompressedBytes => "image size (--max-image-size)",
-            Self::UncompressedBytes => "uncompressed size (--max-uncompressed-size)",
-            Self::Entries => "layer entries (--max-layer-entries)",
-            Self::FileBytes => "file size (--max-file-size)",
-            Self::KeptBytes => "kept data (--max-kept-size)",
-            Self::Layers => "layer count",
-            Self::IndexManifests => "index size",
-            Self::ResponseBytes => "registry response size",
-            Self::MemoryBudget => "memory budget (--memory-budget)",
-            Self::KeptTotal => "data kept for all channels together (--max-kept-total)",
-        }
-    }
-}
-
-impl fmt::Display for Limit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// How a layer blob is compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,6 +112,7 @@ impl From<io::Error> for LayerError {
 #[derive(Debug)]
 pub struct Extractor {
     limits: FetchLimits,
+    keep: KeepFiles,
     files: BTreeMap<String, Vec<u8>>,
     kept_bytes: u64,
     uncompressed_bytes: u64,
@@ -225,10 +123,12 @@ pub struct Extractor {
 }
 
 impl Extractor {
-    /// An empty file system, checked against `limits`.
-    pub fn new(limits: FetchLimits) -> Self {
+    /// An empty file system, checked against `limits`, keeping the files
+    /// `keep` names.
+    pub fn new(limits: FetchLimits, keep: KeepFiles) -> Self {
         Self {
             limits,
+            keep,
             files: BTreeMap::new(),
             kept_bytes: 0,
             uncompressed_bytes: 0,
@@ -239,11 +139,11 @@ impl Extractor {
 
     /// [`Extractor::new`], keeping files only as far as `memory` can grow
     /// from the budget to hold them (besides what it holds already).
-    pub fn with_memory(limits: FetchLimits, memory: Reservation) -> Self {
+    pub fn with_memory(limits: FetchLimits, keep: KeepFiles, memory: Reservation) -> Self {
         let base = memory.bytes();
         Self {
             memory: Some((memory, base)),
-            ..Self::new(limits)
+            ..Self::new(limits, keep)
         }
     }
 
@@ -261,7 +161,7 @@ impl Extractor {
         self.uncompressed_bytes
     }
 
-    /// The kept files, sorted by path (`channel.json`, `changelogs/...`).
+    /// The kept files, sorted by path.
     pub fn into_files(self) -> Vec<(String, Vec<u8>)> {
         self.files.into_iter().collect()
     }
@@ -357,8 +257,9 @@ impl Extractor {
             let is_dir = entry_type == EntryType::Directory;
             self.hide(layer, &path, is_dir);
             let is_file = matches!(entry_type, EntryType::Regular | EntryType::Continuous);
-            if !is_file || !is_kept(&path) {
-                if !is_file && !is_dir && is_kept(&path) {
+            let kept = self.keep.keeps(&path);
+            if !is_file || !kept {
+                if !is_file && !is_dir && kept {
                     unsafe_entries.note(&format!("{path} ({entry_type:?})"));
                 }
                 continue;
@@ -444,7 +345,7 @@ impl Extractor {
         }
     }
 
-    /// Reads a file that is channel data into `layer`, within the size limits
+    /// Reads a kept file into `layer`, within the size limits
     /// and the memory the pull may grow to.
     fn keep_file<R: Read>(
         &mut self,
@@ -460,10 +361,7 @@ impl Extractor {
             return Err(LayerError::LimitExceeded(Limit::KeptBytes));
         }
         if let Some((memory, base)) = &mut self.memory {
-            // The reservation came with room for typical kept files.
-            let allowance =
-                super::fetcher::KEPT_ALLOWANCE * (1 + super::fetcher::PARSE_BYTES_PER_KEPT_BYTE);
-            let needed = *base + (self.kept_bytes + size).saturating_sub(allowance);
+            let needed = MemoryPlan::while_keeping(*base, self.kept_bytes + size);
             if needed > memory.bytes() {
                 memory
                     .try_grow(needed - memory.bytes())
@@ -500,15 +398,6 @@ impl Extractor {
             self.kept_bytes -= data.len() as u64;
         }
     }
-}
-
-/// Whether a normalised path is channel data.
-fn is_kept(path: &str) -> bool {
-    path == CHANNEL_FILE
-        || path
-            .strip_prefix(CHANGELOG_DIR)
-            .and_then(|rest| rest.strip_prefix('/'))
-            .is_some_and(|rest| !rest.is_empty())
 }
 
 /// Removes the file at `path` from `files`; returns its size.
@@ -567,7 +456,7 @@ impl UnsafeEntries {
                 count = self.count,
                 examples = ?self.examples,
                 "ignored layer entries: paths leaving the image root (`..`), not UTF-8 or with NUL, \
-                 or links and special files where channel data is read"
+                 or links and special files where kept files are read"
             );
         }
     }
@@ -688,6 +577,11 @@ mod tests {
     use super::*;
 
     const TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+    /// What a channel image's reader keeps: the tests' files are named like channel data.
+    const KEEP: KeepFiles = KeepFiles {
+        files: &["channel.json"],
+        folders: &["changelogs"],
+    };
     const GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
     const ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
     const DOCKER_GZIP: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
@@ -822,7 +716,7 @@ mod tests {
         limits: FetchLimits,
         layers: &[(&str, Vec<u8>)],
     ) -> Result<Vec<(String, Vec<u8>)>, LayerError> {
-        let mut extractor = Extractor::new(limits);
+        let mut extractor = Extractor::new(limits, KEEP);
         for (media_type, blob) in layers {
             extractor = extractor.apply_layer(media_type, blob.as_slice())?;
         }
@@ -1215,7 +1109,7 @@ mod tests {
             max_uncompressed_bytes: blob.len() as u64 - 512,
             ..FetchLimits::default()
         };
-        let extractor = Extractor::new(exact)
+        let extractor = Extractor::new(exact, KEEP)
             .apply_layer(TAR, blob.as_slice())
             .unwrap();
         // The tar reader stops at the first end-of-archive block.
@@ -1225,7 +1119,7 @@ mod tests {
             ..FetchLimits::default()
         };
         assert!(matches!(
-            Extractor::new(short).apply_layer(TAR, blob.as_slice()),
+            Extractor::new(short, KEEP).apply_layer(TAR, blob.as_slice()),
             Err(LayerError::LimitExceeded(Limit::UncompressedBytes))
         ));
     }
@@ -1276,7 +1170,7 @@ mod tests {
                 inner: blob.as_slice(),
                 read: 0,
             };
-            let result = Extractor::new(limits).apply_layer(media_type, &mut tally);
+            let result = Extractor::new(limits, KEEP).apply_layer(media_type, &mut tally);
             assert!(
                 matches!(
                     result,
@@ -1304,7 +1198,7 @@ mod tests {
             inner: blob.as_slice(),
             read: 0,
         };
-        let result = Extractor::new(FetchLimits::default()).apply_layer(GZIP, &mut tally);
+        let result = Extractor::new(FetchLimits::default(), KEEP).apply_layer(GZIP, &mut tally);
         assert!(
             matches!(result, Err(LayerError::LimitExceeded(Limit::FileBytes))),
             "{result:?}"
@@ -1349,12 +1243,12 @@ mod tests {
         assert_eq!(normalize_path(b"/"), None);
         assert_eq!(normalize_path(b"\xff\xfe"), None);
         assert_eq!(normalize_path(b"..."), Some("...".to_owned()));
-        assert!(is_kept("channel.json"));
-        assert!(is_kept("changelogs/a.updates.log"));
-        assert!(is_kept("changelogs/sub/updateinfo.xml.zst"));
-        assert!(!is_kept("changelogs"));
-        assert!(!is_kept("changelogsx/a"));
-        assert!(!is_kept("etc/channel.json"));
+        assert!(KEEP.keeps("channel.json"));
+        assert!(KEEP.keeps("changelogs/a.updates.log"));
+        assert!(KEEP.keeps("changelogs/sub/updateinfo.xml.zst"));
+        assert!(!KEEP.keeps("changelogs"));
+        assert!(!KEEP.keeps("changelogsx/a"));
+        assert!(!KEEP.keeps("etc/channel.json"));
     }
 
     proptest! {
@@ -1377,7 +1271,7 @@ mod tests {
         fn arbitrary_layers_never_panic(blob in proptest::collection::vec(any::<u8>(), 0..4096), gz in any::<bool>()) {
             let limits = FetchLimits { max_uncompressed_bytes: 1 << 20, ..FetchLimits::default() };
             let blob = if gz { gzip(&blob) } else { blob };
-            if let Ok(extractor) = Extractor::new(limits).apply_layer(GZIP, blob.as_slice()) {
+            if let Ok(extractor) = Extractor::new(limits, KEEP).apply_layer(GZIP, blob.as_slice()) {
                 prop_assert!(extractor.uncompressed_bytes() <= 1 << 20);
             }
         }
@@ -1405,7 +1299,7 @@ mod tests {
                             raw(&mut builder, path.as_bytes(), EntryType::Regular, &data, b"");
                             hide(&mut model, path);
                             hide(&mut current, path);
-                            if is_kept(path) {
+                            if KEEP.keeps(path) {
                                 current.insert(path.to_owned(), data);
                             }
                         }

@@ -1,29 +1,8 @@
-//! Choosing the manifest of an image index for `linux/<arch>`.
+//! Choosing the manifest of an image index for `linux/<arch>`, `arch` by its
+//! OCI (Go) name (`amd64`, `arm64`), as indexes spell it: callers translate
+//! other spellings before they ask.
 
 use oci_client::manifest::{ImageIndexEntry, OciImageIndex};
-
-/// The Go (OCI) name of an architecture, accepting the kernel's names as
-/// aliases: `x86_64` is `amd64`, `aarch64` is `arm64`.
-pub fn normalize_arch(arch: &str) -> String {
-    let arch = arch.trim().to_ascii_lowercase();
-    match arch.as_str() {
-        "x86_64" | "x86-64" => "amd64".to_owned(),
-        "aarch64" => "arm64".to_owned(),
-        "i386" | "i686" => "386".to_owned(),
-        "armv7l" | "armhf" => "arm".to_owned(),
-        _ => arch,
-    }
-}
-
-/// The RPM name of an architecture (`x86_64`, `aarch64`), as channel data
-/// and users name it, for its OCI name (`amd64`, `arm64`) or itself.
-pub fn rpm_arch(arch: &str) -> &str {
-    match arch {
-        "amd64" => "x86_64",
-        "arm64" => "aarch64",
-        other => other,
-    }
-}
 
 /// `os/arch[/variant]` of an index entry, or `unknown` when it has no platform.
 pub fn describe(entry: &ImageIndexEntry) -> String {
@@ -36,13 +15,11 @@ pub fn describe(entry: &ImageIndexEntry) -> String {
     }
 }
 
-/// The first `linux/<arch>` entry of an index (`arch` in either naming).
+/// The first `linux/<arch>` entry of an index (`arch` by its OCI name).
 pub fn select<'a>(index: &'a OciImageIndex, arch: &str) -> Option<&'a ImageIndexEntry> {
-    let wanted = normalize_arch(arch);
     index.manifests.iter().find(|entry| {
         entry.platform.as_ref().is_some_and(|platform| {
-            platform.os.to_string() == "linux"
-                && normalize_arch(&platform.architecture.to_string()) == wanted
+            platform.os.to_string() == "linux" && platform.architecture.to_string() == arch
         })
     })
 }
@@ -74,21 +51,18 @@ mod tests {
         .unwrap()
     }
 
+    /// Other spellings (`x86_64`, `aarch64`) are the caller's to translate
+    /// (`elemental_changelog_apiservice::Arch::oci`).
     #[test]
-    fn aliases() {
-        for (arch, digest) in [
-            ("x86_64", "sha256:cc"),
-            ("amd64", "sha256:cc"),
-            ("AMD64", "sha256:cc"),
-            ("aarch64", "sha256:bb"),
-            ("arm64", "sha256:bb"),
-        ] {
+    fn matches_the_oci_name() {
+        for (arch, digest) in [("amd64", "sha256:cc"), ("arm64", "sha256:bb")] {
             assert_eq!(
                 select(&index(), arch).map(|e| e.digest.as_str()),
                 Some(digest),
                 "{arch}"
             );
         }
+        assert!(select(&index(), "x86_64").is_none());
         assert!(select(&index(), "s390x").is_none());
         assert!(select(&index(), "unknown").is_none());
     }

@@ -8,7 +8,7 @@
 //! longer than [`FetchConfig::read_timeout`] in all, so that a registry (or a
 //! proxy in the way) that answers gigabytes, or trickles bytes forever, costs
 //! a bounded amount of memory and time. Blobs are streamed by the caller
-//! (see [`super::stream`]), which applies the image limits.
+//! (see `stream`), which applies the image limits.
 //!
 //! Token realms on another host than the registry are logged; credentials
 //! are sent to a realm only over HTTPS (or to a registry configured as plain
@@ -27,7 +27,10 @@ use reqwest::{Method, StatusCode, header};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::config::{Credential, FetchConfig};
+use crate::{
+    config::{Credential, FetchConfig},
+    digest::Hasher,
+};
 
 /// Largest manifest or index read (the OCI distribution spec asks registries
 /// to accept manifests of at least 4 MiB; containerd reads at most that).
@@ -345,7 +348,7 @@ impl RegistryClient {
         let body = self.manifest(reference).await?;
         match body.digest {
             Some(digest) => Ok(digest),
-            None => Ok(super::stream::Hasher::sha256_of(&body.bytes)),
+            None => Ok(Hasher::sha256_of(&body.bytes)),
         }
     }
 

@@ -1,11 +1,10 @@
 //! Why a fetch failed: [`FetchError`] with its full chain for the logs, and
 //! [`FetchErrorKind`], the bounded kind that names metric labels and gives
-//! callers a short message free of anything the registry said.
+//! callers a short description free of anything the registry said.
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use super::{client::RegistryError, layer::LayerError, layer::Limit};
-use crate::budget::BudgetError;
+use crate::{budget::BudgetError, client::RegistryError, layer::LayerError, limits::Limit};
 
 /// Why a fetch failed.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -149,11 +148,10 @@ pub enum ManifestError {
     ExternalUrls(String),
 }
 
-/// Why fetching a channel's data failed, reduced to a bounded set: the
-/// metric label ([`FetchErrorKind::as_str`]) and the message callers see
-/// ([`FetchErrorKind::public_message`]) both come from it. Besides the
-/// [`FetchError`] kinds, it covers a pulled image whose `channel.json` is
-/// missing or invalid.
+/// Why a fetch failed, reduced to a bounded set of registry, transport,
+/// limit and platform kinds: a metric label ([`FetchErrorKind::as_str`]) and
+/// a description callers may show ([`FetchErrorKind::describe`]) both come
+/// from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FetchErrorKind {
     /// [`FetchError::InvalidReference`].
@@ -177,12 +175,7 @@ pub enum FetchErrorKind {
     LimitExceeded(Limit),
     /// [`FetchError::Layer`].
     Layer,
-    /// The image has no `/channel.json`.
-    MissingChannelJson,
-    /// The image's `/channel.json` does not parse.
-    InvalidChannelJson,
-    /// [`FetchError::Client`], [`FetchError::Task`], or a parser that
-    /// panicked.
+    /// [`FetchError::Client`] and [`FetchError::Task`].
     Internal,
 }
 
@@ -201,17 +194,15 @@ impl FetchErrorKind {
             Self::DigestMismatch => "digest_mismatch",
             Self::LimitExceeded(_) => "limit_exceeded",
             Self::Layer => "layer",
-            Self::MissingChannelJson => "missing_channel_json",
-            Self::InvalidChannelJson => "invalid_channel_json",
             Self::Internal => "internal",
         }
     }
 
-    /// What callers are told, e.g. `pulling the channel image failed:
-    /// registry unreachable`. It says which kind of failure it was and
-    /// nothing else: no registry answer, URL, token realm or digest, which
-    /// stay in the logs (and the kind in the metric label).
-    pub fn public_message(self) -> String {
+    /// What callers may be told, e.g. `registry unreachable`. It says which
+    /// kind of failure it was and nothing else: no registry answer, URL,
+    /// token realm or digest, which stay in the logs (and the kind in the
+    /// metric label).
+    pub fn describe(self) -> String {
         let what = match self {
             Self::InvalidReference => "the image reference is invalid",
             Self::Auth => "the registry refused access",
@@ -221,24 +212,16 @@ impl FetchErrorKind {
             Self::NoMatchingPlatform => "the image has no image for this architecture",
             Self::Manifest => "the image manifest is invalid",
             Self::DigestMismatch => "content does not match its digest",
-            Self::LimitExceeded(Limit::KeptTotal) => {
-                return format!(
-                    "the channel image's data would take the server past its limit on the {}",
-                    Limit::KeptTotal.public_name()
-                );
-            }
             Self::LimitExceeded(limit) => {
                 return format!(
-                    "pulling the channel image failed: the image exceeds the server's limit on {}",
+                    "the image exceeds the server's limit on {}",
                     limit.public_name()
                 );
             }
             Self::Layer => "an image layer is unreadable",
-            Self::MissingChannelJson => "the image has no /channel.json",
-            Self::InvalidChannelJson => "the image's /channel.json is invalid",
             Self::Internal => "internal error",
         };
-        format!("pulling the channel image failed: {what}")
+        what.to_owned()
     }
 }
 
@@ -309,7 +292,7 @@ mod tests {
         }
     }
 
-    const ALL: [FetchErrorKind; 13] = [
+    const ALL: [FetchErrorKind; 11] = [
         FetchErrorKind::InvalidReference,
         FetchErrorKind::Auth,
         FetchErrorKind::NotFound,
@@ -320,8 +303,6 @@ mod tests {
         FetchErrorKind::DigestMismatch,
         FetchErrorKind::LimitExceeded(Limit::KeptBytes),
         FetchErrorKind::Layer,
-        FetchErrorKind::MissingChannelJson,
-        FetchErrorKind::InvalidChannelJson,
         FetchErrorKind::Internal,
     ];
 
@@ -338,7 +319,7 @@ mod tests {
         assert_eq!(classify(status(502, &[])), Registry);
         assert_eq!(
             classify(RegistryError::TooLarge {
-                body: super::super::client::Body::Manifest,
+                body: crate::client::Body::Manifest,
                 url: "u".into(),
                 limit: 1,
             }),
@@ -346,7 +327,7 @@ mod tests {
         );
         assert_eq!(
             classify(RegistryError::Timeout {
-                body: super::super::client::Body::Token,
+                body: crate::client::Body::Token,
                 url: "u".into(),
                 after: Duration::from_secs(1),
             }),
@@ -360,7 +341,7 @@ mod tests {
             ALL.iter().map(|kind| kind.as_str()).collect();
         assert_eq!(labels.len(), ALL.len());
         let messages: std::collections::BTreeSet<String> =
-            ALL.iter().map(|kind| kind.public_message()).collect();
+            ALL.iter().map(|kind| kind.describe()).collect();
         assert_eq!(messages.len(), ALL.len());
         let limit = FetchError::LimitExceeded {
             which: Limit::UncompressedBytes,
@@ -379,23 +360,19 @@ mod tests {
     /// What callers see names the kind of failure and nothing the registry
     /// sent: no URL, host, status body or realm.
     #[test]
-    fn public_messages_carry_nothing_from_the_registry() {
+    fn descriptions_carry_nothing_from_the_registry() {
         let error = FetchError::from_registry(
             "registry.example.com:5000",
             "registry.example.com:5000/channel:v1",
             status(502, &[]),
         );
+        assert_eq!(error.kind().describe(), "registry unreachable");
         assert_eq!(
-            error.kind().public_message(),
-            "pulling the channel image failed: registry unreachable"
-        );
-        assert_eq!(
-            FetchErrorKind::LimitExceeded(Limit::MemoryBudget).public_message(),
-            "pulling the channel image failed: the image exceeds the server's limit on memory budget (--memory-budget)"
+            FetchErrorKind::LimitExceeded(Limit::MemoryBudget).describe(),
+            "the image exceeds the server's limit on memory budget (--memory-budget)"
         );
         for kind in ALL {
-            let message = kind.public_message();
-            assert!(message.starts_with("pulling the channel image failed: "));
+            let message = kind.describe();
             for leak in ["registry.example.com", "secret", "http", "sha256", "5000"] {
                 assert!(!message.contains(leak), "{message}");
             }

@@ -1,7 +1,7 @@
 //! Streaming a layer blob from the registry to the blocking layer reader:
 //! each chunk is counted (compressed limit, declared size), hashed and sent
 //! over a small bounded channel to a blocking thread that decompresses and
-//! reads the tar stream ([`super::layer::Extractor`]). Memory stays at a few
+//! reads the tar stream (`layer::Extractor`). Memory stays at a few
 //! chunks whatever the blob size. The reader sees the data before the digest
 //! is known to match (it is only known at the end); it is bounded by the same
 //! limits, and the layer's result is discarded unless the digest matches.
@@ -10,13 +10,13 @@ use std::{io, sync::Arc};
 
 use bytes::{Buf as _, Bytes};
 use oci_client::{Reference, manifest::OciDescriptor};
-use sha2::{Digest as _, Sha256, Sha512};
 use tokio::sync::mpsc;
 
-use super::{
+use crate::{
     client::{RegistryClient, RegistryError},
+    digest::Hasher,
     error::{FetchError, ManifestError},
-    layer::Limit,
+    limits::Limit,
 };
 
 /// Chunks buffered between the download and the blocking tar reader.
@@ -43,7 +43,7 @@ pub async fn stream_blob(
     max_compressed: u64,
 ) -> Result<(), FetchError> {
     let declared = declared_size(layer)?;
-    let mut hasher = Hasher::for_digest(&layer.digest)?;
+    let mut hasher = hasher_for(&layer.digest)?;
     let registry_error =
         |error| FetchError::from_registry(reference.resolve_registry(), &layer.digest, error);
     let mut response = client
@@ -110,49 +110,13 @@ pub async fn stream_blob(
     Ok(())
 }
 
-/// SHA-256 or SHA-512, as the expected digest says.
-pub enum Hasher {
-    /// `sha256:`.
-    Sha256(Sha256),
-    /// `sha512:`.
-    Sha512(Sha512),
-}
-
-impl Hasher {
-    /// The hasher for `digest`'s algorithm; other algorithms are refused.
-    pub fn for_digest(digest: &str) -> Result<Self, FetchError> {
-        match digest.split_once(':') {
-            Some(("sha256", _)) => Ok(Self::Sha256(Sha256::new())),
-            Some(("sha512", _)) => Ok(Self::Sha512(Sha512::new())),
-            _ => Err(FetchError::Manifest {
-                digest: digest.to_owned(),
-                source: ManifestError::DigestAlgorithm(digest.to_owned()),
-            }),
-        }
-    }
-
-    /// `sha256:<hex>` of `data`.
-    pub fn sha256_of(data: &[u8]) -> String {
-        let mut hasher = Self::Sha256(Sha256::new());
-        hasher.update(data);
-        hasher.finish()
-    }
-
-    /// Hashes more data.
-    pub fn update(&mut self, data: &[u8]) {
-        match self {
-            Self::Sha256(hasher) => hasher.update(data),
-            Self::Sha512(hasher) => hasher.update(data),
-        }
-    }
-
-    /// `algorithm:<hex>`.
-    pub fn finish(self) -> String {
-        match self {
-            Self::Sha256(hasher) => format!("sha256:{:x}", hasher.finalize()),
-            Self::Sha512(hasher) => format!("sha512:{:x}", hasher.finalize()),
-        }
-    }
+/// The hasher for `digest`'s algorithm; other algorithms are refused as an
+/// invalid manifest.
+pub fn hasher_for(digest: &str) -> Result<Hasher, FetchError> {
+    Hasher::for_digest(digest).ok_or_else(|| FetchError::Manifest {
+        digest: digest.to_owned(),
+        source: ManifestError::DigestAlgorithm(digest.to_owned()),
+    })
 }
 
 /// A blocking [`io::Read`] over the chunks of a blob arriving on a channel.
@@ -194,29 +158,18 @@ mod tests {
     use std::io::Read as _;
 
     use super::*;
-    use crate::oci::FetchErrorKind;
+    use crate::error::FetchErrorKind;
 
     #[test]
-    fn hashers_follow_the_digest_algorithm() {
-        let mut sha256 = Hasher::for_digest("sha256:x").unwrap();
-        sha256.update(b"abc");
+    fn other_digest_algorithms_are_invalid_manifests() {
+        assert!(hasher_for("sha256:x").is_ok());
+        assert!(hasher_for("sha512:x").is_ok());
         assert_eq!(
-            sha256.finish(),
-            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        assert_eq!(
-            Hasher::sha256_of(b"abc"),
-            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        let mut sha512 = Hasher::for_digest("sha512:x").unwrap();
-        sha512.update(b"");
-        assert!(sha512.finish().starts_with("sha512:cf83e1357eefb8bd"));
-        assert_eq!(
-            Hasher::for_digest("md5:x").err().map(|e| e.kind()),
+            hasher_for("md5:x").err().map(|e| e.kind()),
             Some(FetchErrorKind::Manifest)
         );
         assert_eq!(
-            Hasher::for_digest("nodigest").err().map(|e| e.kind()),
+            hasher_for("nodigest").err().map(|e| e.kind()),
             Some(FetchErrorKind::Manifest)
         );
     }

@@ -1,7 +1,7 @@
 //! [`Fetcher`]: resolve a tag to a digest, pull the manifest (for an index,
 //! the `linux/<arch>` one) and stream the layers through the extractor, one
-//! pull per image digest and architecture at a time ([`SingleFlight`]), under
-//! the memory budget ([`Budget`]).
+//! pull per [`ImageKey`] at a time ([`SingleFlight`]), under the memory
+//! budget ([`Budget`]) as its [`MemoryPlan`] says.
 
 use std::{
     fmt,
@@ -11,7 +11,6 @@ use std::{
     },
 };
 
-use elemental_changelog::{data, updateinfo};
 use oci_client::{
     Reference,
     manifest::{
@@ -21,57 +20,18 @@ use oci_client::{
 };
 use tokio::sync::{Mutex, OwnedMutexGuard, mpsc};
 
-use super::{
-    FetchConfig, FetchError, ManifestError,
-    client::{RegistryClient, ResponseLimits},
-    layer::{self, Extractor, LayerError, Limit},
-    platform,
-    stream::{self, ChunkReader, Hasher},
-};
 use crate::{
-    budget::{Budget, BudgetError, Reservation},
+    budget::{Budget, MemoryPlan, Reservation},
+    client::{RegistryClient, ResponseLimits},
+    config::FetchConfig,
+    error::{FetchError, ManifestError},
+    layer::{self, Extractor, LayerError},
+    limits::Limit,
+    platform,
+    reference::ImageKey,
     singleflight::SingleFlight,
+    stream::{self, ChunkReader},
 };
-
-/// Memory a pull needs besides the files it keeps: the zstd window (up to
-/// 32 MiB), the chunks in flight and decoder buffers; the manifests (at most
-/// [`super::client::MAX_MANIFEST_BYTES`] each, parsed) come before the
-/// layers and fit in it too.
-pub const PULL_WORKING_SET: u64 = 40 << 20;
-/// Memory reserved per kept byte for parsing it, besides the byte itself. An `updates.log`
-/// is read advisory by advisory into its type (measured: a peak of 1.7 bytes per byte of
-/// JSON for 27 000 real-shaped advisories, all of it kept); package lists are interned (a
-/// line seen before costs a pointer). Both are metered as they are parsed, together: past
-/// this allowance a file is rejected ([`ParseTurn::limits`]), however many tiny advisories
-/// or distinct short package lines an image carries.
-pub const PARSE_BYTES_PER_KEPT_BYTE: u64 = 3;
-/// Share of the budget one `updateinfo.xml` parse may take (the parsed
-/// advisories, as estimated while they are built).
-pub const UPDATEINFO_BUDGET_SHARE: u64 = 4;
-/// Kept files (and their parse) reserved with the working set, so that typical channel
-/// images (changelog files of some KiB) never grow their reservation: growth cannot
-/// wait (two pulls each holding part of the budget and waiting for more would wait
-/// forever), so it fails when other pulls hold the rest, and a pull that waits for its
-/// whole reservation up front is never refused for that.
-pub const KEPT_ALLOWANCE: u64 = 256 << 10;
-
-/// What the largest image `config`'s limits allow needs from the budget at
-/// once: the working set and the `updateinfo.xml` allowance while it is
-/// pulled, then the allowance and its kept files with their parse.
-pub fn largest_pull_fits(config: &FetchConfig) -> Result<(), BudgetError> {
-    let updateinfo = config.memory_budget / UPDATEINFO_BUDGET_SHARE;
-    let kept = config.limits.max_kept_bytes;
-    let needed = (PULL_WORKING_SET + updateinfo)
-        .max(updateinfo + kept.saturating_mul(1 + PARSE_BYTES_PER_KEPT_BYTE));
-    if needed > config.memory_budget {
-        return Err(BudgetError::NeverFits {
-            what: "an image of --max-kept-size",
-            needed,
-            budget: config.memory_budget,
-        });
-    }
-    Ok(())
-}
 
 /// The outcome of [`Fetcher::fetch`].
 #[derive(Clone)]
@@ -86,7 +46,7 @@ pub enum Fetched {
         /// The digest the reference resolved to (an index's digest for a
         /// multi-architecture image): pass it back as `known_digest`.
         digest: String,
-        /// `channel.json` and `changelogs/...` files (paths relative to the
+        /// The files [`FetchConfig::keep`] names (paths relative to the
         /// image root, sorted), as the top layer that has them left them.
         files: Vec<(String, Vec<u8>)>,
         /// Compressed layer bytes downloaded.
@@ -110,7 +70,7 @@ impl Fetched {
         }
     }
 
-    /// The content of a kept file, by path (`channel.json`, `changelogs/x`);
+    /// The content of a kept file, by path (relative to the image root);
     /// `None` when it is absent or nothing was pulled.
     pub fn file(&self, path: &str) -> Option<&[u8]> {
         match self {
@@ -156,21 +116,30 @@ impl fmt::Debug for Fetched {
 
 /// The part of the memory budget a pulled image holds until every caller
 /// has parsed its files: the files, what parsing them takes, and the
-/// `updateinfo.xml` allowance. Callers sharing one pull parse in turn.
+/// `updateinfo.xml` allowance ([`MemoryPlan::parse`]). Callers sharing one
+/// pull parse in turn.
 #[derive(Debug)]
 pub struct PulledMemory {
     reservation: Arc<Mutex<Reservation>>,
-    updateinfo_bytes: u64,
-    parse_bytes: u64,
+    allowance: ParseAllowance,
 }
 
-/// The right to parse a pulled image's files now, with the limits that fit
-/// the memory held; dropped when the parse is done.
+/// The memory caps of a parse, as held by a pulled image: what the caller's
+/// parser may build from the kept files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseAllowance {
+    /// The cap on one `updateinfo.xml` parse.
+    pub updateinfo_bytes: u64,
+    /// The cap on the parse of the other kept files together.
+    pub parse_bytes: u64,
+}
+
+/// The right to parse a pulled image's files now, with the allowance that
+/// fits the memory held; dropped when the parse is done.
 #[derive(Debug)]
 pub struct ParseTurn {
     _held: OwnedMutexGuard<Reservation>,
-    updateinfo_bytes: u64,
-    parse_bytes: u64,
+    allowance: ParseAllowance,
 }
 
 impl PulledMemory {
@@ -178,23 +147,16 @@ impl PulledMemory {
     pub async fn parse_turn(&self) -> ParseTurn {
         ParseTurn {
             _held: Arc::clone(&self.reservation).lock_owned().await,
-            updateinfo_bytes: self.updateinfo_bytes,
-            parse_bytes: self.parse_bytes,
+            allowance: self.allowance,
         }
     }
 }
 
 impl ParseTurn {
-    /// Parse limits whose memory caps are the allowances held: the `updateinfo.xml` share,
-    /// and the parse bytes reserved for the kept files (package lists and `updates.log`).
-    pub fn limits(&self) -> data::Limits {
-        data::Limits {
-            updateinfo: updateinfo::Limits {
-                max_memory: self.updateinfo_bytes,
-                ..updateinfo::Limits::default()
-            },
-            parse_bytes: self.parse_bytes,
-        }
+    /// The memory caps of the parse: the `updateinfo.xml` share, and the parse
+    /// bytes reserved for the other kept files.
+    pub fn allowance(&self) -> ParseAllowance {
+        self.allowance
     }
 }
 
@@ -224,6 +186,11 @@ impl Resolved {
     pub fn reference(&self) -> String {
         self.reference.whole()
     }
+
+    /// What identifies its pull for `arch` (the OCI name).
+    pub fn key(&self, arch: &str) -> ImageKey {
+        ImageKey::of(&self.reference, &self.digest, arch)
+    }
 }
 
 /// Pulls channel images. Cheap to clone; clones share the HTTP client, the
@@ -237,16 +204,8 @@ struct Inner {
     client: RegistryClient,
     config: FetchConfig,
     budget: Budget,
-    in_flight: SingleFlight<FlightKey, Result<Fetched, FetchError>>,
+    in_flight: SingleFlight<ImageKey, Result<Fetched, FetchError>>,
     pulls_started: AtomicU64,
-}
-
-/// What makes two pulls the same: repository, resolved digest, architecture.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct FlightKey {
-    repository: String,
-    digest: String,
-    arch: String,
 }
 
 impl fmt::Debug for Fetcher {
@@ -303,8 +262,8 @@ impl Fetcher {
         self.inner.pulls_started.load(Ordering::Relaxed)
     }
 
-    /// Resolves `image`, and pulls it for `arch` unless it still has
-    /// `known_digest`.
+    /// Resolves `image`, and pulls it for `arch` (its OCI name: `amd64`)
+    /// unless it still has `known_digest`.
     #[tracing::instrument(skip_all, fields(%image, %arch))]
     pub async fn fetch(
         &self,
@@ -336,21 +295,13 @@ impl Fetcher {
         Ok(Resolved { reference, digest })
     }
 
-    /// Pulls a resolved image for `arch` (the answer is always
-    /// [`Fetched::Pulled`]). Concurrent calls for the same
-    /// repository, digest and architecture share one pull; the pull runs in
-    /// its own task, so it completes (and is bounded by the fetch timeout)
-    /// even if every caller goes away.
+    /// Pulls a resolved image for `arch` (its OCI name: `amd64`; the answer
+    /// is always [`Fetched::Pulled`]). Concurrent calls for the same
+    /// [`ImageKey`] share one pull; the pull runs in its own task, so it
+    /// completes (and is bounded by the fetch timeout) even if every caller
+    /// goes away.
     pub async fn pull(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
-        let key = FlightKey {
-            repository: format!(
-                "{}/{}",
-                resolved.reference.resolve_registry(),
-                resolved.reference.repository()
-            ),
-            digest: resolved.digest.clone(),
-            arch: platform::normalize_arch(arch),
-        };
+        let key = resolved.key(arch);
         if self.inner.in_flight.in_flight(&key) {
             tracing::debug!(digest = resolved.digest, "joining a running pull");
         }
@@ -389,15 +340,10 @@ impl Inner {
     async fn pull_image(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
         // The working set and the updateinfo allowance, waited for while
         // other pulls hold the budget; the files grow it as they are kept.
-        let updateinfo_bytes = self.budget.bytes() / UPDATEINFO_BUDGET_SHARE;
+        let plan = MemoryPlan::new(self.budget.bytes());
         let memory = self
             .budget
-            .reserve(
-                "a pull",
-                PULL_WORKING_SET
-                    + updateinfo_bytes
-                    + KEPT_ALLOWANCE * (1 + PARSE_BYTES_PER_KEPT_BYTE),
-            )
+            .reserve("a pull", plan.pull())
             .await
             .map_err(FetchError::Budget)?;
         let by_digest = resolved
@@ -437,19 +383,20 @@ impl Inner {
             Some(mut memory) => {
                 // The working set is done with; parsing the files needs room.
                 let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
-                let parse_bytes = kept.max(KEPT_ALLOWANCE) * PARSE_BYTES_PER_KEPT_BYTE;
-                let parse = updateinfo_bytes + kept.max(KEPT_ALLOWANCE) + parse_bytes;
-                if parse > memory.bytes() {
+                let parse = plan.parse(kept);
+                if parse.total > memory.bytes() {
                     memory
-                        .try_grow(parse - memory.bytes())
+                        .try_grow(parse.total - memory.bytes())
                         .map_err(FetchError::Budget)?;
                 } else {
-                    memory.shrink_to(parse);
+                    memory.shrink_to(parse.total);
                 }
                 Some(Arc::new(PulledMemory {
                     reservation: Arc::new(Mutex::new(memory)),
-                    updateinfo_bytes,
-                    parse_bytes,
+                    allowance: ParseAllowance {
+                        updateinfo_bytes: parse.updateinfo_bytes,
+                        parse_bytes: parse.parse_bytes,
+                    },
                 }))
             }
             None => None,
@@ -470,7 +417,7 @@ impl Inner {
         let body = self.client.manifest(reference).await.map_err(|error| {
             FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
         })?;
-        let mut hasher = Hasher::for_digest(&expected)?;
+        let mut hasher = stream::hasher_for(&expected)?;
         hasher.update(&body.bytes);
         let actual = hasher.finish();
         if actual != expected {
@@ -553,7 +500,7 @@ impl Inner {
                 which: Limit::CompressedBytes,
             });
         }
-        let mut extractor = Extractor::with_memory(limits, memory);
+        let mut extractor = Extractor::with_memory(limits, self.config.keep, memory);
         let mut compressed = 0u64;
         for layer in &manifest.layers {
             let (tx, rx) = mpsc::channel(stream::CHUNKS_IN_FLIGHT);
@@ -619,29 +566,19 @@ mod tests {
         assert_eq!(unchanged.file("channel.json"), None);
     }
 
-    #[test]
-    fn the_defaults_fit_the_default_budget() {
-        let config = FetchConfig::default();
-        largest_pull_fits(&config).unwrap();
-        let small = FetchConfig {
-            memory_budget: 64 << 20,
-            ..FetchConfig::default()
-        };
-        let error = largest_pull_fits(&small).unwrap_err();
-        assert!(error.to_string().contains("--memory-budget"), "{error}");
-    }
-
     #[tokio::test(start_paused = true)]
     async fn callers_of_one_pull_parse_in_turn() {
         let budget = Budget::new(8 << 20);
         let memory = PulledMemory {
             reservation: Arc::new(Mutex::new(budget.reserve("a pull", 4 << 20).await.unwrap())),
-            updateinfo_bytes: 1 << 20,
-            parse_bytes: 2 << 20,
+            allowance: ParseAllowance {
+                updateinfo_bytes: 1 << 20,
+                parse_bytes: 2 << 20,
+            },
         };
         let turn = memory.parse_turn().await;
-        assert_eq!(turn.limits().updateinfo.max_memory, 1 << 20);
-        assert_eq!(turn.limits().parse_bytes, 2 << 20);
+        assert_eq!(turn.allowance().updateinfo_bytes, 1 << 20);
+        assert_eq!(turn.allowance().parse_bytes, 2 << 20);
         let second = tokio::time::timeout(std::time::Duration::from_secs(60), memory.parse_turn());
         assert!(second.await.is_err(), "the second caller waits");
         drop(turn);

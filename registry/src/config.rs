@@ -7,7 +7,10 @@ use base64::Engine as _;
 use rustls_pki_types::{CertificateDer, pem::PemObject as _};
 use serde::Deserialize;
 
-use super::layer::FetchLimits;
+use crate::{
+    budget::{BudgetError, MemoryPlan},
+    limits::{FetchLimits, KeepFiles},
+};
 
 /// Registry flags, to be flattened into the server's and `inspect`'s command
 /// lines; [`RegistryArgs::to_config`] turns them into a [`FetchConfig`].
@@ -70,8 +73,9 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    /// Reads the files the flags name and builds the fetcher settings.
-    pub fn to_config(&self) -> Result<FetchConfig, ConfigError> {
+    /// Reads the files the flags name and builds the fetcher settings, for
+    /// a fetcher that keeps the files `keep` names.
+    pub fn to_config(&self, keep: KeepFiles) -> Result<FetchConfig, ConfigError> {
         let credentials = match &self.registry_config {
             Some(path) => {
                 let data = std::fs::read(path).map_err(|source| ConfigError::Read {
@@ -104,6 +108,7 @@ impl RegistryArgs {
             credentials,
             extra_roots,
             insecure_registries: self.insecure_registries.clone(),
+            keep,
             limits: FetchLimits {
                 max_compressed_bytes: self.max_image_size,
                 max_uncompressed_bytes: self.max_uncompressed_size,
@@ -117,7 +122,9 @@ impl RegistryArgs {
             read_timeout: self.registry_read_timeout,
             fetch_timeout: self.fetch_timeout,
         };
-        super::fetcher::largest_pull_fits(&config).map_err(ConfigError::Budget)?;
+        MemoryPlan::new(config.memory_budget)
+            .largest_pull_fits(config.limits.max_kept_bytes)
+            .map_err(ConfigError::Budget)?;
         Ok(config)
     }
 }
@@ -131,6 +138,8 @@ pub struct FetchConfig {
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// Registries (`host[:port]`, as in image references) reached over plain HTTP.
     pub insecure_registries: Vec<String>,
+    /// The files kept from an image's layers.
+    pub keep: KeepFiles,
     /// Size and count limits per image.
     pub limits: FetchLimits,
     /// Timeout for connecting to a registry.
@@ -139,17 +148,19 @@ pub struct FetchConfig {
     pub read_timeout: Duration,
     /// Timeout for a whole fetch of one image.
     pub fetch_timeout: Duration,
-    /// Bytes of the memory budget of pulls and parses (see [`crate::budget`]).
+    /// Bytes of the memory budget of pulls and parses (see [`MemoryPlan`]).
     pub memory_budget: u64,
 }
 
 impl Default for FetchConfig {
-    /// Anonymous HTTPS pulls, system roots, default limits, the flags' default timeouts.
+    /// Anonymous HTTPS pulls, system roots, nothing kept, default limits,
+    /// the flags' default timeouts.
     fn default() -> Self {
         Self {
             credentials: RegistryCredentials::default(),
             extra_roots: Vec::new(),
             insecure_registries: Vec::new(),
+            keep: KeepFiles::NOTHING,
             limits: FetchLimits::default(),
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
@@ -191,7 +202,7 @@ pub enum ConfigError {
     },
     /// `--memory-budget` cannot hold the largest image the other limits allow.
     #[error("the memory budget is too small for the size limits")]
-    Budget(#[source] crate::budget::BudgetError),
+    Budget(#[source] BudgetError),
 }
 
 /// What is wrong with a Docker config JSON.
@@ -514,7 +525,7 @@ mod tests {
             "1MiB",
         ])
         .unwrap();
-        let config = cli.registry.to_config().unwrap();
+        let config = cli.registry.to_config(KeepFiles::NOTHING).unwrap();
         assert_eq!(
             config.insecure_registries,
             vec!["127.0.0.1:5000".to_owned()]

@@ -2,18 +2,22 @@
 //! files behind `--registry-config` and `--registry-ca-file` (usually a
 //! mounted Secret and ConfigMap) are re-read periodically; when their content
 //! changed and still parses, a new [`Fetcher`] replaces the current one. A
-//! broken update is logged and the current settings are kept.
+//! broken update is reported to the caller (who logs it) and the current
+//! settings are kept.
 
 use std::{sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
-use tracing::{info, warn};
 
-use crate::{budget::Budget, telemetry::error_chain};
+use crate::{
+    budget::Budget,
+    config::{ConfigError, RegistryArgs},
+    error::FetchError,
+    fetcher::Fetcher,
+    limits::KeepFiles,
+};
 
-use super::{FetchError, Fetcher, config::ConfigError, config::RegistryArgs};
-
-/// How often the files are re-read.
+/// How often the caller should re-read the files ([`ReloadingFetcher::reload`]).
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Why registry settings could not be (re)loaded.
@@ -30,6 +34,7 @@ pub enum ReloadError {
 /// A [`Fetcher`] rebuilt whenever its credential or CA files change.
 pub struct ReloadingFetcher {
     args: RegistryArgs,
+    keep: KeepFiles,
     /// One budget for the process, kept by every rebuilt fetcher.
     budget: Budget,
     current: ArcSwap<Fetcher>,
@@ -37,13 +42,15 @@ pub struct ReloadingFetcher {
 }
 
 impl ReloadingFetcher {
-    /// Loads the settings; fails when they are unusable at start.
-    pub fn new(args: RegistryArgs) -> Result<Self, ReloadError> {
+    /// Loads the settings, for fetchers that keep the files `keep` names;
+    /// fails when they are unusable at start.
+    pub fn new(args: RegistryArgs, keep: KeepFiles) -> Result<Self, ReloadError> {
         let fingerprint = fingerprint(&args);
         let budget = Budget::new(args.memory_budget);
-        let fetcher = build(&args, &budget)?;
+        let fetcher = build(&args, keep, &budget)?;
         Ok(Self {
             args,
+            keep,
             budget,
             current: ArcSwap::from_pointee(fetcher),
             fingerprint: std::sync::Mutex::new(fingerprint),
@@ -65,31 +72,15 @@ impl ReloadingFetcher {
         if *last == now {
             return Ok(false);
         }
-        let fetcher = build(&self.args, &self.budget)?;
+        let fetcher = build(&self.args, self.keep, &self.budget)?;
         self.current.store(Arc::new(fetcher));
         *last = now;
         Ok(true)
     }
-
-    /// Reloads every `interval` until dropped.
-    pub async fn watch(self: Arc<Self>, interval: Duration) {
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            match self.reload() {
-                Ok(true) => info!("registry credentials or CA bundle changed: reloaded"),
-                Ok(false) => {}
-                Err(error) => {
-                    warn!(error = %error_chain(&error), "registry settings changed but are unusable; keeping the current ones")
-                }
-            }
-        }
-    }
 }
 
-fn build(args: &RegistryArgs, budget: &Budget) -> Result<Fetcher, ReloadError> {
-    let config = args.to_config().map_err(ReloadError::Config)?;
+fn build(args: &RegistryArgs, keep: KeepFiles, budget: &Budget) -> Result<Fetcher, ReloadError> {
+    let config = args.to_config(keep).map_err(ReloadError::Config)?;
     Fetcher::with_budget(config, budget.clone()).map_err(ReloadError::Client)
 }
 
@@ -134,7 +125,7 @@ mod tests {
             r#"{"auths":{"r.example:5000":{"auth":"dXNlcjpvbGQ="}}}"#,
         )
         .unwrap();
-        let reloading = ReloadingFetcher::new(args(&file)).unwrap();
+        let reloading = ReloadingFetcher::new(args(&file), KeepFiles::NOTHING).unwrap();
         let first = reloading.current();
         assert!(
             !reloading.reload().unwrap(),

@@ -19,6 +19,9 @@
 //!
 //! Amounts are counted in KiB (rounded up) so that a `u32` of semaphore
 //! permits covers budgets up to 4 TiB.
+//!
+//! How much a pull reserves, grows to and keeps for the parse of its files is
+//! decided in one place, [`MemoryPlan`].
 
 use std::{fmt, sync::Arc};
 
@@ -219,6 +222,118 @@ impl Drop for Reservation {
     }
 }
 
+/// All the memory arithmetic of a pull and of the parse of what it keeps, for
+/// a budget of a given size: what a pull reserves up front, how far keeping
+/// files grows that reservation, what it holds for the parse afterwards, and
+/// whether the largest image the limits allow can fit at all.
+///
+/// A pull holds, in turn:
+/// 1. up front ([`MemoryPlan::pull`]): the working set, the `updateinfo.xml`
+///    allowance, and the [typical kept files](MemoryPlan::KEPT_ALLOWANCE)
+///    with their parse;
+/// 2. while keeping files ([`MemoryPlan::while_keeping`]): that, grown by what
+///    is kept beyond the typical allowance;
+/// 3. once pulled ([`MemoryPlan::parse`]): the working set given back; the
+///    kept files (at least the typical allowance), their parse
+///    ([`MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE`] per byte) and the
+///    `updateinfo.xml` allowance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    budget: u64,
+}
+
+/// The memory a pulled image holds for the parse of its files (step 3 of
+/// [`MemoryPlan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseMemory {
+    /// The whole reservation to hold.
+    pub total: u64,
+    /// Of it, the cap on one `updateinfo.xml` parse.
+    pub updateinfo_bytes: u64,
+    /// Of it, the cap on the parse of the other kept files together.
+    pub parse_bytes: u64,
+}
+
+impl MemoryPlan {
+    /// Memory a pull needs besides the files it keeps: the zstd window (up to
+    /// 32 MiB), the chunks in flight and decoder buffers; the manifests (at
+    /// most `client::MAX_MANIFEST_BYTES` each, parsed) come before the
+    /// layers and fit in it too.
+    pub const PULL_WORKING_SET: u64 = 40 << 20;
+    /// Memory reserved per kept byte for parsing it, besides the byte itself. An `updates.log`
+    /// is read advisory by advisory into its type (measured: a peak of 1.7 bytes per byte of
+    /// JSON for 27 000 real-shaped advisories, all of it kept); package lists are interned (a
+    /// line seen before costs a pointer). Both are metered as they are parsed, together: past
+    /// this allowance a file is rejected, however many tiny advisories or distinct short
+    /// package lines an image carries.
+    pub const PARSE_BYTES_PER_KEPT_BYTE: u64 = 3;
+    /// Share of the budget one `updateinfo.xml` parse may take (the parsed
+    /// advisories, as estimated while they are built): one in this many bytes.
+    pub const UPDATEINFO_BUDGET_SHARE: u64 = 4;
+    /// Kept files (and their parse) reserved with the working set, so that typical images
+    /// (kept files of some KiB) never grow their reservation: growth cannot wait (two pulls
+    /// each holding part of the budget and waiting for more would wait forever), so it fails
+    /// when other pulls hold the rest, and a pull that waits for its whole reservation up
+    /// front is never refused for that.
+    pub const KEPT_ALLOWANCE: u64 = 256 << 10;
+
+    /// The plan for a budget of `budget` bytes.
+    pub fn new(budget: u64) -> Self {
+        Self { budget }
+    }
+
+    /// The cap on one `updateinfo.xml` parse.
+    pub fn updateinfo_bytes(&self) -> u64 {
+        self.budget / Self::UPDATEINFO_BUDGET_SHARE
+    }
+
+    /// What typical kept files and their parse take, reserved up front.
+    fn kept_allowance() -> u64 {
+        Self::KEPT_ALLOWANCE * (1 + Self::PARSE_BYTES_PER_KEPT_BYTE)
+    }
+
+    /// What a pull reserves (and waits for) before it starts.
+    pub fn pull(&self) -> u64 {
+        Self::PULL_WORKING_SET + self.updateinfo_bytes() + Self::kept_allowance()
+    }
+
+    /// What a pull that reserved `base` up front must hold once it keeps
+    /// `kept` bytes of files: the files beyond the typical allowance grow it.
+    pub fn while_keeping(base: u64, kept: u64) -> u64 {
+        base + kept.saturating_sub(Self::kept_allowance())
+    }
+
+    /// What a pulled image that kept `kept` bytes holds until its files are
+    /// parsed.
+    pub fn parse(&self, kept: u64) -> ParseMemory {
+        let kept = kept.max(Self::KEPT_ALLOWANCE);
+        let parse_bytes = kept * Self::PARSE_BYTES_PER_KEPT_BYTE;
+        let updateinfo_bytes = self.updateinfo_bytes();
+        ParseMemory {
+            total: updateinfo_bytes + kept + parse_bytes,
+            updateinfo_bytes,
+            parse_bytes,
+        }
+    }
+
+    /// Whether the largest image whose kept files reach `max_kept` bytes fits
+    /// the budget: the working set and the `updateinfo.xml` allowance while it
+    /// is pulled, then the allowance and its kept files with their parse.
+    pub fn largest_pull_fits(&self, max_kept: u64) -> Result<(), BudgetError> {
+        let updateinfo = self.updateinfo_bytes();
+        let needed = (Self::PULL_WORKING_SET + updateinfo)
+            .max(updateinfo + max_kept.saturating_mul(1 + Self::PARSE_BYTES_PER_KEPT_BYTE));
+        if needed > self.budget {
+            return Err(BudgetError::NeverFits {
+                what: "an image of --max-kept-size",
+                needed,
+                budget: self.budget,
+            });
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -283,5 +398,38 @@ mod tests {
         drop(held);
         assert_eq!(waiting.await.unwrap().unwrap(), 4 * MIB);
         assert_eq!(budget.available(), 10 * MIB);
+    }
+
+    #[test]
+    fn the_plan_of_a_pull() {
+        let plan = MemoryPlan::new(160 * MIB);
+        assert_eq!(plan.updateinfo_bytes(), 40 * MIB);
+        assert_eq!(plan.pull(), 40 * MIB + 40 * MIB + MIB);
+        // Typical files fit what was reserved up front.
+        assert_eq!(
+            MemoryPlan::while_keeping(plan.pull(), 100 << 10),
+            plan.pull()
+        );
+        assert_eq!(
+            MemoryPlan::while_keeping(plan.pull(), 2 * MIB),
+            plan.pull() + MIB
+        );
+        let small = plan.parse(1);
+        assert_eq!(small.parse_bytes, 768 << 10);
+        assert_eq!(small.total, 40 * MIB + MIB);
+        let large = plan.parse(8 * MIB);
+        assert_eq!((large.total, large.parse_bytes), (72 * MIB, 24 * MIB));
+        assert_eq!(large.updateinfo_bytes, 40 * MIB);
+    }
+
+    #[test]
+    fn the_defaults_fit_the_default_budget() {
+        MemoryPlan::new(160 * MIB)
+            .largest_pull_fits(24 * MIB)
+            .unwrap();
+        let error = MemoryPlan::new(64 * MIB)
+            .largest_pull_fits(24 * MIB)
+            .unwrap_err();
+        assert!(error.to_string().contains("--memory-budget"), "{error}");
     }
 }
