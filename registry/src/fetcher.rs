@@ -25,10 +25,10 @@ use crate::{
     client::{RegistryClient, ResponseLimits},
     config::FetchConfig,
     error::{FetchError, ManifestError},
+    image::ImageKey,
     layer::{self, Extractor, LayerError},
     limits::Limit,
     platform,
-    reference::ImageKey,
     singleflight::SingleFlight,
     stream::{self, ChunkReader},
 };

@@ -16,7 +16,7 @@
 //! |---|---|---|
 //! | [`budget`] | the process's memory [`Budget`] and its [`MemoryPlan`], all the memory arithmetic of a pull and its parse | |
 //! | [`limits`] | [`FetchLimits`], the [`Limit`] an image exceeded, and [`KeepFiles`] | |
-//! | [`reference`] | [`ImageKey`]: what makes two pulls the same | |
+//! | [`image`] | [`ImageKey`]: what makes two pulls the same | |
 //! | [`platform`] | choosing the `linux/<arch>` entry of an index | |
 //! | [`digest`] | content digests computed as content arrives | |
 //! | [`config`] | registry flags and settings | `budget`, `limits` |
@@ -38,10 +38,10 @@ pub mod config;
 pub mod digest;
 pub mod error;
 pub mod fetcher;
+pub mod image;
 pub mod layer;
 pub mod limits;
 pub mod platform;
-pub mod reference;
 pub mod reload;
 pub mod singleflight;
 pub mod stream;
@@ -51,7 +51,7 @@ pub use self::{
     config::{FetchConfig, RegistryArgs},
     error::{FetchError, FetchErrorKind, ManifestError},
     fetcher::{Fetched, Fetcher, ParseAllowance, ParseTurn, PulledMemory, Resolved},
+    image::ImageKey,
     limits::{FetchLimits, KeepFiles, Limit},
-    reference::ImageKey,
     reload::ReloadingFetcher,
 };
