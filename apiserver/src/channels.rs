@@ -29,7 +29,7 @@ use std::{
 };
 
 use elemental_changelog::data::FileError;
-use elemental_changelog_registry::{FetchError, Fetched, ReloadingFetcher, Resolved};
+use elemental_changelog_registry::{FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved};
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
@@ -194,7 +194,10 @@ trait ImageSource: Send + Sync {
 impl ImageSource for ReloadingFetcher {
     fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>> {
         let fetcher = self.current();
-        Box::pin(async move { Ok(fetcher.resolve(image).await?.digest().to_owned()) })
+        Box::pin(async move {
+            let image: ImageRef = image.parse()?;
+            Ok(fetcher.resolve(&image).await?.digest().to_string())
+        })
     }
 
     fn pull<'a>(
@@ -207,7 +210,7 @@ impl ImageSource for ReloadingFetcher {
         let span = info_span!("fetch", %image, %arch);
         Box::pin(
             async move {
-                let resolved = Resolved::new(image, digest.to_owned())?;
+                let resolved = Resolved::new(image.parse()?, digest.parse()?);
                 fetcher.pull(&resolved, &images::oci_arch(arch)).await
             }
             .instrument(span),

@@ -118,8 +118,12 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
         .to_config(CHANNEL_FILES)
         .map_err(CliError::Registry)?;
     let fetcher = Fetcher::new(config).map_err(fetch_error)?;
+    let image = args
+        .image
+        .parse()
+        .map_err(|error| fetch_error(FetchError::from(error)))?;
     let fetched = fetcher
-        .fetch(&args.image, args.arch.oci(), None)
+        .fetch(&image, args.arch.oci(), None)
         .await
         .map_err(fetch_error)?;
     let Fetched::Pulled {
@@ -147,7 +151,7 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
             source,
         })?;
     Ok(Some(Inspected {
-        digest,
+        digest: digest.to_string(),
         platform,
         compressed_bytes,
         data: IndexedChannel::new(data),

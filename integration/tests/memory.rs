@@ -34,7 +34,7 @@ use elemental_changelog_integration::{
     testbed,
 };
 use elemental_changelog_registry::{
-    BudgetError, FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, Limit,
+    BudgetError, FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, ImageRef, Limit,
 };
 
 const MIB: u64 = 1 << 20;
@@ -100,8 +100,9 @@ enum Outcome {
 /// Fetches and parses as the server does, retrying while the budget is busy.
 async fn channel(fetcher: Fetcher, image: String) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(240);
+    let reference: ImageRef = image.parse().expect("the test's references are valid");
     loop {
-        match fetcher.fetch(&image, "amd64", None).await {
+        match fetcher.fetch(&reference, "amd64", None).await {
             Ok(Fetched::Pulled { files, memory, .. }) => {
                 let turn = match &memory {
                     Some(memory) => Some(memory.parse_turn().await),

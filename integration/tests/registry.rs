@@ -15,12 +15,18 @@ use elemental_changelog_integration::{
     registry::Registry,
 };
 use elemental_changelog_registry::{
-    FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, Limit, RegistryArgs,
+    Digest, FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, ImageRef,
+    Limit, RegistryArgs,
 };
 
 const CHANNEL: &[u8] =
     br#"[{"metadata":{"name":"v1"},"spec":{"version":"1.0","type":"container"}}]"#;
 const CHANGELOG: &[u8] = br#"[{"id":"SUSE-2024-1","type":"security"}]"#;
+
+/// An image reference the tests know to be valid.
+fn img(image: &str) -> ImageRef {
+    image.parse().expect("a valid image reference")
+}
 
 fn plain_fetcher(registry: &Registry) -> Result<Fetcher> {
     plain_fetcher_with(registry, FetchLimits::default())
@@ -109,9 +115,13 @@ async fn anonymous_pull_of_every_manifest_and_layer_format() -> Result<()> {
         )
         .await?;
         let fetched = fetcher
-            .fetch(&registry.image(&format!("channel:{tag}")), "amd64", None)
+            .fetch(
+                &img(&registry.image(&format!("channel:{tag}"))),
+                "amd64",
+                None,
+            )
             .await?;
-        assert_eq!(fetched.digest(), pushed.digest, "{tag}");
+        assert_eq!(fetched.digest().as_str(), pushed.digest, "{tag}");
         assert_eq!(
             files(&fetched),
             [
@@ -141,7 +151,11 @@ async fn anonymous_pull_of_every_manifest_and_layer_format() -> Result<()> {
     .await?;
     let by_digest = registry.image(&format!("channel@{}", pushed.digest));
     assert_eq!(
-        fetcher.fetch(&by_digest, "amd64", None).await?.digest(),
+        fetcher
+            .fetch(&img(&by_digest), "amd64", None)
+            .await?
+            .digest()
+            .as_str(),
         pushed.digest
     );
     Ok(())
@@ -167,7 +181,7 @@ async fn layers_stack_with_whiteouts() -> Result<()> {
         .layer(Layer::new(Compression::Gzip).file("/changelogs/c", "c"));
     image::push(&registry, "stack:1", &image).await?;
     let fetched = plain_fetcher(&registry)?
-        .fetch(&registry.image("stack:1"), "amd64", None)
+        .fetch(&img(&registry.image("stack:1")), "amd64", None)
         .await?;
     assert_eq!(
         files(&fetched),
@@ -191,20 +205,28 @@ async fn unchanged_digest_pulls_no_blob() -> Result<()> {
         &channel_image(Format::Oci, Compression::Gzip),
     )
     .await?;
-    let first = fetcher.fetch(&image, "amd64", None).await?;
+    let first = fetcher.fetch(&img(&image), "amd64", None).await?;
     assert_eq!(fetcher.pulls_started(), 1);
     // Without the layer, only a fetch that pulls nothing can succeed.
     registry
         .delete_blob("channel", &pushed.layer_digests[0])
         .await?;
-    let again = fetcher.fetch(&image, "amd64", Some(first.digest())).await?;
+    let again = fetcher
+        .fetch(&img(&image), "amd64", Some(first.digest()))
+        .await?;
     assert!(
         matches!(&again, Fetched::Unchanged { digest } if *digest == pushed.digest),
         "{again:?}"
     );
     assert_eq!(fetcher.pulls_started(), 1);
     expect_err(
-        fetcher.fetch(&image, "amd64", Some("sha256:0000")).await,
+        fetcher
+            .fetch(
+                &img(&image),
+                "amd64",
+                Some(&"sha256:0000".parse::<Digest>()?),
+            )
+            .await,
         FetchErrorKind::NotFound,
     );
     assert_eq!(fetcher.pulls_started(), 2);
@@ -231,10 +253,10 @@ async fn index_resolves_the_architecture() -> Result<()> {
         ] {
             // Any spelling reaches the registry by its OCI name, as the server sends it.
             let fetched = fetcher
-                .fetch(&reference, arch.parse::<Arch>()?.oci(), None)
+                .fetch(&img(&reference), arch.parse::<Arch>()?.oci(), None)
                 .await?;
             // The index digest is what tells a changed image.
-            assert_eq!(fetched.digest(), pushed.digest);
+            assert_eq!(fetched.digest().as_str(), pushed.digest);
             assert_eq!(
                 fetched.file("channel.json"),
                 Some(want.as_slice()),
@@ -246,7 +268,7 @@ async fn index_resolves_the_architecture() -> Result<()> {
             );
         }
         let error = expect_err(
-            fetcher.fetch(&reference, "s390x", None).await,
+            fetcher.fetch(&img(&reference), "s390x", None).await,
             FetchErrorKind::NoMatchingPlatform,
         );
         let message = error.to_string();
@@ -268,7 +290,7 @@ async fn concurrent_pulls_of_one_image_share_one_download() -> Result<()> {
         &channel_image(Format::Oci, Compression::Gzip),
     )
     .await?;
-    let resolved = fetcher.resolve(&registry.image("shared:v1")).await?;
+    let resolved = fetcher.resolve(&img(&registry.image("shared:v1"))).await?;
     // Two channels, same image and architecture (under either name).
     let (x86_64, amd64) = (Arch::x86_64(), "amd64".parse::<Arch>()?);
     let (a, b) = tokio::join!(
@@ -296,7 +318,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     // Unknown repository and unknown tag.
     expect_err(
         fetcher
-            .fetch(&registry.image("nothing:here"), "amd64", None)
+            .fetch(&img(&registry.image("nothing:here")), "amd64", None)
             .await,
         FetchErrorKind::NotFound,
     );
@@ -308,14 +330,15 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     .await?;
     expect_err(
         fetcher
-            .fetch(&registry.image("broken:nope"), "amd64", None)
+            .fetch(&img(&registry.image("broken:nope")), "amd64", None)
             .await,
         FetchErrorKind::NotFound,
     );
-    expect_err(
-        fetcher.fetch("Not A Reference", "amd64", None).await,
-        FetchErrorKind::InvalidReference,
-    );
+    // A reference that does not parse never reaches the registry.
+    let invalid = "Not A Reference"
+        .parse::<ImageRef>()
+        .expect_err("not a reference");
+    expect_err(Err(invalid.into()), FetchErrorKind::InvalidReference);
 
     // A manifest naming a blob the registry no longer has.
     let pushed = image::push(
@@ -329,7 +352,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
         .await?;
     expect_err(
         fetcher
-            .fetch(&registry.image("missing:v1"), "amd64", None)
+            .fetch(&img(&registry.image("missing:v1")), "amd64", None)
             .await,
         FetchErrorKind::NotFound,
     );
@@ -344,7 +367,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     registry.corrupt_blob(&pushed.layer_digests[0])?;
     let error = expect_err(
         fetcher
-            .fetch(&registry.image("corrupt:v1"), "amd64", None)
+            .fetch(&img(&registry.image("corrupt:v1")), "amd64", None)
             .await,
         FetchErrorKind::DigestMismatch,
     );
@@ -367,7 +390,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     std::fs::write(&path, manifest.replace(&config, &flipped))?;
     let error = expect_err(
         fetcher
-            .fetch(&registry.image("badmanifest:v1"), "amd64", None)
+            .fetch(&img(&registry.image("badmanifest:v1")), "amd64", None)
             .await,
         FetchErrorKind::DigestMismatch,
     );
@@ -384,7 +407,7 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     image::push(&registry, "garbage:v1", &garbage).await?;
     expect_err(
         fetcher
-            .fetch(&registry.image("garbage:v1"), "amd64", None)
+            .fetch(&img(&registry.image("garbage:v1")), "amd64", None)
             .await,
         FetchErrorKind::Layer,
     );
@@ -409,7 +432,7 @@ async fn traversal_links_and_devices_are_ignored() -> Result<()> {
     );
     image::push(&registry, "traversal:v1", &image).await?;
     let fetched = plain_fetcher(&registry)?
-        .fetch(&registry.image("traversal:v1"), "amd64", None)
+        .fetch(&img(&registry.image("traversal:v1")), "amd64", None)
         .await?;
     let long = format!("changelogs/{}.updates.log", "long".repeat(40));
     assert_eq!(
@@ -441,7 +464,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     for tag in ["gzip", "zstd"] {
         let error = expect_err(
             fetcher
-                .fetch(&registry.image(&format!("bomb:{tag}")), "amd64", None)
+                .fetch(&img(&registry.image(&format!("bomb:{tag}"))), "amd64", None)
                 .await,
             FetchErrorKind::LimitExceeded(Limit::UncompressedBytes),
         );
@@ -466,7 +489,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     .await?;
     let error = expect_err(
         plain_fetcher(&registry)?
-            .fetch(&registry.image("huge:v1"), "amd64", None)
+            .fetch(&img(&registry.image("huge:v1")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::FileBytes),
     );
@@ -487,7 +510,7 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     };
     let error = expect_err(
         plain_fetcher_with(&registry, tiny)?
-            .fetch(&registry.image("bomb:gzip"), "amd64", None)
+            .fetch(&img(&registry.image("bomb:gzip")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::CompressedBytes),
     );
@@ -517,20 +540,20 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
 
     let good = registry.write_docker_config("puller", "s3cret:with:colons")?;
     let fetcher = Fetcher::new(args(Some(good), ca.clone()).to_config(CHANNEL_FILES)?)?;
-    let fetched = fetcher.fetch(&image, "amd64", None).await?;
+    let fetched = fetcher.fetch(&img(&image), "amd64", None).await?;
     assert_eq!(fetched.file("channel.json"), Some(CHANNEL));
 
     let wrong = registry.write_docker_config("puller", "wrong")?;
     let fetcher = Fetcher::new(args(Some(wrong), ca.clone()).to_config(CHANNEL_FILES)?)?;
     let error = expect_err(
-        fetcher.fetch(&image, "amd64", None).await,
+        fetcher.fetch(&img(&image), "amd64", None).await,
         FetchErrorKind::Auth,
     );
     assert!(error.to_string().contains(registry.host()), "{error}");
 
     let anonymous = Fetcher::new(args(None, ca).to_config(CHANNEL_FILES)?)?;
     expect_err(
-        anonymous.fetch(&image, "amd64", None).await,
+        anonymous.fetch(&img(&image), "amd64", None).await,
         FetchErrorKind::Auth,
     );
 
@@ -538,7 +561,7 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
     let good = registry.write_docker_config("puller", "s3cret:with:colons")?;
     let untrusting = Fetcher::new(args(Some(good), None).to_config(CHANNEL_FILES)?)?;
     expect_err(
-        untrusting.fetch(&image, "amd64", None).await,
+        untrusting.fetch(&img(&image), "amd64", None).await,
         FetchErrorKind::Registry,
     );
 
@@ -553,7 +576,7 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
     let https_only = Fetcher::new(FetchConfig::default())?;
     expect_err(
         https_only
-            .fetch(&plain.image("channel:v1"), "amd64", None)
+            .fetch(&img(&plain.image("channel:v1")), "amd64", None)
             .await,
         FetchErrorKind::Registry,
     );
@@ -624,7 +647,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     let started = Instant::now();
     let error = expect_err(
         fetcher
-            .fetch(&hostile.image("endless:v1"), "amd64", None)
+            .fetch(&img(&hostile.image("endless:v1")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -650,7 +673,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("announced:v1"), "amd64", None)
+            .fetch(&img(&hostile.image("announced:v1")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -673,7 +696,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     let started = Instant::now();
     expect_err(
         fetcher
-            .fetch(&hostile.image("trickle:v1"), "amd64", None)
+            .fetch(&img(&hostile.image("trickle:v1")), "amd64", None)
             .await,
         FetchErrorKind::Timeout,
     );
@@ -702,7 +725,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("tokened:v1"), "amd64", None)
+            .fetch(&img(&hostile.image("tokened:v1")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -715,7 +738,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("tokened:v1"), "amd64", None)
+            .fetch(&img(&hostile.image("tokened:v1")), "amd64", None)
             .await,
         FetchErrorKind::Timeout,
     );
@@ -728,15 +751,15 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
         ),
     );
     let fetched = fetcher
-        .fetch(&hostile.image("tokened:v1"), "amd64", None)
+        .fetch(&img(&hostile.image("tokened:v1")), "amd64", None)
         .await?;
-    assert_eq!(fetched.digest(), manifest_digest);
+    assert_eq!(fetched.digest().as_str(), manifest_digest);
     assert!(files(&fetched).is_empty());
     // A token the registry does not accept is an authentication error.
     route_manifest(&hostile, "refused", &manifest_digest, behind_token("other"));
     expect_err(
         fetcher
-            .fetch(&hostile.image("refused:v1"), "amd64", None)
+            .fetch(&img(&hostile.image("refused:v1")), "amd64", None)
             .await,
         FetchErrorKind::Auth,
     );
@@ -751,7 +774,7 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&hostile.image("layers:v1"), "amd64", None)
+            .fetch(&img(&hostile.image("layers:v1")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::Layers),
     );
@@ -774,7 +797,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     };
     expect_err(
         plain_fetcher_with(&registry, few)?
-            .fetch(&registry.image("layers:v1"), "amd64", None)
+            .fetch(&img(&registry.image("layers:v1")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::Layers),
     );
@@ -783,7 +806,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
         ..FetchLimits::default()
     };
     let fetched = plain_fetcher_with(&registry, enough)?
-        .fetch(&registry.image("layers:v1"), "amd64", None)
+        .fetch(&img(&registry.image("layers:v1")), "amd64", None)
         .await?;
     assert_eq!(fetched.file("changelogs/l7"), Some(&b"x"[..]));
 
@@ -797,7 +820,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     .await?;
     expect_err(
         plain_fetcher(&registry)?
-            .fetch(&registry.image("wide:v1"), "amd64", None)
+            .fetch(&img(&registry.image("wide:v1")), "amd64", None)
             .await,
         FetchErrorKind::LimitExceeded(Limit::IndexManifests),
     );
@@ -811,7 +834,7 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     // Within the limit, an index of made-up architectures has none for x86_64.
     expect_err(
         plain_fetcher(&registry)?
-            .fetch(&registry.image("wide:v2"), "amd64", None)
+            .fetch(&img(&registry.image("wide:v2")), "amd64", None)
             .await,
         FetchErrorKind::NoMatchingPlatform,
     );

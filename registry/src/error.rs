@@ -4,7 +4,13 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use crate::{budget::BudgetError, client::RegistryError, layer::LayerError, limits::Limit};
+use crate::{
+    budget::BudgetError,
+    client::RegistryError,
+    image::{InvalidDigest, InvalidImageRef},
+    layer::LayerError,
+    limits::Limit,
+};
 
 /// Why a fetch failed.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -138,6 +144,9 @@ pub enum ManifestError {
     /// A digest with an algorithm other than sha256 and sha512.
     #[error("unsupported digest {0:?}")]
     DigestAlgorithm(String),
+    /// A digest that is not `algorithm:encoded`.
+    #[error("invalid digest")]
+    Digest(#[source] InvalidDigest),
     /// A descriptor with a negative size.
     #[error("negative size for {0}")]
     NegativeSize(String),
@@ -228,6 +237,23 @@ impl FetchErrorKind {
 impl fmt::Display for FetchErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl From<InvalidImageRef> for FetchError {
+    fn from(InvalidImageRef { image, source }: InvalidImageRef) -> Self {
+        Self::InvalidReference { image, source }
+    }
+}
+
+impl From<InvalidDigest> for FetchError {
+    /// A digest recorded or sent by a registry that is not one: an invalid
+    /// manifest reference.
+    fn from(error: InvalidDigest) -> Self {
+        Self::Manifest {
+            digest: error.0.clone(),
+            source: ManifestError::Digest(error),
+        }
     }
 }
 

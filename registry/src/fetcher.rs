@@ -25,7 +25,7 @@ use crate::{
     client::{RegistryClient, ResponseLimits},
     config::FetchConfig,
     error::{FetchError, ManifestError},
-    image::ImageKey,
+    image::{Digest, ImageKey, ImageRef},
     layer::{self, Extractor, LayerError},
     limits::Limit,
     platform,
@@ -39,13 +39,13 @@ pub enum Fetched {
     /// The image still has the digest the caller knows: nothing was pulled.
     Unchanged {
         /// The manifest (or index) digest the tag resolves to.
-        digest: String,
+        digest: Digest,
     },
     /// The image was pulled.
     Pulled {
         /// The digest the reference resolved to (an index's digest for a
         /// multi-architecture image): pass it back as `known_digest`.
-        digest: String,
+        digest: Digest,
         /// The files [`FetchConfig::keep`] names (paths relative to the
         /// image root, sorted), as the top layer that has them left them.
         files: Vec<(String, Vec<u8>)>,
@@ -64,7 +64,7 @@ pub enum Fetched {
 
 impl Fetched {
     /// The digest the reference resolved to.
-    pub fn digest(&self) -> &str {
+    pub fn digest(&self) -> &Digest {
         match self {
             Self::Unchanged { digest } | Self::Pulled { digest, .. } => digest,
         }
@@ -163,33 +163,35 @@ impl ParseTurn {
 /// An image reference resolved to a manifest digest by [`Fetcher::resolve`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
-    reference: Reference,
-    digest: String,
+    image: ImageRef,
+    digest: Digest,
 }
 
 impl Resolved {
     /// `image` at `digest`, resolved earlier (by [`Fetcher::resolve`], or
     /// recorded): what [`Fetcher::pull`] pulls.
-    pub fn new(image: &str, digest: String) -> Result<Self, FetchError> {
-        Ok(Self {
-            reference: parse_reference(image)?,
-            digest,
-        })
+    pub fn new(image: ImageRef, digest: Digest) -> Self {
+        Self { image, digest }
     }
 
     /// The manifest (or index) digest.
-    pub fn digest(&self) -> &str {
+    pub fn digest(&self) -> &Digest {
         &self.digest
     }
 
-    /// The image reference as given (normalised, e.g. `docker.io/library/x:tag`).
-    pub fn reference(&self) -> String {
-        self.reference.whole()
+    /// The image reference as given.
+    pub fn image(&self) -> &ImageRef {
+        &self.image
     }
 
     /// What identifies its pull for `arch` (the OCI name).
     pub fn key(&self, arch: &str) -> ImageKey {
-        ImageKey::of(&self.reference, &self.digest, arch)
+        ImageKey::new(&self.image, &self.digest, arch)
+    }
+
+    /// The reference by digest.
+    fn by_digest(&self) -> ImageRef {
+        self.image.at(&self.digest)
     }
 }
 
@@ -267,13 +269,13 @@ impl Fetcher {
     #[tracing::instrument(skip_all, fields(%image, %arch))]
     pub async fn fetch(
         &self,
-        image: &str,
+        image: &ImageRef,
         arch: &str,
-        known_digest: Option<&str>,
+        known_digest: Option<&Digest>,
     ) -> Result<Fetched, FetchError> {
         let resolved = self.resolve(image).await?;
-        if known_digest == Some(resolved.digest.as_str()) {
-            tracing::debug!(digest = resolved.digest, "image unchanged");
+        if known_digest == Some(&resolved.digest) {
+            tracing::debug!(digest = %resolved.digest, "image unchanged");
             return Ok(Fetched::Unchanged {
                 digest: resolved.digest,
             });
@@ -283,16 +285,19 @@ impl Fetcher {
 
     /// Asks the registry which manifest digest `image` points at (a HEAD
     /// request, falling back to GET when the registry sends no digest).
-    pub async fn resolve(&self, image: &str) -> Result<Resolved, FetchError> {
-        let reference = parse_reference(image)?;
+    pub async fn resolve(&self, image: &ImageRef) -> Result<Resolved, FetchError> {
+        let reference = image.reference();
         let timeout = self.inner.config.fetch_timeout;
-        let digest = tokio::time::timeout(timeout, self.inner.client.manifest_digest(&reference))
+        let digest = tokio::time::timeout(timeout, self.inner.client.manifest_digest(reference))
             .await
             .map_err(|_| FetchError::Timeout { after: timeout })?
             .map_err(|error| {
                 FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
             })?;
-        Ok(Resolved { reference, digest })
+        Ok(Resolved {
+            image: image.clone(),
+            digest: digest.parse()?,
+        })
     }
 
     /// Pulls a resolved image for `arch` (its OCI name: `amd64`; the answer
@@ -303,7 +308,7 @@ impl Fetcher {
     pub async fn pull(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
         let key = resolved.key(arch);
         if self.inner.in_flight.in_flight(&key) {
-            tracing::debug!(digest = resolved.digest, "joining a running pull");
+            tracing::debug!(digest = %resolved.digest, "joining a running pull");
         }
         let inner = Arc::clone(&self.inner);
         let resolved = resolved.clone();
@@ -327,15 +332,6 @@ impl Fetcher {
     }
 }
 
-fn parse_reference(image: &str) -> Result<Reference, FetchError> {
-    image
-        .parse()
-        .map_err(|source| FetchError::InvalidReference {
-            image: image.to_owned(),
-            source: Arc::new(source),
-        })
-}
-
 impl Inner {
     async fn pull_image(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
         // The working set and the updateinfo allowance, waited for while
@@ -346,10 +342,9 @@ impl Inner {
             .reserve("a pull", plan.pull())
             .await
             .map_err(FetchError::Budget)?;
-        let by_digest = resolved
-            .reference
-            .clone_with_digest(resolved.digest.clone());
-        let (manifest, platform) = match self.pull_manifest(&by_digest).await? {
+        let by_digest = resolved.by_digest();
+        let by_digest = by_digest.reference();
+        let (manifest, platform) = match self.pull_manifest(by_digest).await? {
             OciManifest::Image(manifest) => (manifest, None),
             OciManifest::ImageIndex(index) => {
                 let entry = platform::select(&index, arch).ok_or_else(|| {
@@ -358,7 +353,10 @@ impl Inner {
                         available: platform::available(&index),
                     }
                 })?;
-                let chosen = resolved.reference.clone_with_digest(entry.digest.clone());
+                let chosen = resolved
+                    .image
+                    .reference()
+                    .clone_with_digest(entry.digest.clone());
                 match self.pull_manifest(&chosen).await? {
                     OciManifest::Image(manifest) => (manifest, Some(platform::describe(entry))),
                     OciManifest::ImageIndex(_) => {
@@ -371,12 +369,12 @@ impl Inner {
             }
         };
         tracing::debug!(
-            digest = resolved.digest,
+            digest = %resolved.digest,
             ?platform,
             layers = manifest.layers.len(),
             "pulling layers"
         );
-        let (extractor, compressed_bytes) = self.pull_layers(&by_digest, &manifest, memory).await?;
+        let (extractor, compressed_bytes) = self.pull_layers(by_digest, &manifest, memory).await?;
         let uncompressed_bytes = extractor.uncompressed_bytes();
         let (files, memory) = extractor.into_parts();
         let memory = match memory {
@@ -544,7 +542,7 @@ mod tests {
     #[test]
     fn fetched_accessors() {
         let fetched = Fetched::Pulled {
-            digest: "sha256:d".into(),
+            digest: "sha256:d".parse().unwrap(),
             files: vec![
                 ("changelogs/a".into(), b"a".to_vec()),
                 ("channel.json".into(), b"[]".to_vec()),
@@ -560,7 +558,7 @@ mod tests {
         let debug = format!("{fetched:?}");
         assert!(debug.contains("(\"channel.json\", 2)"), "{debug}");
         let unchanged = Fetched::Unchanged {
-            digest: "sha256:d".into(),
+            digest: "sha256:d".parse().unwrap(),
         };
         assert_eq!(unchanged.digest(), "sha256:d");
         assert_eq!(unchanged.file("channel.json"), None);

@@ -16,13 +16,13 @@
 //! |---|---|---|
 //! | [`budget`] | the process's memory [`Budget`] and its [`MemoryPlan`], all the memory arithmetic of a pull and its parse | |
 //! | [`limits`] | [`FetchLimits`], the [`Limit`] an image exceeded, and [`KeepFiles`] | |
-//! | [`image`] | [`ImageKey`]: what makes two pulls the same | |
+//! | [`image`] | [`ImageRef`], [`Digest`], and [`ImageKey`]: what makes two pulls the same | |
 //! | [`platform`] | choosing the `linux/<arch>` entry of an index | |
 //! | [`digest`] | content digests computed as content arrives | |
 //! | [`config`] | registry flags and settings | `budget`, `limits` |
 //! | [`client`] | the registry's HTTP API and token authentication, every response read under a size and time limit | `config`, `digest` |
 //! | [`layer`] | the layer reader: decompression, tar, whiteouts, limits | `budget`, `limits` |
-//! | [`error`] | [`FetchError`] and its bounded [`FetchErrorKind`] | `budget`, `limits`, `client`, `layer` |
+//! | [`error`] | [`FetchError`] and its bounded [`FetchErrorKind`] | `budget`, `client`, `image`, `layer`, `limits` |
 //! | [`stream`] | a layer blob streamed, counted and hashed into the blocking layer reader | `client`, `digest`, `error`, `limits` |
 //! | [`singleflight`] | one pull per image at a time | |
 //! | [`fetcher`] | [`Fetcher`]: resolve, pull (single flight per image key, under the memory budget), manifest checks | all the above |
@@ -51,7 +51,7 @@ pub use self::{
     config::{FetchConfig, RegistryArgs},
     error::{FetchError, FetchErrorKind, ManifestError},
     fetcher::{Fetched, Fetcher, ParseAllowance, ParseTurn, PulledMemory, Resolved},
-    image::ImageKey,
+    image::{Digest, ImageKey, ImageRef, InvalidDigest, InvalidImageRef},
     limits::{FetchLimits, KeepFiles, Limit},
     reload::ReloadingFetcher,
 };

@@ -58,7 +58,11 @@ pub(super) fn oci_arch(arch: &str) -> String {
 /// The key of `image` at `digest` for `arch` (any spelling); `None` when
 /// `image` is not a valid reference (its pull fails anyway).
 fn image_key(image: &str, digest: &str, arch: &str) -> Option<ImageKey> {
-    ImageKey::new(image, digest, &oci_arch(arch))
+    Some(ImageKey::new(
+        &image.parse().ok()?,
+        &digest.parse().ok()?,
+        &oci_arch(arch),
+    ))
 }
 
 /// An image's parsed data and the platform it was read for.
@@ -388,8 +392,8 @@ mod tests {
     #[test]
     fn entries_never_keep_data_alive_and_dead_ones_are_pruned() {
         let images = ParsedImages::default();
-        let a = ImageKey::new("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = ImageKey::new("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = image_key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = image_key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
         let held = parsed(&["v1"]);
         images.insert(a.clone(), &held);
         let got = images.get(&a).unwrap();
@@ -412,8 +416,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_read_of_an_image_at_a_time_and_nothing_left_behind() {
         let images = ParsedImages::default();
-        let a = ImageKey::new("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = ImageKey::new("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = image_key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = image_key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
         let first = images.turn(&a).await;
         let other = images.turn(&b).await;
         let second = images.turn(&a);

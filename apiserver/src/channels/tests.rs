@@ -237,7 +237,10 @@ impl ImageSource for Fake {
             .cloned();
         let answer = match found {
             Some(found) => Ok(Fetched::Pulled {
-                digest: found.digest,
+                digest: found
+                    .digest
+                    .parse()
+                    .expect("the fake's digests are digests"),
                 files: found.files,
                 compressed_bytes: 100,
                 uncompressed_bytes: 1000,
