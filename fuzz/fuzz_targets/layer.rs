@@ -1,4 +1,5 @@
-//! Image layers through `oci::layer::Extractor`, with small limits: raw
+//! Image layers through the registry's `layer::Extractor` keeping what the
+//! server keeps (`channels::CHANNEL_FILES`), with small limits: raw
 //! blobs (decompressor and tar reader robustness) and tar streams built from
 //! structured entries (whiteouts, long names, PAX paths, links, `..`), gzip
 //! or zstd compressed, possibly truncated. Never panics (overflow checks are
@@ -8,10 +9,17 @@
 use std::io::{Cursor, Write};
 
 use arbitrary::Arbitrary;
-use elemental_changelog_apiserver::oci::layer::{
-    CHANGELOG_DIR, CHANNEL_FILE, Extractor, FetchLimits, normalize_path,
+use elemental_changelog_apiserver::channels::CHANNEL_FILES;
+use elemental_changelog_registry::{
+    FetchLimits,
+    layer::{Extractor, normalize_path},
 };
 use libfuzzer_sys::fuzz_target;
+
+/// The channel file the server keeps.
+const CHANNEL_FILE: &str = CHANNEL_FILES.files[0];
+/// The folder of changelog data the server keeps.
+const CHANGELOG_DIR: &str = CHANNEL_FILES.folders[0];
 
 const LIMITS: FetchLimits = FetchLimits {
     max_compressed_bytes: 64 * 1024,
@@ -246,7 +254,7 @@ fn check(extractor: Extractor) {
 }
 
 fuzz_target!(|layers: Vec<Layer>| {
-    let mut extractor = Extractor::new(LIMITS);
+    let mut extractor = Extractor::new(LIMITS, CHANNEL_FILES);
     for layer in layers.iter().take(4) {
         let (media, blob) = match layer {
             Layer::Raw { media, blob } => (*media, blob.clone()),
