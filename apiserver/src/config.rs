@@ -177,6 +177,12 @@ pub struct ServeArgs {
     /// Log line format.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+    /// Most bytes of parsed channel data kept in memory for all channels together (each image
+    /// once, however many channels share it), e.g. `256MiB`. A channel whose new image would
+    /// take the total past it keeps its last good data; a new one serves nothing. Size it from
+    /// the container's memory limit, next to `--memory-budget` (see docs/operations.md).
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_TOTAL", default_value = "256MiB", value_parser = elemental_changelog_registry::config::parse_byte_size)]
+    pub max_kept_total: u64,
     /// Registry access.
     #[command(flatten)]
     pub registry: elemental_changelog_registry::RegistryArgs,

@@ -77,7 +77,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             interval: args.refresh_interval,
             architectures: args.architectures.iter().map(ToString::to_string).collect(),
             history: history(&args, &client, &metrics, &health),
-            max_kept_total: args.registry.max_kept_total,
+            max_kept_total: args.max_kept_total,
         },
     );
     let authn = Arc::new(Authenticator::new(

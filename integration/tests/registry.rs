@@ -53,7 +53,6 @@ fn args(config: Option<PathBuf>, ca: Option<PathBuf>) -> RegistryArgs {
         max_layer_entries: defaults.limits.max_entries,
         max_file_size: defaults.limits.max_file_bytes,
         max_kept_size: defaults.limits.max_kept_bytes,
-        max_kept_total: u64::MAX,
         registry_connect_timeout: defaults.connect_timeout,
         registry_read_timeout: defaults.read_timeout,
         fetch_timeout: defaults.fetch_timeout,

@@ -50,12 +50,6 @@ pub struct RegistryArgs {
     /// The memory budget must hold 4 times this plus a quarter of itself.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_SIZE", default_value = "24MiB", value_parser = parse_byte_size)]
     pub max_kept_size: u64,
-    /// Most bytes of parsed channel data kept in memory for all channels together (each image
-    /// once, however many channels share it), e.g. `256MiB`. A channel whose new image would
-    /// take the total past it keeps its last good data; a new one serves nothing. Size it from
-    /// the container's memory limit, next to `--memory-budget` (see docs/operations.md).
-    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_KEPT_TOTAL", default_value = "256MiB", value_parser = parse_byte_size)]
-    pub max_kept_total: u64,
     /// Memory that pulls and parses of channel images may hold in all (`160MiB`, `160Mi`): they
     /// wait while it is spent, and what could never fit is refused. Size it from the container's
     /// memory limit, leaving room for the process itself (see docs/operations.md).
