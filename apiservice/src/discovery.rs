@@ -13,7 +13,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha512};
 
 use crate::content::parse_accept;
-use crate::{API_VERSION, CHANGELOG_KIND, GROUP, RESOURCE, SUBRESOURCE, SUMMARY_KIND, VERSION};
+use crate::{
+    API_VERSION, CHANGELOG_KIND, GROUP, IMAGE_CHANGELOG_KIND, IMAGE_RESOURCE, MACHINE_RESOURCE,
+    MACHINE_SINGULAR, MACHINE_SUMMARY_KIND, RESOURCE, SUBRESOURCE, SUMMARY_KIND, VERSION,
+};
 
 /// `Content-Type` of the aggregated discovery document. kube-aggregator only
 /// parses a body whose `Content-Type` carries these `g`, `v` and `as`.
@@ -115,6 +118,12 @@ struct GroupVersionForDiscovery {
 const RESOURCE_VERBS: &[&str] = &["get", "list"];
 const SUBRESOURCE_VERBS: &[&str] = &["get"];
 const CHANGELOG_PATH: &str = "managedosversions/changelog";
+const MACHINE_CHANGELOG_PATH: &str = "machineinventories/changelog";
+const IMAGE_CHANGELOG_PATH: &str = "managedosimages/changelog";
+/// Singular of [`IMAGE_RESOURCE`] (only its `changelog` subresource is served).
+const IMAGE_SINGULAR: &str = "managedosimage";
+/// Verbs of `managedosimages` itself: none, only its subresource is served.
+const NO_VERBS: &[&str] = &[];
 
 fn api_group(typed: bool) -> ApiGroup {
     let gv = || GroupVersionForDiscovery {
@@ -150,6 +159,27 @@ static API_RESOURCE_LIST: LazyLock<Document> = LazyLock::new(|| {
                     singular_name: "",
                     namespaced: true,
                     kind: CHANGELOG_KIND,
+                    verbs: SUBRESOURCE_VERBS,
+                },
+                ApiResource {
+                    name: MACHINE_RESOURCE,
+                    singular_name: MACHINE_SINGULAR,
+                    namespaced: true,
+                    kind: MACHINE_SUMMARY_KIND,
+                    verbs: RESOURCE_VERBS,
+                },
+                ApiResource {
+                    name: MACHINE_CHANGELOG_PATH,
+                    singular_name: "",
+                    namespaced: true,
+                    kind: CHANGELOG_KIND,
+                    verbs: SUBRESOURCE_VERBS,
+                },
+                ApiResource {
+                    name: IMAGE_CHANGELOG_PATH,
+                    singular_name: "",
+                    namespaced: true,
+                    kind: IMAGE_CHANGELOG_KIND,
                     verbs: SUBRESOURCE_VERBS,
                 },
             ],
@@ -230,6 +260,33 @@ struct Gvk {
     kind: &'static str,
 }
 
+/// A namespaced resource with a `changelog` subresource.
+fn resource_discovery(
+    resource: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    verbs: &'static [&'static str],
+    changelog_kind: &'static str,
+) -> ResourceDiscovery {
+    let gvk = |kind| Gvk {
+        group: GROUP,
+        version: VERSION,
+        kind,
+    };
+    ResourceDiscovery {
+        resource,
+        response_kind: gvk(kind),
+        scope: "Namespaced",
+        singular_resource: singular,
+        verbs,
+        subresources: vec![SubresourceDiscovery {
+            subresource: SUBRESOURCE,
+            response_kind: gvk(changelog_kind),
+            verbs: SUBRESOURCE_VERBS,
+        }],
+    }
+}
+
 static AGGREGATED_V2: LazyLock<Document> = LazyLock::new(|| {
     Document::new(
         &GroupDiscoveryList {
@@ -240,26 +297,32 @@ static AGGREGATED_V2: LazyLock<Document> = LazyLock::new(|| {
                 metadata: Named { name: GROUP },
                 versions: vec![VersionDiscovery {
                     version: VERSION,
-                    resources: vec![ResourceDiscovery {
-                        resource: RESOURCE,
-                        response_kind: Gvk {
-                            group: GROUP,
-                            version: VERSION,
-                            kind: SUMMARY_KIND,
-                        },
-                        scope: "Namespaced",
-                        singular_resource: SINGULAR,
-                        verbs: RESOURCE_VERBS,
-                        subresources: vec![SubresourceDiscovery {
-                            subresource: SUBRESOURCE,
-                            response_kind: Gvk {
-                                group: GROUP,
-                                version: VERSION,
-                                kind: CHANGELOG_KIND,
-                            },
-                            verbs: SUBRESOURCE_VERBS,
-                        }],
-                    }],
+                    resources: vec![
+                        resource_discovery(
+                            RESOURCE,
+                            SINGULAR,
+                            SUMMARY_KIND,
+                            RESOURCE_VERBS,
+                            CHANGELOG_KIND,
+                        ),
+                        resource_discovery(
+                            MACHINE_RESOURCE,
+                            MACHINE_SINGULAR,
+                            MACHINE_SUMMARY_KIND,
+                            RESOURCE_VERBS,
+                            CHANGELOG_KIND,
+                        ),
+                        // Only the subresource is served; the resource carries
+                        // no verbs, and a responseKind because clients drop
+                        // resources without one.
+                        resource_discovery(
+                            IMAGE_RESOURCE,
+                            IMAGE_SINGULAR,
+                            IMAGE_CHANGELOG_KIND,
+                            NO_VERBS,
+                            IMAGE_CHANGELOG_KIND,
+                        ),
+                    ],
                     freshness: "Current",
                 }],
             }],
@@ -374,7 +437,13 @@ mod tests {
                     {"name": "managedosversions", "singularName": "managedosversion", "namespaced": true,
                      "kind": "ManagedOSVersionChangelogSummary", "verbs": ["get", "list"]},
                     {"name": "managedosversions/changelog", "singularName": "", "namespaced": true,
-                     "kind": "ManagedOSVersionChangelog", "verbs": ["get"]}
+                     "kind": "ManagedOSVersionChangelog", "verbs": ["get"]},
+                    {"name": "machineinventories", "singularName": "machineinventory", "namespaced": true,
+                     "kind": "MachineInventoryChangelogSummary", "verbs": ["get", "list"]},
+                    {"name": "machineinventories/changelog", "singularName": "", "namespaced": true,
+                     "kind": "ManagedOSVersionChangelog", "verbs": ["get"]},
+                    {"name": "managedosimages/changelog", "singularName": "", "namespaced": true,
+                     "kind": "ManagedOSImageChangelog", "verbs": ["get"]}
                 ]
             })
         );
@@ -382,7 +451,7 @@ mod tests {
         // k8s-openapi (what kube-rs clients use) parses it.
         let parsed: k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList =
             serde_json::from_slice(&api_resource_list().body).unwrap();
-        assert_eq!(parsed.resources.len(), 2);
+        assert_eq!(parsed.resources.len(), 5);
     }
 
     #[test]
@@ -434,6 +503,28 @@ mod tests {
                                 "responseKind": gvk("ManagedOSVersionChangelog"),
                                 "verbs": ["get"]
                             }]
+                        }, {
+                            "resource": "machineinventories",
+                            "responseKind": gvk("MachineInventoryChangelogSummary"),
+                            "scope": "Namespaced",
+                            "singularResource": "machineinventory",
+                            "verbs": ["get", "list"],
+                            "subresources": [{
+                                "subresource": "changelog",
+                                "responseKind": gvk("ManagedOSVersionChangelog"),
+                                "verbs": ["get"]
+                            }]
+                        }, {
+                            "resource": "managedosimages",
+                            "responseKind": gvk("ManagedOSImageChangelog"),
+                            "scope": "Namespaced",
+                            "singularResource": "managedosimage",
+                            "verbs": [],
+                            "subresources": [{
+                                "subresource": "changelog",
+                                "responseKind": gvk("ManagedOSImageChangelog"),
+                                "verbs": ["get"]
+                            }]
                         }],
                         "freshness": "Current"
                     }]
@@ -447,6 +538,10 @@ mod tests {
         assert_eq!(res.resource.as_deref(), Some(RESOURCE));
         assert!(res.short_names.is_empty() && res.categories.is_empty());
         assert!(res.subresources[0].response_kind.is_some());
+        let all = &parsed.items[0].versions[0].resources;
+        assert_eq!(all.len(), 3);
+        assert!(all.iter().all(|r| r.response_kind.is_some()
+            && r.subresources.iter().all(|s| s.response_kind.is_some())));
     }
 
     #[test]

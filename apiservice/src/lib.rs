@@ -5,6 +5,7 @@
 pub mod arch;
 pub mod content;
 pub mod discovery;
+pub mod fleet;
 pub mod openapi;
 pub mod render;
 pub mod status;
@@ -29,3 +30,15 @@ pub const CHANGELOG_KIND: &str = "ManagedOSVersionChangelog";
 pub const SUMMARY_KIND: &str = "ManagedOSVersionChangelogSummary";
 /// Kind of a list of the resource.
 pub const SUMMARY_LIST_KIND: &str = "ManagedOSVersionChangelogSummaryList";
+/// The fleet resource: MachineInventory changelog summaries.
+pub const MACHINE_RESOURCE: &str = "machineinventories";
+/// Singular of [`MACHINE_RESOURCE`].
+pub const MACHINE_SINGULAR: &str = "machineinventory";
+/// Kind of a machine's summary.
+pub const MACHINE_SUMMARY_KIND: &str = "MachineInventoryChangelogSummary";
+/// Kind of a list of machine summaries.
+pub const MACHINE_SUMMARY_LIST_KIND: &str = "MachineInventoryChangelogSummaryList";
+/// The resource whose `changelog` subresource is an upgrade plan.
+pub const IMAGE_RESOURCE: &str = "managedosimages";
+/// Kind of a ManagedOSImage's upgrade plan.
+pub const IMAGE_CHANGELOG_KIND: &str = "ManagedOSImageChangelog";

@@ -3,6 +3,8 @@
 //! OpenAPI 3.0.0), shaped like kube-apiserver's so kube-aggregator can merge
 //! them and `kubectl explain` can read them. Built once.
 
+mod fleet;
+
 use std::sync::LazyLock;
 
 use serde::Serialize;
@@ -316,6 +318,7 @@ fn schemas(spec: Spec) -> Map<String, Value> {
     list["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, SUMMARY_LIST_KIND);
     m.insert(p(SUMMARY_LIST_KIND), list);
 
+    fleet::schemas(spec, &mut m);
     meta_schemas(spec, &mut m);
     m
 }
@@ -658,6 +661,9 @@ fn operations() -> Vec<(String, Operation)> {
             },
         ),
     ]
+    .into_iter()
+    .chain(fleet::operations())
+    .collect()
 }
 
 const TAG: &str = "changelogElementalCattleIo_v1beta1";
@@ -1015,6 +1021,77 @@ mod tests {
         }
     }
 
+    /// A machine list and a plan with every field set.
+    fn full_fleet() -> (
+        crate::fleet::MachineInventoryChangelogSummaryList,
+        crate::fleet::ManagedOSImageChangelog,
+    ) {
+        use crate::fleet::*;
+        let version = ChannelVersion {
+            name: "v1-os".into(),
+            version: "v1".into(),
+            channel: "c".into(),
+        };
+        let summary = full_summary().summary;
+        let mut m = MachineInventoryChangelogSummary::new();
+        m.metadata = full_summary().metadata;
+        m.os = ReportedOs {
+            image: Some("registry/os:v1".into()),
+            version: Some("6.1".into()),
+            pretty_name: Some("SL Micro 6.1".into()),
+        };
+        m.current = Some(version.clone());
+        m.target = Some(MachineTarget {
+            name: "v2-os".into(),
+            version: "v2".into(),
+            channel: "c".into(),
+            source: TargetSource::ManagedOSImage,
+            managed_os_image: Some("upgrade".into()),
+            reason: Some(TargetReason::ManagedOSImagesDisagree),
+            message: Some("m".into()),
+        });
+        m.state = MachineState::UpdatesAvailable;
+        m.reason = Some(MachineReason::OtherChannel);
+        m.message = Some("m".into());
+        m.summary = summary.clone();
+        m.cve = Some(MachineCve {
+            id: "CVE-2024-1".into(),
+            state: CveState::Exposed,
+            fixed_in: Some(crate::types::VersionRef {
+                name: "v2-os".into(),
+                version: "v2".into(),
+            }),
+        });
+        let machines = MachineInventoryChangelogSummaryList::new(vec![
+            m,
+            MachineInventoryChangelogSummary::new(),
+        ]);
+        let mut plan = ManagedOSImageChangelog::new();
+        plan.metadata = full_summary().metadata;
+        plan.target = Some(version.clone());
+        plan.target_reason = Some(PlanTargetReason::Ambiguous);
+        plan.target_message = Some("m".into());
+        plan.groups.push(PlanGroup {
+            current: version,
+            state: MachineState::UpdatesAvailable,
+            reason: Some(MachineReason::TargetOlder),
+            machines: vec!["m-1".into()],
+            summary,
+        });
+        plan.unknown_machines.push(PlanMachine {
+            name: "m-2".into(),
+            reason: "NoAnnotation".into(),
+            message: "m".into(),
+        });
+        plan.unresolved_targets.push(UnresolvedClusterTarget {
+            index: 1,
+            name: Some("prod".into()),
+            reason: SelectionReason::ClusterGroupUnknown,
+            message: "m".into(),
+        });
+        (machines, plan)
+    }
+
     fn check_instances(doc: &Value, schemas_at: &str) {
         let schema = |k: &str| json!({"$ref": format!("{schemas_at}{PREFIX}{k}")});
         validate(
@@ -1032,6 +1109,19 @@ mod tests {
             &schema(SUMMARY_LIST_KIND),
             &serde_json::to_value(list).unwrap(),
             "list",
+        );
+        let (machines, plan) = full_fleet();
+        validate(
+            doc,
+            &schema(crate::MACHINE_SUMMARY_LIST_KIND),
+            &serde_json::to_value(machines).unwrap(),
+            "machines",
+        );
+        validate(
+            doc,
+            &schema(crate::IMAGE_CHANGELOG_KIND),
+            &serde_json::to_value(plan).unwrap(),
+            "plan",
         );
         let status: Value = serde_json::from_slice(
             &crate::status::StatusError::internal(&std::io::Error::other("x")).to_json(),
@@ -1165,7 +1255,14 @@ mod tests {
     #[test]
     fn kinds_carry_group_version_kind() {
         let doc = parse(v3_group_version());
-        for kind in [CHANGELOG_KIND, SUMMARY_KIND, SUMMARY_LIST_KIND] {
+        for kind in [
+            CHANGELOG_KIND,
+            SUMMARY_KIND,
+            SUMMARY_LIST_KIND,
+            crate::MACHINE_SUMMARY_KIND,
+            crate::MACHINE_SUMMARY_LIST_KIND,
+            crate::IMAGE_CHANGELOG_KIND,
+        ] {
             let s = &doc["components"]["schemas"][format!("{PREFIX}{kind}")];
             assert_eq!(
                 s["x-kubernetes-group-version-kind"],
@@ -1234,6 +1331,53 @@ mod tests {
             };
             assert_eq!(ty["enum"], json!(["None", "Metadata", "Object"]));
             assert!(paths.contains_key("/apis/changelog.elemental.cattle.io/v1beta1/"));
+            // The fleet view.
+            let base = "/apis/changelog.elemental.cattle.io/v1beta1";
+            for p in [
+                format!("{base}/machineinventories"),
+                format!("{base}/namespaces/{{namespace}}/machineinventories"),
+            ] {
+                assert_eq!(
+                    names(&paths[&p]["get"]["parameters"]),
+                    [
+                        "labelSelector",
+                        "fieldSelector",
+                        "cve",
+                        "arch",
+                        "includeObject"
+                    ]
+                );
+                assert_eq!(paths[&p]["get"]["x-kubernetes-action"], "list");
+                assert_eq!(
+                    paths[&p]["get"]["x-kubernetes-group-version-kind"]["kind"],
+                    "MachineInventoryChangelogSummary"
+                );
+            }
+            let machine =
+                &paths[&format!("{base}/namespaces/{{namespace}}/machineinventories/{{name}}")];
+            assert_eq!(
+                names(&machine["get"]["parameters"]),
+                ["cve", "arch", "includeObject"]
+            );
+            assert_eq!(names(&machine["parameters"]), ["name", "namespace"]);
+            let machine_changelog = &paths
+                [&format!("{base}/namespaces/{{namespace}}/machineinventories/{{name}}/changelog")];
+            assert_eq!(
+                names(&machine_changelog["get"]["parameters"]),
+                ["to", "arch", "format"]
+            );
+            assert_eq!(
+                machine_changelog["get"]["x-kubernetes-group-version-kind"]["kind"],
+                "ManagedOSVersionChangelog"
+            );
+            let plan = &paths
+                [&format!("{base}/namespaces/{{namespace}}/managedosimages/{{name}}/changelog")];
+            assert_eq!(names(&plan["get"]["parameters"]), ["arch"]);
+            assert_eq!(names(&plan["parameters"]), ["name", "namespace"]);
+            assert_eq!(
+                plan["get"]["x-kubernetes-group-version-kind"]["kind"],
+                "ManagedOSImageChangelog"
+            );
             // Operation ids are unique.
             let mut ids: Vec<&str> = paths
                 .values()

@@ -61,7 +61,7 @@ pub struct Row {
     pub object: Option<Value>,
 }
 
-const fn column(
+pub(crate) const fn column(
     name: &'static str,
     type_: &'static str,
     format: &'static str,
@@ -209,7 +209,7 @@ fn short_digest(digest: &str) -> String {
     }
 }
 
-fn partial_object_metadata(version: TableVersion, meta: &ObjectMeta) -> Value {
+pub(crate) fn partial_object_metadata(version: TableVersion, meta: &ObjectMeta) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
         "apiVersion": version.api_version(),
