@@ -11,6 +11,7 @@ pub mod cache;
 pub mod channels;
 pub mod cli;
 pub mod config;
+pub mod fleet;
 pub mod health;
 pub mod metrics;
 pub mod objects;

@@ -1,0 +1,113 @@
+//! The elemental-operator's fleet objects, as far as this server reads them:
+//! only the fields used are typed, everything else is ignored.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, ResourceExt};
+use serde::{Deserialize, Serialize};
+
+/// Label CAPI's Machine controller puts on a Machine's infrastructure object
+/// (here the MachineInventorySelector): the name of its cluster.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// The namespace whose ManagedOSImages target the Rancher cluster itself
+/// (the operator's `fleetLocalNamespace`): their bundle targets `local`.
+pub const FLEET_LOCAL_NAMESPACE: &str = "fleet-local";
+
+/// `MachineInventory.spec`: nothing of it is read (the OS annotations, the
+/// labels and the owner reference are in `metadata`).
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[kube(
+    group = "elemental.cattle.io",
+    version = "v1beta1",
+    kind = "MachineInventory",
+    namespaced,
+    schema = "disabled"
+)]
+pub struct MachineInventorySpec {}
+
+/// `MachineInventorySelector.spec`: nothing of it is read (the cluster label
+/// is in `metadata`).
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[kube(
+    group = "elemental.cattle.io",
+    version = "v1beta1",
+    kind = "MachineInventorySelector",
+    namespaced,
+    schema = "disabled"
+)]
+pub struct MachineInventorySelectorSpec {}
+
+/// One entry of `ManagedOSImage.spec.clusterTargets` (a fleet `BundleTarget`;
+/// the operator copies them into its Bundle's `targets`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTarget {
+    /// Display name of the entry.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A fleet Cluster by name.
+    #[serde(default)]
+    pub cluster_name: Option<String>,
+    /// Fleet Clusters by label.
+    #[serde(default)]
+    pub cluster_selector: Option<LabelSelector>,
+    /// A fleet ClusterGroup by name.
+    #[serde(default)]
+    pub cluster_group: Option<String>,
+    /// Fleet ClusterGroups by label.
+    #[serde(default)]
+    pub cluster_group_selector: Option<LabelSelector>,
+}
+
+/// `ManagedOSImage.spec`.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[kube(
+    group = "elemental.cattle.io",
+    version = "v1beta1",
+    kind = "ManagedOSImage",
+    namespaced,
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedOSImageSpec {
+    /// The image to install; wins over `managedOSVersionName` (the
+    /// operator's `getImageVersion`).
+    #[serde(default, rename = "osImage")]
+    pub os_image: Option<String>,
+    /// A ManagedOSVersion of the same namespace.
+    #[serde(default, rename = "managedOSVersionName")]
+    pub managed_os_version_name: Option<String>,
+    /// The nodes of the selected clusters to upgrade (the upgrade Plan's
+    /// `nodeSelector`); none: every node.
+    #[serde(default)]
+    pub node_selector: Option<LabelSelector>,
+    /// The fleet clusters to upgrade.
+    #[serde(default)]
+    pub cluster_targets: Vec<ClusterTarget>,
+}
+
+impl MachineInventory {
+    /// The MachineInventorySelector that adopted the machine: its controller
+    /// owner reference of that kind.
+    pub fn selector_name(&self) -> Option<&str> {
+        self.owner_references()
+            .iter()
+            .find(|o| {
+                o.controller == Some(true)
+                    && o.kind == "MachineInventorySelector"
+                    && o.api_version.starts_with("elemental.cattle.io/")
+            })
+            .map(|o| o.name.as_str())
+            .filter(|n| !n.is_empty())
+    }
+}
+
+impl MachineInventorySelector {
+    /// The CAPI cluster the selector's Machine belongs to.
+    pub fn cluster_name(&self) -> Option<&str> {
+        self.labels()
+            .get(CLUSTER_NAME_LABEL)
+            .map(String::as_str)
+            .filter(|n| !n.is_empty())
+    }
+}
