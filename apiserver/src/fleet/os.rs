@@ -114,7 +114,7 @@ pub fn is_container(version: &ManagedOSVersion) -> bool {
 
 /// An image reference as compared: trimmed, without Docker Hub's implicit
 /// `docker.io/` (`index.docker.io/`) and `library/`.
-fn normalize_image(s: &str) -> &str {
+pub fn normalize_image(s: &str) -> &str {
     let s = s.trim();
     let s = s
         .strip_prefix("docker.io/")
@@ -154,8 +154,19 @@ pub fn images_match(reported: &str, upgrade_image: &str) -> bool {
     prefixed(a, b) || prefixed(b, a)
 }
 
+/// The tails of a normalized reference that follow a `/` and name a
+/// registry host themselves: what a mirror prefix may have been put before.
+/// `images_match(a, b)` holds exactly when `a == b`, or one is among the
+/// other's host suffixes (indexes use this).
+pub fn host_suffixes(normalized: &str) -> impl Iterator<Item = &str> {
+    normalized
+        .match_indices('/')
+        .map(move |(i, _)| &normalized[i + 1..])
+        .filter(|tail| has_registry_host(tail))
+}
+
 /// A version string as compared: trimmed, without a leading `v`.
-fn normalize_version(s: &str) -> &str {
+pub fn normalize_version(s: &str) -> &str {
     let s = s.trim();
     s.strip_prefix(['v', 'V']).unwrap_or(s)
 }

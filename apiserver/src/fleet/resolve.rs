@@ -1,7 +1,7 @@
 //! A machine's current version, target, state and CVE exposure, and a
 //! ManagedOSImage's upgrade plan.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use elemental_changelog_apiservice::fleet::{
     ChannelVersion, CveState, MachineCve, MachineInventoryChangelogSummary, MachineReason,
@@ -12,7 +12,9 @@ use elemental_changelog_apiservice::types::{ChangelogSummary, ObjectMeta, Versio
 use kube::ResourceExt;
 
 use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage};
-use super::os::{Reported, images_match, is_container, upgrade_image, versions_match};
+use super::os::{
+    Reported, host_suffixes, is_container, normalize_image, normalize_version, upgrade_image,
+};
 use super::select::{Fleet, Selection, image_selects, target_issue};
 use crate::channels::crd::ManagedOSVersion;
 
@@ -211,14 +213,92 @@ fn list_names(versions: &[&Version<'_>]) -> String {
     names.join(", ")
 }
 
+/// The container versions with a channel of one namespace, indexed.
+#[derive(Default)]
+struct Namespace<'a> {
+    /// Sorted by name (names are unique in a namespace).
+    versions: Vec<Version<'a>>,
+    by_name: HashMap<&'a str, usize>,
+    /// By normalized upgrade image.
+    by_image: HashMap<&'a str, Vec<usize>>,
+    /// By the host suffixes of the normalized upgrade image.
+    by_image_suffix: HashMap<&'a str, Vec<usize>>,
+    /// By normalized `spec.version`.
+    by_version: HashMap<&'a str, Vec<usize>>,
+}
+
+impl<'a> Namespace<'a> {
+    fn new(mut versions: Vec<Version<'a>>) -> Self {
+        versions.sort_by(|a, b| a.name.cmp(b.name));
+        versions.dedup_by(|a, b| a.name == b.name);
+        let mut ns = Self::default();
+        for (i, v) in versions.iter().enumerate() {
+            ns.by_name.insert(v.name, i);
+            if let Some(image) = v.image.map(normalize_image).filter(|s| !s.is_empty()) {
+                ns.by_image.entry(image).or_default().push(i);
+                for tail in host_suffixes(image) {
+                    ns.by_image_suffix.entry(tail).or_default().push(i);
+                }
+            }
+            let version = normalize_version(v.version);
+            if !version.is_empty() {
+                ns.by_version.entry(version).or_default().push(i);
+            }
+        }
+        ns.versions = versions;
+        ns
+    }
+
+    fn named(&self, name: &str) -> Option<&Version<'a>> {
+        self.by_name.get(name).and_then(|&i| self.versions.get(i))
+    }
+
+    fn collect(&self, mut found: Vec<usize>) -> Vec<&Version<'a>> {
+        found.sort_unstable();
+        found.dedup();
+        found.iter().filter_map(|&i| self.versions.get(i)).collect()
+    }
+
+    /// The versions whose upgrade image [`images_match`](super::os::images_match)
+    /// `image`, sorted by name.
+    fn with_image(&self, image: &str) -> Vec<&Version<'a>> {
+        let image = normalize_image(image);
+        if image.is_empty() {
+            return Vec::new();
+        }
+        let mut found: Vec<usize> = Vec::new();
+        // Equal, or `image` is a tail of theirs (they carry a mirror prefix).
+        found.extend(self.by_image.get(image).into_iter().flatten());
+        found.extend(self.by_image_suffix.get(image).into_iter().flatten());
+        // Theirs is a tail of `image` (it carries a mirror prefix).
+        for tail in host_suffixes(image) {
+            found.extend(self.by_image.get(tail).into_iter().flatten());
+        }
+        self.collect(found)
+    }
+
+    /// The versions whose `spec.version` is one of `reported`, sorted by name.
+    fn with_version(&self, reported: &[&str]) -> Vec<&Version<'a>> {
+        let found = reported
+            .iter()
+            .map(|r| normalize_version(r))
+            .filter(|r| !r.is_empty())
+            .filter_map(|r| self.by_version.get(r))
+            .flatten()
+            .copied()
+            .collect();
+        self.collect(found)
+    }
+}
+
 /// The objects of the cluster the fleet view is resolved from, indexed once.
 pub struct FleetIndex<'a> {
     /// Container versions with a channel, by namespace.
-    versions: BTreeMap<&'a str, Vec<Version<'a>>>,
+    versions: BTreeMap<&'a str, Namespace<'a>>,
     /// ManagedOSImages by namespace, sorted by name, with their targets.
     images: BTreeMap<&'a str, Vec<(&'a ManagedOSImage, PlanTarget)>>,
-    /// Cluster of each MachineInventorySelector, by (namespace, name).
-    selector_clusters: BTreeMap<(&'a str, &'a str), Option<&'a str>>,
+    /// Cluster of each MachineInventorySelector, by namespace and name.
+    selector_clusters: HashMap<&'a str, HashMap<&'a str, Option<&'a str>>>,
     fleet: Fleet<'a>,
     orders: &'a dyn Orders,
 }
@@ -253,13 +333,13 @@ impl<'a> FleetIndex<'a> {
                 image: upgrade_image(v),
             });
         }
-        for list in by_ns.values_mut() {
-            list.sort_by(|a, b| a.name.cmp(b.name));
-        }
         let mut index = Self {
-            versions: by_ns,
+            versions: by_ns
+                .into_iter()
+                .map(|(ns, list)| (ns, Namespace::new(list)))
+                .collect(),
             images: BTreeMap::new(),
-            selector_clusters: BTreeMap::new(),
+            selector_clusters: HashMap::new(),
             fleet,
             orders,
         };
@@ -280,18 +360,41 @@ impl<'a> FleetIndex<'a> {
             if let (Some(ns), Some(name)) =
                 (s.metadata.namespace.as_deref(), s.metadata.name.as_deref())
             {
-                index.selector_clusters.insert((ns, name), s.cluster_name());
+                index
+                    .selector_clusters
+                    .entry(ns)
+                    .or_default()
+                    .insert(name, s.cluster_name());
             }
         }
         index
     }
 
-    fn versions_of(&self, namespace: &str) -> &[Version<'a>] {
-        self.versions.get(namespace).map_or(&[], Vec::as_slice)
+    fn with_image(&self, namespace: &str, image: &str) -> Vec<&Version<'a>> {
+        self.versions
+            .get(namespace)
+            .map_or_else(Vec::new, |ns| ns.with_image(image))
     }
 
     fn version_named(&self, namespace: &str, name: &str) -> Option<&Version<'a>> {
-        self.versions_of(namespace).iter().find(|v| v.name == name)
+        self.versions.get(namespace)?.named(name)
+    }
+
+    /// Names of the versions whose upgrade image matches `image`, and of
+    /// those whose `spec.version` matches `version`, as the index finds them.
+    #[cfg(test)]
+    pub(super) fn lookup(
+        &self,
+        namespace: &str,
+        image: &str,
+        version: &str,
+    ) -> (Vec<String>, Vec<String>) {
+        let names = |v: Vec<&Version<'_>>| v.iter().map(|v| v.name.to_owned()).collect();
+        let by_version = self
+            .versions
+            .get(namespace)
+            .map_or_else(Vec::new, |ns| ns.with_version(&[version]));
+        (names(self.with_image(namespace, image)), names(by_version))
     }
 
     /// What a ManagedOSImage installs: `spec.osImage` against the versions'
@@ -307,11 +410,7 @@ impl<'a> FleetIndex<'a> {
             .map(str::trim)
             .filter(|s| !s.is_empty());
         if let Some(os_image) = os_image {
-            let found: Vec<&Version<'_>> = self
-                .versions_of(ns)
-                .iter()
-                .filter(|v| v.image.is_some_and(|i| images_match(os_image, i)))
-                .collect();
+            let found = self.with_image(ns, os_image);
             return match found.as_slice() {
                 [one] => PlanTarget::Resolved(one.wire()),
                 [] => unresolved(
@@ -356,10 +455,7 @@ impl<'a> FleetIndex<'a> {
     pub fn cluster_of(&self, machine: &MachineInventory) -> Option<&'a str> {
         let ns = machine.metadata.namespace.as_deref()?;
         let selector = machine.selector_name()?;
-        self.selector_clusters
-            .iter()
-            .find(|((n, s), _)| *n == ns && *s == selector)
-            .and_then(|(_, c)| *c)
+        *self.selector_clusters.get(ns)?.get(selector)?
     }
 
     /// The version a machine runs: its `os.image` against the versions'
@@ -378,12 +474,9 @@ impl<'a> FleetIndex<'a> {
             ));
         }
         let ns = machine.metadata.namespace.as_deref().unwrap_or_default();
-        let versions = self.versions_of(ns);
+        let versions = self.versions.get(ns);
         if let Some(image) = &reported.image {
-            let found: Vec<&Version<'_>> = versions
-                .iter()
-                .filter(|v| v.image.is_some_and(|i| images_match(image, i)))
-                .collect();
+            let found = self.with_image(ns, image);
             match found.as_slice() {
                 [one] => return Ok(one.wire()),
                 [] => {}
@@ -404,14 +497,7 @@ impl<'a> FleetIndex<'a> {
             .map(String::as_str)
             .collect();
         if !reported_versions.is_empty() {
-            let found: Vec<&Version<'_>> = versions
-                .iter()
-                .filter(|v| {
-                    reported_versions
-                        .iter()
-                        .any(|r| versions_match(r, v.version))
-                })
-                .collect();
+            let found = versions.map_or_else(Vec::new, |v| v.with_version(&reported_versions));
             match found.as_slice() {
                 [one] => return Ok(one.wire()),
                 [] => {}

@@ -1099,3 +1099,53 @@ proptest! {
         }
     }
 }
+
+fn reference() -> impl Strategy<Value = String> {
+    let component = prop::sample::select(vec![
+        "reg.io",
+        "mirror:5000",
+        "localhost",
+        "a",
+        "b",
+        "docker.io",
+        "library",
+    ]);
+    (
+        prop::collection::vec(component, 1..5),
+        prop::sample::select(vec![":1", ":2", ""]),
+    )
+        .prop_map(|(parts, tag)| format!("{}{tag}", parts.join("/")))
+}
+
+proptest! {
+    /// The index finds exactly the versions a scan with `images_match` and
+    /// `versions_match` finds.
+    #[test]
+    fn index_lookups_equal_a_scan(
+        images in prop::collection::vec(proptest::option::of(reference()), 0..12),
+        versions in prop::collection::vec(prop::sample::select(vec!["v1", "1", "V1", "v2", "", "2.0"]), 12),
+        asked in reference(),
+        asked_version in prop::sample::select(vec!["v1", "1", "2", "", "2.0"]),
+    ) {
+        let all: Vec<ManagedOSVersion> = images
+            .iter()
+            .enumerate()
+            .map(|(i, image)| mov(NS, &format!("v{i:02}"), "a", versions[i], image.as_deref()))
+            .collect();
+        let orders = BTreeMap::new();
+        let index = FleetIndex::new(&all, &[], &[], Fleet::default(), &orders);
+        let (by_image, by_version) = index.lookup(NS, &asked, asked_version);
+        let scan_image: Vec<String> = all
+            .iter()
+            .filter(|v| super::os::upgrade_image(v).is_some_and(|i| images_match(&asked, i)))
+            .map(|v| v.metadata.name.clone().unwrap())
+            .collect();
+        let scan_version: Vec<String> = all
+            .iter()
+            .filter(|v| versions_match(asked_version, &v.spec.version))
+            .map(|v| v.metadata.name.clone().unwrap())
+            .collect();
+        prop_assert_eq!(by_image, scan_image);
+        prop_assert_eq!(by_version, scan_version);
+    }
+}
