@@ -123,9 +123,8 @@ where
         out
     }
 
-    /// Stores fed by the caller, in tests: one for all namespaces, or one
-    /// per namespace.
-    #[cfg(test)]
+    /// Stores fed by the caller (tests, and the fleet view's reflectors):
+    /// one for all namespaces, or one per namespace.
     pub(crate) fn from_stores(
         all: Option<Store<K>>,
         namespaced: BTreeMap<String, Store<K>>,

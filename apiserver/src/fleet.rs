@@ -13,6 +13,7 @@
 
 pub mod crd;
 pub mod os;
+pub mod reflect;
 pub mod resolve;
 pub mod select;
 

@@ -12,7 +12,7 @@ use elemental_changelog_apiserver::{
     config::{Cli, Command, ServeArgs},
     health::Health,
     metrics::Metrics,
-    routes::{App, ready::ReadyCache, resources::Resources},
+    routes::{App, fleet::FleetView, ready::ReadyCache, resources::Resources},
     server, telemetry,
 };
 use elemental_changelog_auth::{authn::Authenticator, authz::Authorizer};
@@ -80,6 +80,16 @@ async fn serve(args: ServeArgs) -> Result<()> {
             max_kept_total: args.max_kept_total,
         },
     );
+    // The fleet view's reflectors run (and stop) with the channel reflectors.
+    let (fleet_stores, fleet_run) = elemental_changelog_apiserver::fleet::reflect::start(
+        &client,
+        &args.namespaces,
+        &metrics,
+        &health,
+    );
+    let channels_run = async move {
+        futures::future::select(channels_run, fleet_run).await;
+    };
     let authn = Arc::new(Authenticator::new(
         client.clone(),
         &args.authn,
@@ -88,18 +98,22 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let auth_ready = health.ready_flag("authentication-config");
     let authn_run = authn.clone().run(move || auth_ready.set());
     let authz = Arc::new(Authorizer::new(client, &args.authz, metrics.clone()));
+    let resources = Arc::new(Resources::new(
+        objects,
+        cache,
+        args.default_arch.clone(),
+        args.architectures.clone(),
+        ReadyCache::new(args.serving.answer_cache_size, metrics.clone()),
+    ));
+    let fleet = Arc::new(FleetView::new(fleet_stores, resources.clone()));
+    let gauge_run = fleet.clone().keep_gauge(metrics.clone());
     let app = Arc::new(App {
         metrics: metrics.clone(),
         health: health.clone(),
         authn,
         authz,
-        resources: Arc::new(Resources::new(
-            objects,
-            cache,
-            args.default_arch.clone(),
-            args.architectures.clone(),
-            ReadyCache::new(args.serving.answer_cache_size, metrics.clone()),
-        )),
+        resources,
+        fleet,
         inflight: Arc::new(Semaphore::new(args.serving.max_requests_inflight)),
         compute: Arc::new(Semaphore::new(compute_slots(
             args.serving.max_compute_concurrency,
@@ -114,7 +128,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     info!(%addr, version = env!("CARGO_PKG_VERSION"), "serving");
     let certs_run = reload_certificates(resolver, metrics);
     let shutdown = shutdown(health, args.serving.shutdown_delay_duration);
-    let defaults_run = app.clone().keep_defaults_ready();
+    let defaults = app.clone().keep_defaults_ready();
+    let defaults_run = async move {
+        futures::future::select(Box::pin(defaults), Box::pin(gauge_run)).await;
+    };
     let server = server::serve(listener, tls_config, app, shutdown, &args.serving);
     let loops = Loops {
         channels_run,

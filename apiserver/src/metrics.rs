@@ -17,6 +17,12 @@ pub enum RequestResource {
     Summaries,
     /// `managedosversions/changelog`.
     Changelog,
+    /// `machineinventories` (the fleet view's machines).
+    Machines,
+    /// `machineinventories/changelog`.
+    MachineChangelog,
+    /// `managedosimages/changelog`.
+    ImageChangelog,
     /// Discovery documents.
     Discovery,
     /// OpenAPI documents.
@@ -34,6 +40,9 @@ impl RequestResource {
         match self {
             Self::Summaries => "managedosversions",
             Self::Changelog => "managedosversions/changelog",
+            Self::Machines => "machineinventories",
+            Self::MachineChangelog => "machineinventories/changelog",
+            Self::ImageChangelog => "managedosimages/changelog",
             Self::Discovery => "discovery",
             Self::OpenApi => "openapi",
             Self::Health => "health",
@@ -95,6 +104,7 @@ pub struct Metrics {
     data_age: GaugeVec,
     watch_errors: IntCounterVec,
     watch_ready: IntGaugeVec,
+    machines: IntGaugeVec,
     authentications: IntCounterVec,
     authorizations: IntCounterVec,
     cert_reloads: IntCounterVec,
@@ -252,6 +262,12 @@ impl Metrics {
                 "watch_errors_total",
                 "Errors of the watches on the Kubernetes API, by watched resource; each is retried with backoff.",
                 &["resource"],
+            ),
+            machines: gauge_vec(
+                &r,
+                "machines",
+                "MachineInventories of the fleet view, by namespace, state (UpToDate, UpdatesAvailable, Unknown) and highest severity of the pending changelog (none without one).",
+                &["namespace", "state", "severity"],
             ),
             watch_ready: gauge_vec(
                 &r,
@@ -438,6 +454,17 @@ impl Metrics {
     /// Counts a watch error of `resource`.
     pub fn watch_error(&self, resource: &'static str) {
         self.watch_errors.with_label_values(&[resource]).inc();
+    }
+
+    /// Sets the machines gauge to `counts` (by namespace, state and severity); series not in
+    /// `counts` are dropped.
+    pub fn set_machines(&self, counts: &std::collections::BTreeMap<(String, String, String), i64>) {
+        self.machines.reset();
+        for ((namespace, state, severity), n) in counts {
+            self.machines
+                .with_label_values(&[namespace.as_str(), state.as_str(), severity.as_str()])
+                .set(*n);
+        }
     }
 
     /// Records whether the watch of `resource` has synced.

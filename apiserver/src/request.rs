@@ -19,6 +19,7 @@
 //! | `/metrics` | Prometheus |
 
 mod attributes;
+pub mod fleet;
 mod query;
 pub mod selector;
 #[cfg(test)]
@@ -36,6 +37,7 @@ use std::{net::SocketAddr, sync::Arc};
 use http::{Method, Uri};
 use rustls_pki_types::CertificateDer;
 
+use self::fleet::FleetResource;
 pub use self::query::QueryValues;
 use self::selector::{FieldSelector, LabelSelector};
 use crate::metrics::RequestResource;
@@ -86,6 +88,8 @@ pub enum Target {
     Metrics,
     /// A resource of this API, with its parameters.
     Resource(Resource),
+    /// A path of the fleet view ([`fleet`]).
+    Fleet(FleetResource),
     /// A request for this API whose name or parameters are invalid: answered with a 400
     /// after authentication and authorization, as kube-apiserver validates after them.
     Invalid {
@@ -283,6 +287,13 @@ impl RequestInfo {
             Target::Metrics => RequestResource::Metrics,
             Target::Resource(Resource::Changelog { .. }) => RequestResource::Changelog,
             Target::Resource(_) => RequestResource::Summaries,
+            Target::Fleet(FleetResource::Machines { .. } | FleetResource::Machine { .. }) => {
+                RequestResource::Machines
+            }
+            Target::Fleet(FleetResource::MachineChangelog { .. }) => {
+                RequestResource::MachineChangelog
+            }
+            Target::Fleet(FleetResource::ImageChangelog { .. }) => RequestResource::ImageChangelog,
             Target::Invalid { resource, .. } => *resource,
             Target::NotFound => RequestResource::Other,
         }
@@ -364,7 +375,7 @@ impl Target {
                     params: ChangelogParams::parse(query).map_err(changelog)?,
                 }
             }
-            _ => return Ok(Self::NotFound),
+            _ => return fleet::target(rest, query),
         }))
     }
 }

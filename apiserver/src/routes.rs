@@ -4,6 +4,7 @@
 //!
 //! This API is read-only: any verb but GET (and HEAD) is a 405.
 
+pub mod fleet;
 pub mod ready;
 pub mod resources;
 
@@ -60,6 +61,8 @@ pub struct App {
     pub authz: Arc<Authorizer>,
     /// The resources.
     pub resources: Arc<resources::Resources>,
+    /// The fleet view.
+    pub fleet: Arc<fleet::FleetView>,
     /// Requests being answered (health probes excepted): `--max-requests-inflight`.
     pub inflight: Arc<Semaphore>,
     /// Computations running off the async threads: `--max-compute-concurrency`.
@@ -209,6 +212,11 @@ impl App {
                 .answer_resource(resource, headers)
                 .await
                 .unwrap_or_else(|error| status(&error)),
+            Target::Fleet(resource) => match self.fleet.plan(resource, accept) {
+                Ok(plan) => self.answer_plan(plan, headers).await,
+                Err(error) => Err(error),
+            }
+            .unwrap_or_else(|error| status(&error)),
             Target::Invalid { error, .. } => status(error),
             Target::NotFound => status(&not_found_path(info.path())),
         }
@@ -264,7 +272,17 @@ impl App {
         headers: &HeaderMap,
     ) -> Result<HttpResponse, StatusError> {
         let accept = header_str(headers, header::ACCEPT);
-        let render = match self.resources.plan(resource, accept)? {
+        let plan = self.resources.plan(resource, accept)?;
+        self.answer_plan(plan, headers).await
+    }
+
+    /// Carries out a plan: the ready bytes, or the job run off the async threads.
+    async fn answer_plan(
+        &self,
+        plan: Plan,
+        headers: &HeaderMap,
+    ) -> Result<HttpResponse, StatusError> {
+        let render = match plan {
             Plan::Ready(ready) => return Ok(ready.respond(headers)),
             Plan::Render(render) => render,
         };

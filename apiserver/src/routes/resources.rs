@@ -342,6 +342,31 @@ impl Resources {
         rendered
     }
 
+    /// The reflector stores of channels and versions (the fleet view reads them).
+    pub fn objects(&self) -> &Objects {
+        &self.objects
+    }
+
+    /// The architecture asked for (the default when none), if this server reads it.
+    pub fn served_arch(&self, asked: Option<&Arch>) -> Result<Arch, StatusError> {
+        self.arch(asked).cloned()
+    }
+
+    /// The snapshot holding the data of channel `namespace/channel` for `arch`, if fetched.
+    pub fn channel_snapshot(
+        &self,
+        namespace: &str,
+        channel: &str,
+        arch: &Arch,
+    ) -> Option<Arc<Snapshot>> {
+        self.cache
+            .get(&ChannelKey::new(namespace, channel))?
+            .archs
+            .get(arch.as_str())?
+            .snapshot
+            .clone()
+    }
+
     /// A receiver told of every change of the channel data.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.cache.changes()

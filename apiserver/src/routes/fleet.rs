@@ -1,0 +1,508 @@
+//! The fleet view's answers: machines (MachineInventories) with the version they run, their
+//! target and what is pending, a machine's changelog, and a ManagedOSImage's upgrade plan.
+//!
+//! Resolution ([`crate::fleet`]) runs in the request's job, off the async threads: it reads
+//! the fleet reflector stores, the ManagedOSVersion stores and the channel snapshots through
+//! [`Resources`]. A machine's changelog is the changelog of a ManagedOSVersion
+//! (`managedosversions/{to}/changelog?from={current}`), answered by [`Resources::plan`]
+//! with its ready-bytes cache.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use elemental_changelog_apiservice::{
+    Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, content,
+    content::Representation,
+    fleet::{
+        MachineInventoryChangelogSummary, MachineInventoryChangelogSummaryList, MachineReason,
+    },
+    status::{StatusCause, StatusError},
+    types::{ChangelogSummary, ObjectMeta},
+};
+use kube::ResourceExt;
+use tracing::debug;
+
+use super::{
+    ok,
+    resources::{Answer, Cost, Job, Plan, Render, Resources},
+};
+use crate::{
+    cache::Snapshot,
+    channels::crd::ManagedOSVersion,
+    fleet::{
+        Fleet, FleetIndex, MachineResolution, Orders, Pending,
+        crd::{MachineInventory, ManagedOSImage},
+        reflect::FleetStores,
+    },
+    metrics::Metrics,
+    request::{
+        ChangelogParams, ListParams, Resource,
+        fleet::{FleetResource, MachineChangelogParams, MachineParams},
+    },
+};
+
+/// Seconds a client should wait before asking again for a channel being fetched.
+const RETRY_AFTER_NOT_FETCHED: u32 = 2;
+/// Shortest time between two recomputations of the machines gauge.
+const GAUGE_MIN_INTERVAL: Duration = Duration::from_secs(2);
+/// Longest time between two recomputations (ManagedOSVersions change without a signal here).
+const GAUGE_RECHECK: Duration = Duration::from_secs(30);
+
+/// Answers the fleet view's requests.
+pub struct FleetView {
+    stores: FleetStores,
+    resources: Arc<Resources>,
+}
+
+/// The channel data a resolution reads: each channel's snapshot for one architecture.
+struct Channels {
+    snapshots: HashMap<(String, String), Arc<Snapshot>>,
+}
+
+impl Orders for Channels {
+    fn order(&self, namespace: &str, channel: &str) -> Option<&[String]> {
+        self.snapshots
+            .get(&(namespace.to_owned(), channel.to_owned()))
+            .map(|s| s.data.order())
+    }
+}
+
+impl Channels {
+    fn snapshot(&self, namespace: &str, channel: &str) -> Option<&Arc<Snapshot>> {
+        self.snapshots
+            .get(&(namespace.to_owned(), channel.to_owned()))
+    }
+}
+
+/// Everything a resolution of the machines of one namespace (or all) reads, taken once.
+struct Inputs {
+    versions: Vec<Arc<ManagedOSVersion>>,
+    images: Vec<Arc<ManagedOSImage>>,
+    selectors: Vec<Arc<crate::fleet::crd::MachineInventorySelector>>,
+    channels: Channels,
+}
+
+impl FleetView {
+    /// Answers over the fleet stores and the channel data of `resources`.
+    pub fn new(stores: FleetStores, resources: Arc<Resources>) -> Self {
+        Self { stores, resources }
+    }
+
+    /// Plans the answer to `resource`: cheap checks here (400, 406), the rest in the job.
+    pub fn plan(
+        self: &Arc<Self>,
+        resource: &FleetResource,
+        accept: Option<&str>,
+    ) -> Result<Plan, StatusError> {
+        let this = self.clone();
+        match resource.clone() {
+            FleetResource::Machines { namespace, params } => {
+                let representation = content::negotiate(accept, params.include_object)?;
+                params.fields.check_supported()?;
+                let arch = self.resources.served_arch(params.arch.as_ref())?;
+                Ok(run(Cost::Heavy, move || {
+                    let items = this.machines(namespace.as_deref(), &params, &arch);
+                    respond(representation, items, params.cve.is_some(), true)
+                }))
+            }
+            FleetResource::Machine {
+                namespace,
+                name,
+                params,
+            } => {
+                let representation = content::negotiate(accept, params.include_object)?;
+                let arch = self.resources.served_arch(params.arch.as_ref())?;
+                Ok(run(Cost::Light, move || {
+                    let item = this.machine(&namespace, &name, &params, &arch)?;
+                    respond(representation, vec![item], params.cve.is_some(), false)
+                }))
+            }
+            FleetResource::MachineChangelog {
+                namespace,
+                name,
+                params,
+            } => {
+                let arch = self.resources.served_arch(params.arch.as_ref())?;
+                let accept = accept.map(str::to_owned);
+                Ok(run(Cost::Heavy, move || {
+                    let resource = this.machine_changelog(&namespace, &name, &params, &arch)?;
+                    this.resources
+                        .plan(&resource, accept.as_deref())?
+                        .run_here(&this.resources)
+                }))
+            }
+            FleetResource::ImageChangelog {
+                namespace,
+                name,
+                arch,
+            } => {
+                content::negotiate(accept, Default::default())?;
+                let arch = self.resources.served_arch(arch.as_ref())?;
+                Ok(run(Cost::Heavy, move || {
+                    let plan = this.image_plan(&namespace, &name, &arch)?;
+                    let body = serde_json::to_vec(&plan).map_err(|e| StatusError::internal(&e))?;
+                    Ok(Answer::Fresh(ok(body, content::JSON)))
+                }))
+            }
+        }
+    }
+
+    /// What resolving the machines of `namespace` (or all) reads.
+    fn inputs(&self, namespace: Option<&str>, arch: &Arch) -> Inputs {
+        let objects = self.resources.objects();
+        let mut snapshots = HashMap::new();
+        for channel in objects.channels.list(namespace) {
+            let (Some(ns), name) = (channel.namespace(), channel.name_any()) else {
+                continue;
+            };
+            if let Some(snapshot) = self.resources.channel_snapshot(&ns, &name, arch) {
+                snapshots.insert((ns, name), snapshot);
+            }
+        }
+        Inputs {
+            versions: objects.versions.list(namespace),
+            images: self.stores.images.list(namespace),
+            selectors: self.stores.selectors.list(namespace),
+            channels: Channels { snapshots },
+        }
+    }
+
+    /// The summaries of the machines of `namespace` (or all) that `params` select.
+    fn machines(
+        &self,
+        namespace: Option<&str>,
+        params: &ListParams,
+        arch: &Arch,
+    ) -> Vec<MachineInventoryChangelogSummary> {
+        let machines: Vec<Arc<MachineInventory>> = self
+            .stores
+            .machines
+            .list(namespace)
+            .into_iter()
+            .filter(|m| params.labels.matches(m.labels()))
+            .filter(|m| {
+                params
+                    .fields
+                    .matches(&m.name_any(), m.namespace().as_deref().unwrap_or_default())
+            })
+            .collect();
+        let inputs = self.inputs(namespace, arch);
+        summarize(&inputs, &machines, params.cve.as_deref())
+    }
+
+    fn machine(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &MachineParams,
+        arch: &Arch,
+    ) -> Result<MachineInventoryChangelogSummary, StatusError> {
+        let machine = self
+            .stores
+            .machines
+            .get(namespace, name)
+            .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, name))?;
+        let inputs = self.inputs(Some(namespace), arch);
+        Ok(summarize(&inputs, &[machine], params.cve.as_deref())
+            .pop()
+            .unwrap_or_default())
+    }
+
+    /// The ManagedOSVersion changelog request a machine's changelog is.
+    fn machine_changelog(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &MachineChangelogParams,
+        arch: &Arch,
+    ) -> Result<Resource, StatusError> {
+        let machine = self
+            .stores
+            .machines
+            .get(namespace, name)
+            .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, name))?;
+        let inputs = self.inputs(Some(namespace), arch);
+        let index = inputs.index();
+        let resolution = index.machine(&machine);
+        let Some(current) = &resolution.current else {
+            let reason = resolution
+                .reason
+                .unwrap_or(MachineReason::VersionInNoChannel);
+            let message = format!(
+                "the version MachineInventory {namespace}/{name} runs is not known: {}",
+                resolution.message.as_deref().unwrap_or("not resolved")
+            );
+            return Err(with_cause(
+                StatusError::not_found(MACHINE_RESOURCE, name),
+                message,
+                reason,
+            ));
+        };
+        let to = match (&params.to, &resolution.target) {
+            (Some(to), _) => to.clone(),
+            (None, Some(target)) if target.channel == current.channel => target.name.clone(),
+            (None, Some(target)) => {
+                return Err(with_cause(
+                    StatusError::not_found(MACHINE_RESOURCE, name),
+                    format!(
+                        "the target of MachineInventory {namespace}/{name} ({}) is in channel {}, not in channel {} of the version it runs ({}): there is no changelog between them; name a version of channel {} with ?to=",
+                        target.name, target.channel, current.channel, current.name, current.channel
+                    ),
+                    MachineReason::OtherChannel,
+                ));
+            }
+            (None, None) => {
+                let mut error = StatusError::service_unavailable(
+                    format!(
+                        "the target of MachineInventory {namespace}/{name} is not known yet: {}",
+                        resolution
+                            .message
+                            .as_deref()
+                            .unwrap_or("channel data not fetched")
+                    ),
+                    Some(RETRY_AFTER_NOT_FETCHED),
+                );
+                let message = error.message.clone();
+                error = with_cause(error, message, MachineReason::ChannelNotFetched);
+                return Err(error);
+            }
+        };
+        if let Some(version) = self.resources.objects().versions.get(namespace, &to)
+            && version.channel_name() != Some(current.channel.as_str())
+        {
+            return Err(StatusError::bad_request(format!(
+                "to: ManagedOSVersion {to} is not in channel {} of the version MachineInventory {name} runs ({})",
+                current.channel, current.name
+            )));
+        }
+        Ok(Resource::Changelog {
+            namespace: namespace.to_owned(),
+            name: to,
+            params: ChangelogParams {
+                from: Some(current.name.clone()),
+                arch: Some(arch.clone()),
+                format: params.format,
+            },
+        })
+    }
+
+    fn image_plan(
+        &self,
+        namespace: &str,
+        name: &str,
+        arch: &Arch,
+    ) -> Result<elemental_changelog_apiservice::fleet::ManagedOSImageChangelog, StatusError> {
+        let image = self
+            .stores
+            .images
+            .get(namespace, name)
+            .ok_or_else(|| StatusError::not_found(IMAGE_RESOURCE, name))?;
+        let machines = self.stores.machines.list(Some(namespace));
+        let inputs = self.inputs(Some(namespace), arch);
+        let index = inputs.index();
+        let plan = index.plan(&image, machines.iter().map(AsRef::as_ref));
+        let mut summaries = Summaries::default();
+        Ok(plan.to_object(image_meta(&image), |p| summaries.of(&inputs.channels, p)))
+    }
+
+    /// Recomputes the machines gauge after each change of the fleet objects or the channel
+    /// data (at most every 2 s), and every 30 s. Runs until the process ends.
+    pub async fn keep_gauge(self: Arc<Self>, metrics: Arc<Metrics>) {
+        let mut fleet = self.stores.changes();
+        let mut channels = self.resources.changes();
+        loop {
+            let this = self.clone();
+            let metrics = metrics.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let counts = this.gauge_counts();
+                metrics.set_machines(&counts);
+            })
+            .await;
+            tokio::time::sleep(GAUGE_MIN_INTERVAL).await;
+            let _ = tokio::time::timeout(GAUGE_RECHECK, async {
+                tokio::select! {
+                    r = fleet.changed() => r.is_ok(),
+                    r = channels.changed() => r.is_ok(),
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Machines by namespace, state and highest pending severity (`none` without a pending
+    /// changelog), for the default architecture.
+    fn gauge_counts(&self) -> BTreeMap<(String, String, String), i64> {
+        let mut counts = BTreeMap::new();
+        let Ok(arch) = self.resources.served_arch(None) else {
+            return counts;
+        };
+        let machines = self.stores.machines.list(None);
+        let inputs = self.inputs(None, &arch);
+        for item in summarize(&inputs, &machines, None) {
+            let severity = item
+                .summary
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |s| wire(&s.highest_severity));
+            *counts
+                .entry((item.metadata.namespace, wire(&item.state), severity))
+                .or_default() += 1;
+        }
+        debug!(series = counts.len(), "machines gauge recomputed");
+        counts
+    }
+}
+
+impl Inputs {
+    fn index(&self) -> FleetIndex<'_> {
+        FleetIndex::new(
+            self.versions.iter().map(AsRef::as_ref),
+            self.images.iter().map(AsRef::as_ref),
+            self.selectors.iter().map(AsRef::as_ref),
+            Fleet::default(),
+            &self.channels,
+        )
+    }
+}
+
+/// Pending changelog summaries, each computed once per request.
+#[derive(Default)]
+struct Summaries(BTreeMap<Pending, Option<ChangelogSummary>>);
+
+impl Summaries {
+    fn of(&mut self, channels: &Channels, pending: &Pending) -> Option<ChangelogSummary> {
+        self.0
+            .entry(pending.clone())
+            .or_insert_with(|| {
+                let snapshot = channels.snapshot(&pending.namespace, &pending.channel)?;
+                snapshot
+                    .data
+                    .changelog(&pending.to, Some(&pending.from))
+                    .ok()
+                    .map(|c| c.summary)
+            })
+            .clone()
+    }
+}
+
+/// The summaries of `machines`, with `cve` their exposure to it.
+fn summarize(
+    inputs: &Inputs,
+    machines: &[Arc<MachineInventory>],
+    cve: Option<&str>,
+) -> Vec<MachineInventoryChangelogSummary> {
+    let index = inputs.index();
+    let mut summaries = Summaries::default();
+    machines
+        .iter()
+        .map(|machine| {
+            let resolution: MachineResolution = index.machine(machine);
+            let summary = resolution
+                .pending
+                .as_ref()
+                .and_then(|p| summaries.of(&inputs.channels, p));
+            let cve = cve.map(|id| {
+                index.cve(&resolution, id, |ns, channel, name| {
+                    inputs
+                        .channels
+                        .snapshot(ns, channel)
+                        .is_some_and(|s| s.data.fixes_cve(name, id))
+                })
+            });
+            resolution.to_object(machine_meta(machine), summary, cve)
+        })
+        .collect()
+}
+
+/// A job run off the async threads whose answer is made for this request.
+fn run(cost: Cost, job: impl FnOnce() -> Result<Answer, StatusError> + Send + 'static) -> Plan {
+    Plan::Render(Render {
+        cost,
+        job: Job::Run(Box::new(job)),
+    })
+}
+
+/// Machine summaries as JSON (one, or a list) or a Table.
+fn respond(
+    representation: Representation,
+    items: Vec<MachineInventoryChangelogSummary>,
+    cve: bool,
+    list: bool,
+) -> Result<Answer, StatusError> {
+    let content_type = representation.content_type();
+    let body = match representation {
+        Representation::Table {
+            version,
+            include_object,
+        } => serde_json::to_vec(
+            &elemental_changelog_apiservice::fleet::table::machines_table(
+                &items,
+                true,
+                cve,
+                version,
+                include_object,
+            ),
+        ),
+        Representation::Json if list => {
+            serde_json::to_vec(&MachineInventoryChangelogSummaryList::new(items))
+        }
+        Representation::Json => serde_json::to_vec(&items.into_iter().next().unwrap_or_default()),
+    }
+    .map_err(|e| StatusError::internal(&e))?;
+    Ok(Answer::Fresh(ok(body, content_type)))
+}
+
+fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
+    let meta = object.meta();
+    ObjectMeta {
+        name: meta.name.clone().unwrap_or_default(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        creation_timestamp: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        labels: meta.labels.clone().unwrap_or_default(),
+    }
+}
+
+fn machine_meta(machine: &MachineInventory) -> ObjectMeta {
+    meta_of(machine)
+}
+
+fn image_meta(image: &ManagedOSImage) -> ObjectMeta {
+    meta_of(image)
+}
+
+/// A 4xx/5xx with a cause naming the machine reason.
+fn with_cause(mut error: StatusError, message: String, reason: MachineReason) -> StatusError {
+    error.message = message.clone();
+    let details = error.details.get_or_insert_with(Box::default);
+    details.causes.push(StatusCause {
+        reason: wire(&reason),
+        message,
+        field: String::new(),
+    });
+    error
+}
+
+/// The wire name of an enum value.
+fn wire<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use elemental_changelog_apiservice::fleet::MachineState;
+
+    #[test]
+    fn unused_state_names_are_wire_names() {
+        assert_eq!(wire(&MachineState::UpdatesAvailable), "UpdatesAvailable");
+        assert_eq!(wire(&MachineReason::OtherChannel), "OtherChannel");
+    }
+}
