@@ -73,9 +73,13 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 pub const AGGREGATED_DISCOVERY: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
-const CRDS: [&str; 2] = [
+/// The operator's CRDs this server reads. MachineInventorySelector is left out on purpose:
+/// its absence is the missing-CRD case of the fleet view (treated as empty).
+const CRDS: [&str; 4] = [
     include_str!("../crds/elemental.cattle.io_managedosversionchannels.yaml"),
     include_str!("../crds/elemental.cattle.io_managedosversions.yaml"),
+    include_str!("../crds/elemental.cattle.io_machineinventories.yaml"),
+    include_str!("../crds/elemental.cattle.io_managedosimages.yaml"),
 ];
 
 /// What to start a [`TestBed`] with.

@@ -588,6 +588,47 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
     // The viewer is aggregated to view, edit and admin; Rancher's roles only
     // where Rancher's API exists, with the viewer's rules.
     let viewer = find(&docs, "ClusterRole", "elemental-changelog-viewer")?;
+    // The fleet view: readers get its machines and changelogs; the server lists and
+    // watches exactly the operator objects it resolves them from.
+    let grants = |role: &serde_yaml::Value, group: &str, resource: &str, verb: &str| {
+        role["rules"].as_sequence().is_some_and(|rules| {
+            rules.iter().any(|r| {
+                r["apiGroups"]
+                    .as_sequence()
+                    .is_some_and(|g| g.iter().any(|g| g.as_str() == Some(group)))
+                    && r["resources"]
+                        .as_sequence()
+                        .is_some_and(|x| x.iter().any(|x| x.as_str() == Some(resource)))
+                    && r["verbs"]
+                        .as_sequence()
+                        .is_some_and(|v| v.iter().any(|v| v.as_str() == Some(verb)))
+            })
+        })
+    };
+    for (resource, verb) in [
+        ("machineinventories", "get"),
+        ("machineinventories", "list"),
+        ("machineinventories/changelog", "get"),
+        ("managedosimages/changelog", "get"),
+    ] {
+        ensure!(
+            grants(viewer, "changelog.elemental.cattle.io", resource, verb),
+            "the viewer lacks {verb} on {resource}"
+        );
+    }
+    let server_role = find(&docs, "ClusterRole", RELEASE)?;
+    for resource in [
+        "machineinventories",
+        "machineinventoryselectors",
+        "managedosimages",
+    ] {
+        for verb in ["list", "watch"] {
+            ensure!(
+                grants(server_role, "elemental.cattle.io", resource, verb),
+                "the server lacks {verb} on {resource}"
+            );
+        }
+    }
     for role in ["view", "edit", "admin"] {
         ensure!(
             viewer["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")]

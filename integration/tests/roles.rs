@@ -196,7 +196,11 @@ async fn aggregated(bed: &TestBed, aggregation: &mut Process) -> Result<Duration
                 };
                 if !(has("managedosversions/changelog", "get")
                     && has("managedosversions", "get")
-                    && has("managedosversions", "list"))
+                    && has("managedosversions", "list")
+                    && has("machineinventories", "get")
+                    && has("machineinventories", "list")
+                    && has("machineinventories/changelog", "get")
+                    && has("managedosimages/changelog", "get"))
                 {
                     return Ok(None);
                 }

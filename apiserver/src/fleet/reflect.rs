@@ -280,7 +280,10 @@ where
 fn crd_missing(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.is_not_found(),
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => {
+            // An unknown resource answers a bare `404 page not found`, without a Status.
+            status.code == 404
+        }
         _ => false,
     }
 }

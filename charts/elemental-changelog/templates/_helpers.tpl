@@ -106,6 +106,12 @@ app.kubernetes.io/component: aggregated-apiserver
 - apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
   resources: ["managedosversions/changelog"]
   verbs: ["get"]
+- apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
+  resources: ["machineinventories"]
+  verbs: ["get", "list"]
+- apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
+  resources: ["machineinventories/changelog", "managedosimages/changelog"]
+  verbs: ["get"]
 {{- end }}
 
 {{/*
