@@ -3,7 +3,7 @@
 //!
 //! A kind whose CRD is not installed (no elemental-operator, or one too old to have it) is
 //! treated as empty: its list answers 404, which is logged once, counts as synced for
-//! readiness, and is retried with backoff, so the objects appear once the CRD does. The
+//! readiness, and is retried every 30 s, so the objects appear once the CRD does. The
 //! ManagedOSVersion kinds are different: without them the server has nothing to serve and
 //! stays unready.
 
@@ -13,6 +13,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
+    time::Duration,
 };
 
 use futures::{StreamExt, future::BoxFuture};
@@ -29,6 +30,10 @@ use crate::{
     health::{Health, ReadyFlag},
     metrics::Metrics,
 };
+
+/// Pause before listing again a kind whose CRD is missing. The watcher's own backoff restarts
+/// at each attempt (each emits `Init` before its list fails), which would list every second.
+const CRD_RECHECK: Duration = Duration::from_secs(30);
 
 /// Prefix of the annotations a machine's OS is reported in (see [`super::os`]).
 const OS_ANNOTATION_PREFIX: &str = "elemental.cattle.io/os.";
@@ -254,13 +259,14 @@ where
                             }
                         }
                         Err(error) if crd_missing(&error) => {
-                            // No CRD: nothing of this kind exists. Ready, and retried with
-                            // backoff so the objects appear once it is installed.
+                            // No CRD: nothing of this kind exists. Ready, and retried every
+                            // 30 s so the objects appear once it is installed.
                             if !missing_logged {
-                                warn!("the {label} CRD is not installed (the list answers 404); the fleet view treats it as empty and keeps retrying");
+                                warn!("the {label} CRD is not installed (the list answers 404); the fleet view treats it as empty and lists it again every 30 s");
                                 missing_logged = true;
                             }
                             mark_synced();
+                            tokio::time::sleep(CRD_RECHECK).await;
                         }
                         Err(error) => {
                             ctx.metrics.watch_error(label);
