@@ -13,7 +13,7 @@ use elemental_changelog_integration::{
     fixtures::{GeneratedChannel, OperatorChannel, metric, poll},
     image::{self, Compression, Format},
     registry::Registry,
-    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::VersionEntry},
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::VersionEntry, workspace_root},
 };
 use serde_json::Value;
 
@@ -665,6 +665,7 @@ spec:
     eprintln!("kubectl tables: ok\n{table}");
 
     rbac(bed).await?;
+    plugin(bed).await?;
 
     // Annotations change: the state follows.
     let before = Instant::now();
@@ -749,6 +750,90 @@ spec:
     })
     .await?;
     eprintln!("machines gauge current after {took:?}");
+    Ok(())
+}
+
+/// `kubectl-elemental` (`KUBECTL_ELEMENTAL_BIN`, else `target/debug/kubectl-elemental`) as
+/// admin.
+fn kubectl_elemental(bed: &TestBed, args: &[&str]) -> Result<String> {
+    let binary = std::env::var_os("KUBECTL_ELEMENTAL_BIN").map_or_else(
+        || workspace_root().join("target/debug/kubectl-elemental"),
+        Into::into,
+    );
+    let out = std::process::Command::new(&binary)
+        .arg("--kubeconfig")
+        .arg(bed.kubeconfig())
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?;
+    ensure!(
+        out.status.success(),
+        "kubectl elemental {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// `kubectl elemental machines` and `changelog --machine`.
+async fn plugin(bed: &TestBed) -> Result<()> {
+    let table = kubectl_elemental(bed, &["machines", "-n", FLEET_NAMESPACE])?;
+    let kubectl = bed
+        .kubectl_ok(&[
+            "get",
+            "machineinventories.changelog.elemental.cattle.io",
+            "-n",
+            FLEET_NAMESPACE,
+        ])
+        .await?;
+    ensure!(
+        table == kubectl,
+        "machines:\n{table}\nkubectl get:\n{kubectl}"
+    );
+    let all = kubectl_elemental(bed, &["machines", "-A", "-o", "wide"])?;
+    ensure!(
+        all.lines()
+            .next()
+            .is_some_and(|h| h.starts_with("NAMESPACE") && h.contains("CHANNEL"))
+            && all.lines().any(|l| l.starts_with(LOCAL)
+                && l.contains("l-switch")
+                && l.contains("OtherChannel")),
+        "{all}"
+    );
+    let text = kubectl_elemental(
+        bed,
+        &["changelog", "-n", FLEET_NAMESPACE, "--machine", "m-old"],
+    )?;
+    let (_, served) = get(
+        bed,
+        &api(&format!(
+            "/namespaces/{FLEET_NAMESPACE}/machineinventories/m-old/changelog?format=text"
+        )),
+    )
+    .await?;
+    ensure!(
+        text == served,
+        "changelog --machine:\n{text}\n?format=text:\n{served}"
+    );
+    let json = kubectl_elemental(
+        bed,
+        &[
+            "changelog",
+            "-n",
+            FLEET_NAMESPACE,
+            "--machine",
+            "m-old",
+            "--to",
+            "stable-v1-2",
+            "-o",
+            "json",
+        ],
+    )?;
+    let c: Value = serde_json::from_str(&json)?;
+    ensure!(
+        c["metadata"]["name"] == "stable-v1-2" && c["from"]["name"] == "stable-v1-1",
+        "{c}"
+    );
+    eprintln!("kubectl elemental machines, changelog --machine: ok");
     Ok(())
 }
 

@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use elemental_changelog_apiservice::{API_VERSION, RESOURCE, SUBRESOURCE, content, render};
+use elemental_changelog_apiservice::{
+    API_VERSION, MACHINE_RESOURCE, RESOURCE, SUBRESOURCE, content, render,
+};
 use http::{HeaderValue, Request, StatusCode, header};
 use http_body_util::{BodyExt as _, Limited};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
@@ -211,6 +213,24 @@ impl Api {
         self.get(&path, &query, content::JSON).await
     }
 
+    /// `GET .../namespaces/{namespace}/machineinventories/{name}/changelog` as JSON: the
+    /// changelog from the machine's current version to `to` (default: its target).
+    pub async fn machine_changelog(
+        &self,
+        namespace: &str,
+        machine: &str,
+        to: Option<&str>,
+        arch: Option<&str>,
+    ) -> Result<Answer, Error> {
+        let path = format!(
+            "/apis/{API_VERSION}/namespaces/{}/{MACHINE_RESOURCE}/{}/{SUBRESOURCE}",
+            segment(namespace),
+            segment(machine)
+        );
+        let query = query(&[("to", to), ("arch", arch)]);
+        self.get(&path, &query, content::JSON).await
+    }
+
     /// The `Table` of the changelog summaries in `scope` with the query
     /// parameters `params` (`cve`, `labelSelector`, `arch`).
     pub async fn summaries_table(
@@ -218,12 +238,30 @@ impl Api {
         scope: &Scope,
         params: &[(&str, Option<&str>)],
     ) -> Result<Answer, Error> {
+        self.table(RESOURCE, scope, params).await
+    }
+
+    /// The `Table` of the machines (the fleet view) in `scope` with `params`.
+    pub async fn machines_table(
+        &self,
+        scope: &Scope,
+        params: &[(&str, Option<&str>)],
+    ) -> Result<Answer, Error> {
+        self.table(MACHINE_RESOURCE, scope, params).await
+    }
+
+    async fn table(
+        &self,
+        resource: &str,
+        scope: &Scope,
+        params: &[(&str, Option<&str>)],
+    ) -> Result<Answer, Error> {
         let path = match scope {
             Scope::Namespace(namespace) => format!(
-                "/apis/{API_VERSION}/namespaces/{}/{RESOURCE}",
+                "/apis/{API_VERSION}/namespaces/{}/{resource}",
                 segment(namespace)
             ),
-            Scope::All => format!("/apis/{API_VERSION}/{RESOURCE}"),
+            Scope::All => format!("/apis/{API_VERSION}/{resource}"),
         };
         self.get(&path, &query(params), TABLE_ACCEPT).await
     }

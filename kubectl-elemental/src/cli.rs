@@ -36,8 +36,12 @@ pub struct Connection {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print what changed in a ManagedOSVersion: its advisories and package changes,
-    /// compared with the previous version of its channel or with --from.
+    /// compared with the previous version of its channel or with --from; or, with
+    /// --machine, what upgrading a machine to its target (or --to) would change.
     Changelog(ChangelogArgs),
+    /// List the registered machines (MachineInventories): the version each runs, its
+    /// target and what is pending.
+    Machines(MachinesArgs),
     /// List the ManagedOSVersions whose changelog fixes a CVE, the first fix first.
     Cve(CveArgs),
     /// List the ManagedOSVersions with their advisory counts (the summary table).
@@ -48,10 +52,18 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ChangelogArgs {
     /// Name of the ManagedOSVersion.
-    pub version: String,
+    #[arg(required_unless_present = "machine")]
+    pub version: Option<String>,
     /// Compare with this older ManagedOSVersion of the same channel instead of the previous one.
     #[arg(long)]
     pub from: Option<String>,
+    /// The changelog pending for this machine (MachineInventory): from the version it runs
+    /// to its target.
+    #[arg(long, conflicts_with_all = ["version", "from"])]
+    pub machine: Option<String>,
+    /// With --machine: a newer ManagedOSVersion of the machine's channel instead of its target.
+    #[arg(long, requires = "machine", conflicts_with_all = ["version", "from"])]
+    pub to: Option<String>,
     /// Architecture of the OS image (x86_64, aarch64; default: the server's).
     #[arg(long)]
     pub arch: Option<String>,
@@ -81,6 +93,26 @@ pub struct CveArgs {
     /// Search every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+    /// Architecture of the OS images (default: the server's).
+    #[arg(long)]
+    pub arch: Option<String>,
+    /// Output format: the table, or with more columns.
+    #[arg(short, long, value_enum, default_value_t = TableOutput::Table)]
+    pub output: TableOutput,
+}
+
+/// `machines`.
+#[derive(Debug, Args)]
+pub struct MachinesArgs {
+    /// List every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Only machines whose MachineInventory labels match this selector.
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+    /// Add each machine's exposure to this CVE (CVE and FIXED IN columns).
+    #[arg(long)]
+    pub cve: Option<String>,
     /// Architecture of the OS images (default: the server's).
     #[arg(long)]
     pub arch: Option<String>,
@@ -151,7 +183,7 @@ mod tests {
         let Command::Changelog(args) = cli.command else {
             panic!("not changelog")
         };
-        assert_eq!(args.version, "v2");
+        assert_eq!(args.version.as_deref(), Some("v2"));
         assert_eq!(args.from.as_deref(), Some("v1"));
         assert_eq!(args.arch.as_deref(), Some("aarch64"));
         assert_eq!(args.output, ChangelogOutput::Markdown);
@@ -176,9 +208,33 @@ mod tests {
     }
 
     #[test]
+    fn machines_and_machine_changelogs() {
+        let Command::Changelog(args) =
+            parse(&["changelog", "--machine", "m-1", "--to", "v3"]).command
+        else {
+            panic!("not changelog")
+        };
+        assert_eq!(args.version, None);
+        assert_eq!(args.machine.as_deref(), Some("m-1"));
+        assert_eq!(args.to.as_deref(), Some("v3"));
+        let Command::Machines(args) =
+            parse(&["machines", "-A", "--cve", "CVE-2024-1234", "-o", "wide"]).command
+        else {
+            panic!("not machines")
+        };
+        assert!(args.all_namespaces);
+        assert_eq!(args.cve.as_deref(), Some("CVE-2024-1234"));
+        assert_eq!(args.output, TableOutput::Wide);
+    }
+
+    #[test]
     fn bad_input_is_refused() {
         for args in [
             &["changelog"][..],
+            &["changelog", "v2", "--machine", "m"],
+            &["changelog", "--machine", "m", "--from", "v1"],
+            &["changelog", "v2", "--to", "v3"],
+            &["changelog", "--to", "v3"],
             &["changelog", "v2", "-o", "html"],
             &["versions", "-o", "json"],
             &["frobnicate"],

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::api::{Api, Error, Scope, Warnings};
 use crate::cli::{
-    ChangelogArgs, ChangelogOutput, Cli, Command, CveArgs, TableOutput, VersionsArgs,
+    ChangelogArgs, ChangelogOutput, Cli, Command, CveArgs, MachinesArgs, TableOutput, VersionsArgs,
 };
 
 #[tokio::main(flavor = "current_thread")]
@@ -59,6 +59,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
     let output = match cli.command {
         Command::Changelog(args) => changelog(&api, &namespace, &args, &mut warnings).await?,
         Command::Cve(args) => cve(&api, &namespace, &args, &mut warnings).await?,
+        Command::Machines(args) => machines(&api, &namespace, &args, &mut warnings).await?,
         Command::Versions(args) => versions(&api, &namespace, &args, &mut warnings).await?,
     };
     let mut stdout = std::io::stdout().lock();
@@ -75,14 +76,22 @@ async fn changelog(
     args: &ChangelogArgs,
     warnings: &mut Warnings,
 ) -> Result<String, Error> {
-    let answer = api
-        .changelog(
-            namespace,
-            &args.version,
-            args.from.as_deref(),
-            args.arch.as_deref(),
-        )
-        .await?;
+    let answer = match (&args.machine, &args.version) {
+        (Some(machine), _) => {
+            api.machine_changelog(namespace, machine, args.to.as_deref(), args.arch.as_deref())
+                .await?
+        }
+        // clap requires one of them.
+        (None, version) => {
+            api.changelog(
+                namespace,
+                version.as_deref().unwrap_or_default(),
+                args.from.as_deref(),
+                args.arch.as_deref(),
+            )
+            .await?
+        }
+    };
     warnings.print(&answer);
     Ok(match args.output {
         ChangelogOutput::Text => {
@@ -150,6 +159,26 @@ async fn versions(
     summaries(api, &scope, &params, args.output, &none, warnings).await
 }
 
+async fn machines(
+    api: &Api,
+    namespace: &str,
+    args: &MachinesArgs,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
+    let scope = scope(namespace, args.all_namespaces);
+    let params = [
+        ("labelSelector", args.selector.as_deref()),
+        ("cve", args.cve.as_deref()),
+        ("arch", args.arch.as_deref()),
+    ];
+    let none = match &scope {
+        Scope::Namespace(ns) => format!("No resources found in {ns} namespace."),
+        Scope::All => "No resources found".to_owned(),
+    };
+    let answer = api.machines_table(&scope, &params).await?;
+    print_table(answer, &scope, args.output, &none, warnings)
+}
+
 /// The summaries Table of `scope` with `params`, printed as kubectl prints
 /// it; `none` goes to stderr when it has no rows.
 async fn summaries(
@@ -161,6 +190,17 @@ async fn summaries(
     warnings: &mut Warnings,
 ) -> Result<String, Error> {
     let answer = api.summaries_table(scope, params).await?;
+    print_table(answer, scope, output, none, warnings)
+}
+
+/// A Table answer printed as kubectl prints it; `none` goes to stderr when it has no rows.
+fn print_table(
+    answer: api::Answer,
+    scope: &Scope,
+    output: TableOutput,
+    none: &str,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
     warnings.print(&answer);
     let table = answer.json::<printer::Table>("Table")?;
     if table.rows.is_empty() {
