@@ -293,3 +293,59 @@ fn crd_missing(error: &watcher::Error) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use kube::core::Status;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_crd_is_a_bare_404_on_list_or_watch() {
+        let api = |code: u16, reason: &str| {
+            kube::Error::Api(Box::new(
+                Status::failure("404 page not found", reason).with_code(code),
+            ))
+        };
+        assert!(crd_missing(&watcher::Error::InitialListFailed(api(
+            404, ""
+        ))));
+        assert!(crd_missing(&watcher::Error::WatchStartFailed(api(
+            404, "NotFound"
+        ))));
+        assert!(!crd_missing(&watcher::Error::InitialListFailed(api(
+            403,
+            "Forbidden"
+        ))));
+        assert!(!crd_missing(&watcher::Error::WatchFailed(api(404, ""))));
+    }
+
+    #[test]
+    fn machines_keep_only_what_is_read() {
+        let mut m = MachineInventory::new("m", Default::default());
+        m.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        m.metadata.annotations = Some(BTreeMap::from([
+            ("elemental.cattle.io/os.image".to_owned(), "x:1".to_owned()),
+            (
+                "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
+                "{}".to_owned(),
+            ),
+        ]));
+        m.metadata.labels = Some(BTreeMap::from([("pool".to_owned(), "a".to_owned())]));
+        trim_machine(&mut m);
+        assert_eq!(m.metadata.managed_fields, None);
+        assert_eq!(
+            m.metadata
+                .annotations
+                .unwrap()
+                .into_keys()
+                .collect::<Vec<_>>(),
+            ["elemental.cattle.io/os.image"]
+        );
+        assert_eq!(m.metadata.labels.unwrap().len(), 1);
+    }
+}
