@@ -52,22 +52,6 @@ pub struct FleetStores {
 }
 
 impl FleetStores {
-    /// Stores fed by the caller, in tests.
-    #[cfg(test)]
-    pub fn from_parts(
-        machines: Stores<MachineInventory>,
-        selectors: Stores<MachineInventorySelector>,
-        images: Stores<ManagedOSImage>,
-    ) -> Self {
-        let (_, changes) = watch::channel(0);
-        Self {
-            machines,
-            selectors,
-            images,
-            changes,
-        }
-    }
-
     /// A receiver told of every change of a fleet object.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
