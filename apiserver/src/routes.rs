@@ -100,6 +100,9 @@ impl App {
             "request"
         );
         timer.finish(code);
+        if *info.method() == http::Method::HEAD {
+            return without_body(response);
+        }
         response
     }
 
@@ -445,6 +448,21 @@ fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusEr
         },
     };
     StatusError::forbidden(&user.name, &denied, reason)
+}
+
+/// The answer to a HEAD request: the GET answer's head (its `Content-Length` included), no
+/// body. hyper leaves out the body of a HEAD answer over HTTP/1.1 but sends it over HTTP/2,
+/// where DATA frames on a HEAD stream are a protocol error: Go's HTTP/2 client (kube-apiserver's
+/// proxy) resets the stream with `PROTOCOL_ERROR` and logs "received DATA on a HEAD request".
+fn without_body(response: HttpResponse) -> HttpResponse {
+    let (mut parts, body) = response.into_parts();
+    if let Some(length) = hyper::body::Body::size_hint(&body).exact() {
+        parts
+            .headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(length));
+    }
+    Response::from_parts(parts, Full::new(Bytes::new()))
 }
 
 #[cfg(test)]

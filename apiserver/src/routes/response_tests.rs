@@ -188,3 +188,16 @@ fn forbidden_names_the_resource_or_the_path() {
         e.message
     );
 }
+
+#[test]
+fn a_head_answer_has_the_get_head_and_no_body() {
+    let ready = Ready::answer(vec![b'x'; 4096], "application/json");
+    let get = ready.respond(&HeaderMap::new());
+    let head = without_body(ready.respond(&HeaderMap::new()));
+    assert_eq!(head.status(), get.status());
+    assert_eq!(head.headers()[header::CONTENT_LENGTH], "4096");
+    assert_eq!(head.headers()[header::ETAG], get.headers()[header::ETAG]);
+    // Nothing for hyper to send as HTTP/2 DATA frames.
+    assert!(hyper::body::Body::is_end_stream(head.body()));
+    assert!(body(head).is_empty());
+}
