@@ -16,9 +16,18 @@ use sha2::{Digest, Sha256};
 use super::HttpResponse;
 use crate::metrics::Metrics;
 
-/// Bodies smaller than this are not compressed: the gzip header and trailer cost more than
-/// they save.
-const GZIP_MIN_BYTES: usize = 512;
+/// Bodies smaller than this are not compressed, as k8s.io/apiserver compresses none under
+/// 128 KiB (`defaultGzipThresholdBytes` in `endpoints/handlers/responsewriters`).
+///
+/// Through the aggregator, a compressed answer is also one that is streamed: kube-apiserver's
+/// proxy transport asks for gzip itself when the client did not, decompresses the answer and
+/// drops its `Content-Length`, and `httputil.ReverseProxy` then flushes the head ahead of the
+/// body and copies the rest as it comes. A client that stops reading after the head (a timeout,
+/// a dropped response) makes that copy fail, and kube-apiserver aborts the handler
+/// (`http.ErrAbortHandler`: "net/http: abort Handler", a `Panic` audit event) instead of
+/// completing the request. Below this size our answers reach the aggregator whole, with their
+/// `Content-Length`, and are proxied in one piece, as kube-apiserver's own are.
+pub const GZIP_MIN_BYTES: usize = 128 * 1024;
 /// What a kept answer costs besides its bytes (the entry, its key, header values).
 const ENTRY_OVERHEAD: u64 = 512;
 /// `Cache-Control` of answers that depend on who asks (what kube-apiserver sends).
@@ -320,7 +329,7 @@ mod tests {
 
     #[test]
     fn gzip_only_when_accepted_and_smaller() {
-        let ready = Ready::answer(json(4096), "application/json");
+        let ready = Ready::answer(json(GZIP_MIN_BYTES), "application/json");
         let plain = ready.respond(&request(&[]));
         assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
         let gzip = ready.respond(&request(&[("accept-encoding", "br, gzip;q=0.8")]));
@@ -328,15 +337,18 @@ mod tests {
         assert_ne!(gzip.headers()[header::ETAG], plain.headers()[header::ETAG]);
         let refused = ready.respond(&request(&[("accept-encoding", "gzip;q=0, identity")]));
         assert!(refused.headers().get(header::CONTENT_ENCODING).is_none());
-        let small = Ready::answer(b"{}".to_vec(), "application/json");
-        let answer = small.respond(&request(&[("accept-encoding", "gzip")]));
-        assert!(answer.headers().get(header::CONTENT_ENCODING).is_none());
+        // Under the threshold (a discovery document, a typical changelog), never compressed.
+        for small in [b"{}".to_vec(), json(GZIP_MIN_BYTES - 100)] {
+            let small = Ready::answer(small, "application/json");
+            let answer = small.respond(&request(&[("accept-encoding", "gzip")]));
+            assert!(answer.headers().get(header::CONTENT_ENCODING).is_none());
+        }
     }
 
     #[test]
     fn the_gzip_form_decompresses_to_the_body() {
         use std::io::Read;
-        let ready = Ready::answer(json(10_000), "application/json");
+        let ready = Ready::answer(json(GZIP_MIN_BYTES + 10_000), "application/json");
         let mut decoded = Vec::new();
         flate2::read::GzDecoder::new(&ready.gzip.as_ref().unwrap()[..])
             .read_to_end(&mut decoded)
@@ -346,7 +358,7 @@ mod tests {
 
     #[test]
     fn if_none_match_answers_304_for_either_etag() {
-        let ready = Ready::answer(json(4096), "application/json");
+        let ready = Ready::answer(json(GZIP_MIN_BYTES), "application/json");
         let etag = ready.etag.to_str().unwrap().to_owned();
         let gzip_etag = ready.gzip_etag.to_str().unwrap().to_owned();
         for value in [

@@ -1079,23 +1079,19 @@ fn answers_are_rendered_once_and_sent_as_kept() {
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
     assert!(body(again).is_empty());
-    // gzip when accepted, and it is the same JSON.
+    // A changelog under `ready::GZIP_MIN_BYTES` is sent as is, gzip accepted or not (so that
+    // kube-apiserver's proxy gets it whole; the gzip form is tested in `ready`).
+    assert!(kept.body().len() < super::super::ready::GZIP_MIN_BYTES);
     let mut gzip = HeaderMap::new();
     gzip.insert(
         header::ACCEPT_ENCODING,
         "gzip".parse().unwrap_or_else(|e| panic!("{e}")),
     );
-    let compressed = w
+    let plain = w
         .request_with(&path, &format!("from={OLDEST}"), None, &gzip)
         .unwrap_or_else(|e| panic!("{e:?}"));
-    assert_eq!(header_of(&compressed, header::CONTENT_ENCODING), "gzip");
-    let mut json = Vec::new();
-    std::io::Read::read_to_end(
-        &mut flate2::read::GzDecoder::new(&body(compressed)[..]),
-        &mut json,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(json, kept.body().to_vec());
+    assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
+    assert_eq!(body(plain), kept.body().to_vec());
 }
 
 #[test]
