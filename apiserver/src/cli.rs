@@ -138,9 +138,13 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
         return Ok(None);
     };
     // Parsed in the memory the pull reserved for it, as the server does.
-    let limits = memory
+    let turn = match &memory {
+        Some(memory) => Some(memory.parse_turn().await),
+        None => None,
+    };
+    let limits = turn
         .as_ref()
-        .map_or_else(Default::default, |memory| parse_limits(memory.allowance()));
+        .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
     let data =
         ChannelData::from_files_with_limits(files, limits).map_err(|source| CliError::Data {
             image: args.image.clone(),

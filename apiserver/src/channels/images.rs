@@ -1,9 +1,4 @@
-//! The image store: channel images read once per process. It is the one place that
-//! coalesces reads (one read per [`ImageKey`] at a time; the registry's fetcher pulls once per
-//! call), shares parsed images between channels, and parses each pull in the memory the pull
-//! reserved.
-//!
-//! A channel whose image resolves to a
+//! Channel images read once per process. A channel whose image resolves to a
 //! digest that another channel already pulled and parsed (the same image
 //! used in two namespaces, or an older image a retained version comes from)
 //! serves that parse, shared through an [`Arc`]: no pull, no parse, no
@@ -310,15 +305,18 @@ pub(super) async fn read(
             compressed_bytes: 0,
         });
     };
-    // Parsed in the memory the pull reserved for it (held until the parse is done; this read
-    // is the pull's only reader: the image store reads each key once at a time).
+    // Parsed in the memory the pull reserved for it.
+    let turn = match &memory {
+        Some(memory) => Some(memory.parse_turn().await),
+        None => None,
+    };
     // A bug that panics in the parse costs this read, not the process.
     let built = tokio::task::spawn_blocking(move || {
-        let limits = memory
+        let limits = turn
             .as_ref()
-            .map_or_else(Default::default, |memory| parse_limits(memory.allowance()));
+            .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
         let data = ChannelData::from_files_with_limits(files, limits);
-        drop(memory);
+        drop(turn);
         data
     })
     .await;
