@@ -440,6 +440,21 @@ impl TestBed {
         self.server.as_ref()
     }
 
+    /// Our server's base URL (`https://127.0.0.1:<port>`); an error when it is not running.
+    pub fn server_url(&self) -> Result<String> {
+        Ok(self.server().context("our server is not running")?.url())
+    }
+
+    /// Our server's log file; an error when it is not running.
+    pub fn server_log(&self) -> Result<PathBuf> {
+        Ok(self
+            .server()
+            .context("our server is not running")?
+            .process()
+            .log()
+            .to_owned())
+    }
+
     /// An HTTP client for our server directly, trusting its CA, presenting `identity` if given.
     pub fn server_http(&self, identity: Option<&CertPair>) -> Result<reqwest::Client> {
         https_client(&self.pki.server_ca, identity)
@@ -447,10 +462,9 @@ impl TestBed {
 
     /// Our server's `/metrics` text, read directly as admin.
     pub async fn server_metrics(&self) -> Result<String> {
-        let server = self.server().context("our server is not running")?;
         let response = self
             .server_http(Some(&self.pki.admin))?
-            .get(format!("{}/metrics", server.url()))
+            .get(format!("{}/metrics", self.server_url()?))
             .send()
             .await?;
         anyhow::ensure!(response.status() == 200, "/metrics: {}", response.status());

@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_apiservice::{GROUP, VERSION, types::ManagedOSVersionChangelog};
+use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, metric, poll},
+    fixtures::{GeneratedChannel, OperatorChannel, POLL, SOON, metric, poll},
     image::{self, Compression, Format},
+    paths,
     registry::Registry,
     testbed::{FLEET_NAMESPACE, SERVER_NAMESPACE, TestBed, TestBedOptions},
 };
@@ -21,22 +22,16 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::Value;
 
-/// Bound on waiting for the servers to see a change and serve it.
-const DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls.
-const POLL: Duration = Duration::from_millis(100);
 /// The history ConfigMap of the chart's release in the test bed.
 const HISTORY: &str = "elemental-changelog-history";
 const CHANNEL: &str = "stable";
 
 fn changelog_path(name: &str) -> String {
-    format!(
-        "/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog"
-    )
+    paths::changelog_path(FLEET_NAMESPACE, name)
 }
 
 fn list_path(query: &str) -> String {
-    format!("/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions{query}")
+    format!("{}{query}", paths::summaries_path(FLEET_NAMESPACE))
 }
 
 /// GET `url` (through the aggregator): status code and body.
@@ -88,7 +83,7 @@ fn cause(body: &[u8]) -> String {
 async fn wait_served(bed: &TestBed, index: usize, path: &str) -> Result<(Vec<u8>, Duration)> {
     poll(
         &format!("replica {index}: GET {path}"),
-        DEADLINE,
+        SOON,
         POLL,
         async || {
             let (status, body) = get_via(bed, index, path).await?;
@@ -201,18 +196,13 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
         channel.sync(&data.entries()).await?;
         // Both replicas read it before the next one comes.
         let path = changelog_path(&format!("stable-v1-{newest}"));
-        poll(
-            "both replicas on the new image",
-            DEADLINE,
-            POLL,
-            async || {
-                let body = agree(bed, &path).await?;
-                Ok(
-                    (changelog(&body)?.channel.digest.as_deref() == Some(pushed.digest.as_str()))
-                        .then_some(()),
-                )
-            },
-        )
+        poll("both replicas on the new image", SOON, POLL, async || {
+            let body = agree(bed, &path).await?;
+            Ok(
+                (changelog(&body)?.channel.digest.as_deref() == Some(pushed.digest.as_str()))
+                    .then_some(()),
+            )
+        })
         .await?;
         digests.push(pushed.digest);
         if newest == 5 {
@@ -353,7 +343,7 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
         }
     });
     let count = async |at_least: usize| {
-        poll("requests sent", DEADLINE, POLL, async || {
+        poll("requests sent", SOON, POLL, async || {
             Ok((sent.load(Ordering::SeqCst) >= at_least).then_some(()))
         })
         .await
@@ -424,12 +414,9 @@ async fn an_old_image_gone_from_the_registry_is_retried(
             &[("result", "failed")],
         ))
     };
-    let (_, took) = poll(
-        "the pull failed twice (retried)",
-        DEADLINE,
-        POLL,
-        async || Ok((failed().await? >= 2.0).then_some(())),
-    )
+    let (_, took) = poll("the pull failed twice (retried)", SOON, POLL, async || {
+        Ok((failed().await? >= 2.0).then_some(()))
+    })
     .await?;
     eprintln!("the missing old image failed twice on the restarted replica within {took:?}");
     let (status, body) = get_via(bed, 0, &changelog_path("stable-v1-1")).await?;
@@ -439,15 +426,10 @@ async fn an_old_image_gone_from_the_registry_is_retried(
     );
     std::fs::rename(&aside, &manifest).context("restoring the old manifest")?;
     let path = changelog_path("stable-v1-1");
-    let (body, took) = poll(
-        "the restarted replica catches up",
-        DEADLINE,
-        POLL,
-        async || {
-            let (status, body) = get_via(bed, 1, &path).await?;
-            Ok((status == 200).then_some(body))
-        },
-    )
+    let (body, took) = poll("the restarted replica catches up", SOON, POLL, async || {
+        let (status, body) = get_via(bed, 1, &path).await?;
+        Ok((status == 200).then_some(body))
+    })
     .await?;
     ensure!(body == expected, "other bytes after the image came back");
     eprintln!("served {took:?} after the old image came back");
@@ -556,22 +538,17 @@ async fn a_deleted_version_is_forgotten_everywhere(
     let path = changelog_path("stable-v1-1");
     let started = Instant::now();
     for index in [0, 1] {
-        poll(
-            &format!("replica {index}: 404"),
-            DEADLINE,
-            POLL,
-            async || {
-                let (status, _) = get_via(bed, index, &path).await?;
-                Ok((status == 404).then_some(()))
-            },
-        )
+        poll(&format!("replica {index}: 404"), SOON, POLL, async || {
+            let (status, _) = get_via(bed, index, &path).await?;
+            Ok((status == 404).then_some(()))
+        })
         .await?;
     }
     eprintln!(
         "deleted version 404 on both replicas {:?} after the deletion",
         started.elapsed()
     );
-    let (_, took) = poll("the history forgets it", DEADLINE, POLL, async || {
+    let (_, took) = poll("the history forgets it", SOON, POLL, async || {
         let history = history(bed).await?;
         Ok(origin(&history, "stable-v1-1").is_none().then_some(history))
     })

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
-use elemental_changelog_integration::fixtures::poll;
+use elemental_changelog_integration::fixtures::{POLL, SOON, poll};
 use elemental_changelog_integration::generated::{Channel, Spec};
+use elemental_changelog_integration::paths::{all_summaries_path, changelog_path};
 use elemental_changelog_integration::publish;
 use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
 use elemental_changelog_integration::registry::Registry;
@@ -24,14 +25,9 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 const GROUP: &str = "changelog.elemental.cattle.io";
-const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 const RESOURCE: &str = "managedosversions.changelog.elemental.cattle.io";
 /// A namespace where none of the users is bound.
 const OTHER_NAMESPACE: &str = "elsewhere";
-/// Bound on RBAC changes reaching kube-apiserver's authorizer and the
-/// aggregation controller.
-const SOON: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(100);
 
 /// Who is bound to which built-in role in [`FLEET_NAMESPACE`], and how.
 const BINDINGS: [(&str, &str, &str); 3] = [
@@ -66,7 +62,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     publish::generated_channel(bed, registry, FLEET_NAMESPACE, &channel).await?;
     let newest = channel.versions.len() - 1;
     let name = &channel.versions[newest].name;
-    let path = format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog");
+    let path = changelog_path(FLEET_NAMESPACE, name);
     let expected = channel.expected_advisories(newest - 1, newest);
 
     // Nobody is bound yet: refused by kube-apiserver before our server.
@@ -130,10 +126,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         eprintln!("  {user} ({role}) reads after {took:?}");
 
         // Bound in one namespace only: refused elsewhere.
-        let elsewhere =
-            format!("{API}/namespaces/{OTHER_NAMESPACE}/managedosversions/{name}/changelog");
+        let elsewhere = changelog_path(OTHER_NAMESPACE, name);
         refused(bed, user, &elsewhere, "get", "managedosversions/changelog").await?;
-        let cluster_wide = format!("{API}/managedosversions");
+        let cluster_wide = all_summaries_path();
         refused(bed, user, &cluster_wide, "list", "managedosversions").await?;
     }
 

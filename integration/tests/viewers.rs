@@ -23,15 +23,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::bench::rss;
-use elemental_changelog_integration::fixtures::{metric, poll};
+use elemental_changelog_integration::fixtures::{POLL, SOON, metric, poll};
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::paths::{self, GROUP_VERSION, summaries_path};
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 const CHANNEL: &str = "viewers";
 /// `big` carries [`BIG_ADVISORIES`] advisories; `evil` the hostile title; `small` little.
 const VERSIONS: [&str; 3] = ["small", "evil", "big"];
@@ -47,8 +47,6 @@ const ANSWER_CACHE: u64 = 8 << 20;
 const CVE_FLOOD: usize = 20_000;
 /// RSS growth allowed past the answer cache size (allocator slack, the review cache).
 const RSS_SLACK_KIB: u64 = 24 << 10;
-const SOON: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(100);
 
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -367,7 +365,7 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
 async fn chosen_keys_are_bounded(bed: &TestBed) -> Result<()> {
     let http = bed.server_http(Some(&bed.pki().front_proxy_client))?;
     let url = server_url(bed)?;
-    let list = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions");
+    let list = summaries_path(FLEET_NAMESPACE);
     let get = {
         let (http, url) = (http.clone(), url.clone());
         move |query: String| {
@@ -437,7 +435,7 @@ async fn chosen_keys_are_bounded(bed: &TestBed) -> Result<()> {
 // Setup
 
 fn changelog_path(name: &str) -> String {
-    format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog")
+    paths::changelog_path(FLEET_NAMESPACE, name)
 }
 
 fn server_url(bed: &TestBed) -> Result<String> {
