@@ -4,16 +4,13 @@
 //! in upstream's channel image layout, and the checks that a served
 //! `ManagedOSVersionChangelog` carries exactly what was generated.
 //!
-//! Also small helpers to poll with a deadline ([`poll`], [`soon`], and their
-//! shared [`POLL`] interval and [`SOON`]/[`SERVED`] deadlines), read
-//! Prometheus text and wait for a line in a log file.
+//! Also small helpers to check a `Status`, read Prometheus text and find
+//! lines in a log file; polling with a deadline is [`crate::wait`].
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::types::{
     Advisory, AdvisoryPackage, ManagedOSVersionChangelog, Reference, Severity, Source,
 };
@@ -306,11 +303,7 @@ impl GeneratedChannel {
     /// A one-layer channel image for GOARCH `arch` holding [`GeneratedChannel::files`].
     pub fn image(&self, format: Format, compression: Compression, arch: &str) -> Image {
         let files = self.files();
-        let borrowed: Vec<(&str, &[u8])> = files
-            .iter()
-            .map(|(path, data)| (path.as_str(), data.as_slice()))
-            .collect();
-        Image::channel(format, compression, &borrowed).arch(arch)
+        Image::channel(format, compression, &files).arch(arch)
     }
 
     /// The ManagedOSVersions the operator creates for these versions.
@@ -594,59 +587,14 @@ pub fn check_advisories(served: &[Advisory], expected: &[GeneratedAdvisory]) -> 
     Ok(())
 }
 
-/// Pause between two probes of a poll.
-pub const POLL: Duration = Duration::from_millis(100);
-
-/// Deadline for what should follow at once: a binding taking effect, a Status
-/// or a log line showing, a small channel served.
-pub const SOON: Duration = Duration::from_secs(60);
-
-/// Deadline for channel data pulled, parsed and served by a debug build:
-/// large generated channels, or a server under faults.
-pub const SERVED: Duration = Duration::from_secs(90);
-
-/// Polls `probe` every [`POLL`] until it gives a value, for at most [`SOON`].
-/// Unlike [`poll`], an error from `probe` ends the poll at once: probes use
-/// it for answers that must never be wrong while waiting.
-pub async fn soon<T>(what: &str, mut probe: impl AsyncFnMut() -> Result<Option<T>>) -> Result<T> {
-    let deadline = Instant::now() + SOON;
-    loop {
-        if let Some(value) = probe().await? {
-            return Ok(value);
-        }
-        if Instant::now() >= deadline {
-            bail!("{what}: not after {SOON:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Polls `probe` every `interval` (usually [`POLL`]) until it gives a value,
-/// failing after `deadline` (usually [`SOON`] or [`SERVED`]) with the last
-/// thing it said; an error from `probe` is retried. Returns the value and the
-/// time taken.
-pub async fn poll<T, F, Fut>(
-    what: &str,
-    deadline: Duration,
-    interval: Duration,
-    mut probe: F,
-) -> Result<(T, Duration)>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let started = Instant::now();
-    loop {
-        let last = match probe().await {
-            Ok(Some(value)) => return Ok((value, started.elapsed())),
-            Ok(None) => "not yet".to_owned(),
-            Err(error) => format!("{error:#}"),
-        };
-        if started.elapsed() >= deadline {
-            bail!("{what}: not reached after {deadline:?}; last: {last}");
-        }
-        tokio::time::sleep(interval).await;
-    }
+/// Checks that `status` is a failure `Status` with `code` and `reason`.
+pub fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
+    ensure!(status["kind"] == "Status", "not a Status: {status}");
+    ensure!(status["apiVersion"] == "v1", "{status}");
+    ensure!(status["status"] == "Failure", "{status}");
+    ensure!(status["code"] == code, "{status}");
+    ensure!(status["reason"] == reason, "{status}");
+    Ok(())
 }
 
 /// The sum of the samples of `name` in Prometheus text whose labels include

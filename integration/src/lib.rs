@@ -19,3 +19,4 @@ pub mod sample;
 pub mod table;
 pub mod testbed;
 pub mod timing;
+pub mod wait;

@@ -4,6 +4,8 @@
 
 use elemental_changelog_apiservice::{RESOURCE, SUBRESOURCE};
 
+use crate::testbed::elemental::CHANNEL_LABEL;
+
 /// `/apis/<group>/<version>`.
 pub const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 
@@ -20,6 +22,14 @@ pub fn summary_path(namespace: &str, name: &str) -> String {
 /// The list of summaries in `namespace`, without a query.
 pub fn summaries_path(namespace: &str) -> String {
     format!("{GROUP_VERSION}/namespaces/{namespace}/{RESOURCE}")
+}
+
+/// The summaries of channel `channel`'s versions in `namespace` (a label selector).
+pub fn channel_summaries_path(namespace: &str, channel: &str) -> String {
+    format!(
+        "{}?labelSelector={CHANNEL_LABEL}%3D{channel}",
+        summaries_path(namespace)
+    )
 }
 
 /// The list of summaries in every namespace, without a query.

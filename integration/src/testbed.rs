@@ -40,6 +40,8 @@ use sha2::{Digest as _, Sha256};
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt as _;
 
+use crate::wait::POLL;
+
 pub use kubeconfig::Credentials;
 pub use pki::{Ca, CertPair};
 pub use process::Process;
@@ -66,8 +68,6 @@ pub const TOKEN_USERS: &[(&str, &[&str])] = &[
 
 /// Bound on waiting for one process or condition; generous for a loaded CI machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
-/// Pause between two readiness probes.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// `Accept` for kube-apiserver's aggregated discovery (`/apis`, v2).
 pub const AGGREGATED_DISCOVERY: &str =
@@ -1120,7 +1120,7 @@ async fn wait_apiserver_ready(apiserver: &mut Process, pki: &Pki, port: u16) -> 
     .await
 }
 
-/// Polls `probe` every [`POLL_INTERVAL`] until it answers true, failing when
+/// Polls `probe` every [`POLL`] until it answers true, failing when
 /// `process` exits or after [`READY_TIMEOUT`].
 async fn wait_until(
     process: &mut Process,
@@ -1140,7 +1140,7 @@ async fn wait_until(
                 process.tail(process::TAIL_BYTES)
             );
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(POLL).await;
     }
 }
 

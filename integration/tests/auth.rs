@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::availability::AvailabilityWatch;
-use elemental_changelog_integration::fixtures::soon;
+use elemental_changelog_integration::fixtures::expect_status;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{self, all_summaries_path, summaries_path};
 use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
@@ -25,6 +25,7 @@ use elemental_changelog_integration::testbed::{
     SERVICE_NAME, TestBed, TestBedOptions,
 };
 use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::wait::soon;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
@@ -47,8 +48,6 @@ const CAROL_GROUP: &str = "elemental-viewers";
 const CERT_VIEWERS: &str = "cert-viewers";
 const AUTH_CONFIG_MAP: &str = "extension-apiserver-authentication";
 const REQUESTHEADER_CA_KEY: &str = "requestheader-client-ca-file";
-/// Bound on waiting for something that happens within moments (RBAC
-/// informers, ConfigMap watches, file reloads), generous for a loaded machine.
 
 #[tokio::test]
 async fn delegated_authentication_and_authorization() -> Result<()> {
@@ -1008,15 +1007,6 @@ async fn direct(
 
 fn message_of(status: &Value) -> &str {
     status["message"].as_str().unwrap_or_default()
-}
-
-fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
-    ensure!(status["kind"] == "Status", "not a Status: {status}");
-    ensure!(status["apiVersion"] == "v1", "{status}");
-    ensure!(status["status"] == "Failure", "{status}");
-    ensure!(status["code"] == code, "{status}");
-    ensure!(status["reason"] == reason, "{status}");
-    Ok(())
 }
 
 async fn kubectl_as_ok(bed: &TestBed, user: &str, args: &[&str]) -> Result<String> {

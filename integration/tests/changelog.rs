@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, POLL, SOON, log_lines, metric, poll, retag},
+    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, retag},
     image::{self, Compression, Format, Image, Layer},
     paths::changelog_path,
     registry::Registry,
@@ -19,6 +19,7 @@ use elemental_changelog_integration::{
         elemental::{CHANNEL_LABEL, VersionEntry, channel_resource, version_resource},
     },
     timing::Phases,
+    wait::{POLL, SOON, poll},
 };
 use kube::{
     Api,
@@ -674,14 +675,10 @@ async fn push_broken(
         "invalid-json" => {
             let mut files = data.files();
             files[0].1 = br#"[{"metadata":{"name":"broken"},"spec":{"version":"#.to_vec();
-            let borrowed: Vec<(&str, &[u8])> = files
-                .iter()
-                .map(|(p, d)| (p.as_str(), d.as_slice()))
-                .collect();
             image::push(
                 registry,
                 &reference,
-                &Image::channel(Format::Oci, Compression::Gzip, &borrowed),
+                &Image::channel(Format::Oci, Compression::Gzip, &files),
             )
             .await?
         }

@@ -17,11 +17,12 @@ use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
     faults::{Fault, FaultProxy},
-    fixtures::{GeneratedChannel, OperatorChannel, POLL, SERVED, log_lines, metric, poll},
+    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric},
     image::{self, Compression, Format, Layer},
     paths::{changelog_path, summary_path},
     registry::Registry,
     testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::channel_resource},
+    wait::{POLL, SERVED, poll},
 };
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};

@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, ensure};
 use elemental_changelog::data::ChannelData;
 use elemental_changelog_integration::{
     bench::{Rss, settled_rss},
-    fixtures::{POLL, SERVED, metric, poll},
+    fixtures::metric,
     generated::{Channel, Spec},
     image::{self, Compression, Format, Image},
     paths::{changelog_path, summary_path},
@@ -25,6 +25,7 @@ use elemental_changelog_integration::{
         FLEET_NAMESPACE, TestBed, TestBedOptions,
         elemental::{self, channel_resource},
     },
+    wait::{POLL, SERVED, poll},
 };
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
@@ -101,10 +102,6 @@ async fn create(
     model: &Channel,
 ) -> Result<()> {
     let files = model.raw_files("updateinfo.xml.zst")?;
-    let files: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice()))
-        .collect();
     let tag = format!("{}/raw:1", model.name);
     image::push(
         registry,

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, POLL, SOON, metric, poll},
+    fixtures::{GeneratedChannel, OperatorChannel, metric},
     image::{self, Compression, Format},
     paths,
     registry::Registry,
     testbed::{FLEET_NAMESPACE, SERVER_NAMESPACE, TestBed, TestBedOptions},
+    wait::{POLL, SOON, poll},
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;

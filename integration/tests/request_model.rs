@@ -15,7 +15,6 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiserver::request::RequestInfo;
-use elemental_changelog_integration::fixtures::soon;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{
     GROUP_VERSION, all_summaries_path, changelog_path, summaries_path,
@@ -23,6 +22,7 @@ use elemental_changelog_integration::paths::{
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
+use elemental_changelog_integration::wait::soon;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use reqwest::{Method, StatusCode};

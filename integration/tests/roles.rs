@@ -8,17 +8,18 @@
 //! Our server runs as the chart's ServiceAccount with the chart's RBAC (the
 //! test bed's default), rendered with the chart's default values.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
-use elemental_changelog_integration::fixtures::{POLL, SOON, poll};
 use elemental_changelog_integration::generated::{Channel, Spec};
 use elemental_changelog_integration::paths::{all_summaries_path, changelog_path};
 use elemental_changelog_integration::publish;
 use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, Process, TestBed, TestBedOptions};
+use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::wait::{POLL, SOON, poll};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use reqwest::StatusCode;
@@ -40,7 +41,7 @@ const BINDINGS: [(&str, &str, &str); 3] = [
 
 #[tokio::test]
 async fn view_edit_and_admin_read_changelogs() -> Result<()> {
-    let started = Instant::now();
+    let phases = Phases::start();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
         namespaces: vec![FLEET_NAMESPACE.to_owned(), OTHER_NAMESPACE.to_owned()],
@@ -52,7 +53,7 @@ async fn view_edit_and_admin_read_changelogs() -> Result<()> {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_server(&flags).await?;
     let result = checks(&bed, &registry).await;
-    eprintln!("role checks done after {:?}", started.elapsed());
+    phases.mark("role checks done");
     bed.finish(result)
 }
 

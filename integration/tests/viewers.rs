@@ -23,12 +23,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::bench::rss;
-use elemental_changelog_integration::fixtures::{POLL, SOON, metric, poll};
+use elemental_changelog_integration::fixtures::metric;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{self, GROUP_VERSION, summaries_path};
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
+use elemental_changelog_integration::wait::{POLL, SOON, poll};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
