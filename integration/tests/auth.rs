@@ -13,8 +13,10 @@
 use std::path::Path;
 
 use anyhow::{Context as _, Result, ensure};
+use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
 use elemental_changelog_integration::availability::AvailabilityWatch;
 use elemental_changelog_integration::fixtures::expect_status;
+use elemental_changelog_integration::generated::updates_log;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{self, all_summaries_path, summaries_path};
 use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
@@ -28,6 +30,7 @@ use elemental_changelog_integration::timing::Phases;
 use elemental_changelog_integration::wait::soon;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -169,21 +172,28 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         entry(OLD_VERSION, "v1.0.0", 1_700_000_000),
         entry(NEW_VERSION, "v1.1.0", 1_710_000_000),
     ]))?;
-    let updates = serde_json::to_vec(&json!([{
-        "type": "security",
-        "id": "SUSE-SU-2024:0001-1",
-        "title": "Security update for openssl",
-        "severity": "important",
-        "date": "1705000000",
-        "references": [{
-            "href": "https://www.suse.com/security/cve/CVE-2024-0001/",
-            "id": "CVE-2024-0001",
-            "title": "CVE-2024-0001",
-            "type": "cve",
+    let updates = updates_log(&[Advisory {
+        type_: "security".to_owned(),
+        id: "SUSE-SU-2024:0001-1".to_owned(),
+        title: "Security update for openssl".to_owned(),
+        severity: Severity::Important,
+        issued: Timestamp::from_second(1_705_000_000).ok(),
+        references: vec![Reference {
+            href: "https://www.suse.com/security/cve/CVE-2024-0001/".to_owned(),
+            id: "CVE-2024-0001".to_owned(),
+            title: "CVE-2024-0001".to_owned(),
+            type_: "cve".to_owned(),
         }],
-        "description": "This update for openssl fixes CVE-2024-0001.",
-        "packages": [{"name": "openssl", "version": "3.1.4", "release": "2.1", "arch": "x86_64"}],
-    }]))?;
+        description: "This update for openssl fixes CVE-2024-0001.".to_owned(),
+        packages: vec![AdvisoryPackage {
+            name: "openssl".to_owned(),
+            epoch: None,
+            version: "3.1.4".to_owned(),
+            release: "2.1".to_owned(),
+            arch: "x86_64".to_owned(),
+        }],
+        ..Advisory::default()
+    }]);
     let changelog_file = format!("changelogs/{NEW_VERSION}.updates.log");
     let channel_image = Image::channel(
         Format::Oci,

@@ -15,6 +15,8 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiserver::request::RequestInfo;
+use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Severity};
+use elemental_changelog_integration::generated::updates_log;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{
     GROUP_VERSION, all_summaries_path, changelog_path, summaries_path,
@@ -23,6 +25,7 @@ use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
 use elemental_changelog_integration::wait::soon;
+use k8s_openapi::jiff::Timestamp;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use reqwest::{Method, StatusCode};
@@ -417,16 +420,22 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         })
         .collect();
     let channel_json = serde_json::to_vec(&entries)?;
-    let updates = serde_json::to_vec(&json!([{
-        "type": "security",
-        "id": "SUSE-SU-2024:0001-1",
-        "title": "Security update for openssl",
-        "severity": "important",
-        "date": "1705000000",
-        "references": [],
-        "description": "fixes things",
-        "packages": [{"name": "openssl", "version": "3.1.4", "release": "2.1", "arch": "x86_64"}],
-    }]))?;
+    let updates = updates_log(&[Advisory {
+        type_: "security".to_owned(),
+        id: "SUSE-SU-2024:0001-1".to_owned(),
+        title: "Security update for openssl".to_owned(),
+        severity: Severity::Important,
+        issued: Timestamp::from_second(1_705_000_000).ok(),
+        description: "fixes things".to_owned(),
+        packages: vec![AdvisoryPackage {
+            name: "openssl".to_owned(),
+            epoch: None,
+            version: "3.1.4".to_owned(),
+            release: "2.1".to_owned(),
+            arch: "x86_64".to_owned(),
+        }],
+        ..Advisory::default()
+    }]);
     let files: Vec<(String, Vec<u8>)> = VERSIONS
         .iter()
         .map(|name| (format!("changelogs/{name}.updates.log"), updates.clone()))

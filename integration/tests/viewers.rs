@@ -22,14 +22,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
+use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
 use elemental_changelog_integration::bench::rss;
 use elemental_changelog_integration::fixtures::metric;
+use elemental_changelog_integration::generated::updates_log;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{self, GROUP_VERSION, summaries_path};
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
 use elemental_changelog_integration::wait::{POLL, SOON, poll};
+use k8s_openapi::jiff::Timestamp;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -446,17 +449,30 @@ fn server_url(bed: &TestBed) -> Result<String> {
     ))
 }
 
-fn advisory(id: usize, title: &str) -> Value {
-    json!({
-        "type": "security",
-        "id": format!("SUSE-SU-2024:{id:05}-1"),
-        "title": title,
-        "severity": "important",
-        "date": (1_705_000_000 + id).to_string(),
-        "references": [{"type": "cve", "id": format!("CVE-2024-{:05}", 10_000 + id), "href": "https://www.suse.com/security/cve/", "title": "CVE"}],
-        "description": "Fixes a flaw in a component that many systems use, and a few more words.",
-        "packages": [{"name": format!("package-{}", id % 500), "version": "3.1.4", "release": format!("{id}.1"), "arch": "x86_64"}],
-    })
+fn advisory(id: usize, title: &str) -> Advisory {
+    Advisory {
+        type_: "security".to_owned(),
+        id: format!("SUSE-SU-2024:{id:05}-1"),
+        title: title.to_owned(),
+        severity: Severity::Important,
+        issued: Timestamp::from_second(1_705_000_000 + i64::try_from(id).unwrap_or_default()).ok(),
+        references: vec![Reference {
+            type_: "cve".to_owned(),
+            id: format!("CVE-2024-{:05}", 10_000 + id),
+            href: "https://www.suse.com/security/cve/".to_owned(),
+            title: "CVE".to_owned(),
+        }],
+        description: "Fixes a flaw in a component that many systems use, and a few more words."
+            .to_owned(),
+        packages: vec![AdvisoryPackage {
+            name: format!("package-{}", id % 500),
+            epoch: None,
+            version: "3.1.4".to_owned(),
+            release: format!("{id}.1"),
+            arch: "x86_64".to_owned(),
+        }],
+        ..Advisory::default()
+    }
 }
 
 async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
@@ -483,13 +499,13 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
             })
             .collect::<Vec<_>>(),
     )?;
-    let small = serde_json::to_vec(&[advisory(1, "Security update for openssl")])?;
-    let evil = serde_json::to_vec(&[advisory(2, EVIL_TITLE)])?;
-    let big = serde_json::to_vec(
+    let small = updates_log(&[advisory(1, "Security update for openssl")]);
+    let evil = updates_log(&[advisory(2, EVIL_TITLE)]);
+    let big = updates_log(
         &(0..BIG_ADVISORIES)
             .map(|i| advisory(100 + i, &format!("Security update for package-{}", i % 500)))
             .collect::<Vec<_>>(),
-    )?;
+    );
     let files: [(&str, &[u8]); 4] = [
         ("channel.json", &channel_json),
         ("changelogs/small.updates.log", &small),
