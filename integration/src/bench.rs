@@ -39,6 +39,7 @@ use crate::image::{self, Compression};
 use crate::paths::{changelog_path, channel_summaries_path};
 use crate::registry::Registry;
 use crate::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, workspace_root};
+use crate::wait::{POLL, poll};
 
 /// The API group-version's path.
 /// The static-token user every load client is.
@@ -614,21 +615,25 @@ async fn wait_served(bed: &TestBed, namespace: &str, channel: &str, versions: us
         bed.server_url()?,
         channel_summaries_path(namespace, channel)
     );
-    let deadline = Instant::now() + SERVED_DEADLINE;
-    loop {
-        let response = http.get(&url).send().await?;
-        if response.status().is_success() {
+    poll(
+        &format!("{namespace}/{channel} served"),
+        SERVED_DEADLINE,
+        POLL,
+        async || {
+            let response = http.get(&url).send().await?;
+            if !response.status().is_success() {
+                return Ok(None);
+            }
             let body: Value = response.json().await?;
             let items = body["items"].as_array().cloned().unwrap_or_default();
-            if items.len() == versions && items.iter().all(|i| i["available"] == true) {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("{namespace}/{channel} not served after {SERVED_DEADLINE:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            Ok(
+                (items.len() == versions && items.iter().all(|i| i["available"] == true))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// Picks, for each [`Size`], the changelog closest to its target size (for

@@ -57,10 +57,6 @@ impl Requests {
         })
     }
 
-    fn changelog_path(name: &str) -> String {
-        changelog_path(FLEET_NAMESPACE, name)
-    }
-
     async fn get(client: &reqwest::Client, url: String) -> Result<(u16, Vec<u8>)> {
         let response = client.get(&url).send().await?;
         let status = response.status().as_u16();
@@ -74,7 +70,7 @@ impl Requests {
         } else {
             (&self.aggregator, &self.apiserver)
         };
-        let path = Self::changelog_path(name);
+        let path = changelog_path(FLEET_NAMESPACE, name);
         let (status, body) = Self::get(client, format!("{base}{path}")).await?;
         ensure!(
             status == 200,
@@ -87,7 +83,11 @@ impl Requests {
     /// The changelog of `name` through the aggregator as answered: status,
     /// `Retry-After` and body.
     async fn changelog_raw(&self, name: &str) -> Result<(u16, Option<String>, Vec<u8>)> {
-        let url = format!("{}{}", self.apiserver, Self::changelog_path(name));
+        let url = format!(
+            "{}{}",
+            self.apiserver,
+            changelog_path(FLEET_NAMESPACE, name)
+        );
         let response = self.aggregator.get(&url).send().await?;
         let status = response.status().as_u16();
         let retry = response
@@ -108,7 +108,11 @@ impl Requests {
 
     /// The status code of the changelog of `name` through the aggregator.
     async fn changelog_status(&self, name: &str) -> Result<u16> {
-        let url = format!("{}{}", self.apiserver, Self::changelog_path(name));
+        let url = format!(
+            "{}{}",
+            self.apiserver,
+            changelog_path(FLEET_NAMESPACE, name)
+        );
         Ok(Self::get(&self.aggregator, url).await?.0)
     }
 

@@ -106,7 +106,7 @@ async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
         let url = format!(
             "{}{}?format={format}",
             bed.apiserver_url(),
-            changelog_path("evil")
+            paths::changelog_path(FLEET_NAMESPACE, "evil")
         );
         let response = admin.get(&url).send().await?;
         ensure!(
@@ -129,7 +129,11 @@ async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
         );
     }
     // The JSON keeps the data as it is (JSON escapes control characters itself).
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path("evil"));
+    let url = format!(
+        "{}{}",
+        bed.apiserver_url(),
+        paths::changelog_path(FLEET_NAMESPACE, "evil")
+    );
     let body: Value = admin.get(&url).send().await?.json().await?;
     ensure!(
         body["advisories"][0]["title"] == EVIL_TITLE,
@@ -153,7 +157,7 @@ async fn from_is_authorized(bed: &TestBed) -> Result<()> {
             .await?;
         Ok((response.status(), response.text().await?))
     };
-    let evil = changelog_path("evil");
+    let evil = paths::changelog_path(FLEET_NAMESPACE, "evil");
     poll("alice's Role takes effect", SOON, POLL, async || {
         Ok((get(&evil).await?.0 == StatusCode::OK).then_some(()))
     })
@@ -165,7 +169,7 @@ async fn from_is_authorized(bed: &TestBed) -> Result<()> {
         "from a named version: {status} {body}"
     );
     // `big` is not hers: neither directly nor as `from`.
-    let (status, body) = get(&changelog_path("big")).await?;
+    let (status, body) = get(&paths::changelog_path(FLEET_NAMESPACE, "big")).await?;
     ensure!(status == StatusCode::FORBIDDEN, "big: {status} {body}");
     for query in ["from=big", "from=b%69g", "from=big&from=small"] {
         let (status, body) = get(&format!("{evil}?{query}")).await?;
@@ -277,13 +281,16 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
     for _ in 0..RENDER_WAITERS {
         let (http, url) = (http.clone(), url.clone());
         warm.spawn(async move {
-            http.get(format!("{url}{}", changelog_path("small")))
-                .header("X-Remote-User", "admin")
-                .header("X-Remote-Group", "system:masters")
-                .send()
-                .await?
-                .bytes()
-                .await?;
+            http.get(format!(
+                "{url}{}",
+                paths::changelog_path(FLEET_NAMESPACE, "small")
+            ))
+            .header("X-Remote-User", "admin")
+            .header("X-Remote-Group", "system:masters")
+            .send()
+            .await?
+            .bytes()
+            .await?;
             Ok::<_, anyhow::Error>(())
         });
     }
@@ -300,7 +307,7 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
         "format=markdown&arch=amd64",
         "format=json&arch=x86-64",
     ] {
-        let path = format!("{}?{query}", changelog_path("big"));
+        let path = format!("{}?{query}", paths::changelog_path(FLEET_NAMESPACE, "big"));
         let mut renders = tokio::task::JoinSet::new();
         for n in 0..RENDER_WAITERS {
             let (http, url, path) = (http.clone(), url.clone(), path.clone());
@@ -438,10 +445,6 @@ async fn chosen_keys_are_bounded(bed: &TestBed) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Setup
 
-fn changelog_path(name: &str) -> String {
-    paths::changelog_path(FLEET_NAMESPACE, name)
-}
-
 fn server_url(bed: &TestBed) -> Result<String> {
     Ok(format!(
         "https://localhost:{}",
@@ -523,7 +526,11 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
     .await?;
     elemental::sync_channel(&bed.client(), &channel, &entries).await?;
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path("big"));
+    let url = format!(
+        "{}{}",
+        bed.apiserver_url(),
+        paths::changelog_path(FLEET_NAMESPACE, "big")
+    );
     poll("the channel is served", SOON, POLL, async || {
         Ok((http.get(&url).send().await?.status() == StatusCode::OK).then_some(()))
     })
