@@ -441,11 +441,7 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         .map(|name| (format!("changelogs/{name}.updates.log"), updates.clone()))
         .chain([("channel.json".to_owned(), channel_json)])
         .collect();
-    let refs: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(path, bytes)| (path.as_str(), bytes.as_slice()))
-        .collect();
-    let channel_image = Image::channel(Format::Oci, Compression::Gzip, &refs);
+    let channel_image = Image::channel(Format::Oci, Compression::Gzip, &files);
     image::push(registry, "request-model:v1", &channel_image).await?;
     let channel = elemental::apply_custom_channel(
         &bed.client(),
