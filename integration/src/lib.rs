@@ -4,6 +4,7 @@
 //!
 //! Used by the end-to-end tests under `tests/` and by the `demo` binary.
 
+pub mod audit;
 pub mod availability;
 pub mod bench;
 pub mod faults;

@@ -16,6 +16,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiserver::request::RequestInfo;
 use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Severity};
+use elemental_changelog_integration::audit::AuditLog;
 use elemental_changelog_integration::generated::updates_log;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{
@@ -47,18 +48,11 @@ rules:
 
 #[tokio::test]
 async fn request_model_agrees_with_kube_apiserver_and_rbac() -> Result<()> {
-    let audit = tempfile::tempdir()?;
-    let policy = audit.path().join("policy.yaml");
-    std::fs::write(&policy, AUDIT_POLICY)?;
-    let log = audit.path().join("audit.log");
+    let audit = AuditLog::new(AUDIT_POLICY)?;
+    let log = audit.path().to_owned();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
-        apiserver_args: vec![
-            format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", log.display()),
-            "--audit-log-format=json".to_owned(),
-            "--audit-log-mode=blocking".to_owned(),
-        ],
+        apiserver_args: audit.apiserver_args(),
         namespaces: vec![FLEET_NAMESPACE.to_owned()],
     })
     .await?;

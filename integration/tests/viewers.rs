@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
+use elemental_changelog_integration::audit::AuditLog;
 use elemental_changelog_integration::bench::rss;
 use elemental_changelog_integration::fixtures::metric;
 use elemental_changelog_integration::generated::updates_log;
@@ -65,18 +66,11 @@ rules:
 
 #[tokio::test]
 async fn viewers_and_clients_are_bounded() -> Result<()> {
-    let audit = tempfile::tempdir()?;
-    let policy = audit.path().join("policy.yaml");
-    std::fs::write(&policy, AUDIT_POLICY)?;
-    let log = audit.path().join("audit.log");
+    let audit = AuditLog::new(AUDIT_POLICY)?;
+    let log = audit.path().to_owned();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
-        apiserver_args: vec![
-            format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", log.display()),
-            "--audit-log-format=json".to_owned(),
-            "--audit-log-mode=blocking".to_owned(),
-        ],
+        apiserver_args: audit.apiserver_args(),
         namespaces: vec![FLEET_NAMESPACE.to_owned()],
     })
     .await?;
