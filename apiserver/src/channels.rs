@@ -478,6 +478,7 @@ async fn controller(
         ctx,
         workers: HashMap::new(),
         pending_first: None,
+        attempted_before_sync: HashSet::new(),
         fetched,
     };
     let mut tick = tokio::time::interval(Duration::from_secs(10));
@@ -508,6 +509,10 @@ struct Controller {
     /// Channels present at start whose first fetch is still to be attempted;
     /// `None` until the reflectors have synced.
     pending_first: Option<HashSet<ChannelKey>>,
+    /// Channels whose first fetch was attempted before the reflectors synced. A worker says
+    /// so before it stores its data (it does not wait for retained versions), so the cache
+    /// alone cannot tell at sync time.
+    attempted_before_sync: HashSet<ChannelKey>,
     fetched: ReadyFlag,
 }
 
@@ -526,7 +531,9 @@ impl Controller {
             .iter()
             .map(|c| ChannelKey::new(c.namespace().unwrap_or_default(), c.name_any()))
             .filter(|k| !self.ctx.cache.get(k).is_some_and(|s| s.attempted))
+            .filter(|k| !self.attempted_before_sync.contains(k))
             .collect();
+        self.attempted_before_sync.clear();
         info!(
             channels = pending.len(),
             "reflectors synced; waiting for first fetches"
@@ -540,10 +547,11 @@ impl Controller {
 
     /// A channel's first fetch was attempted (or the channel is gone).
     fn on_attempted(&mut self, key: &ChannelKey) {
-        if let Some(pending) = &mut self.pending_first
-            && pending.remove(key)
-            && pending.is_empty()
-        {
+        let Some(pending) = &mut self.pending_first else {
+            self.attempted_before_sync.insert(key.clone());
+            return;
+        };
+        if pending.remove(key) && pending.is_empty() {
             info!("every channel had its first fetch attempted");
             self.fetched.set();
         }

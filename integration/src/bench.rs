@@ -35,13 +35,13 @@ use self::load::{Load, Measured, Protocol};
 use self::nginx::Nginx;
 use crate::fixtures::OperatorChannel;
 use crate::generated::{Channel, Spec};
-use crate::image::{self, Compression, Format, Image};
+use crate::image::{self, Compression};
+use crate::paths::{changelog_path, channel_summaries_path};
 use crate::registry::Registry;
-use crate::testbed::elemental::CHANNEL_LABEL;
 use crate::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, workspace_root};
+use crate::wait::{POLL, poll};
 
 /// The API group-version's path.
-const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 /// The static-token user every load client is.
 const USER: &str = "alice";
 /// Namespace of the memory channels.
@@ -248,10 +248,7 @@ pub struct Answer {
 impl Answer {
     /// The path of the changelog.
     pub fn path(&self) -> String {
-        let base = format!(
-            "{API}/namespaces/{FLEET_NAMESPACE}/managedosversions/{}/changelog",
-            self.name
-        );
+        let base = changelog_path(FLEET_NAMESPACE, &self.name);
         match &self.from {
             Some(from) => format!("{base}?from={from}"),
             None => base,
@@ -598,7 +595,7 @@ async fn publish(
     let raw: u64 = files.iter().map(|(_, d)| d.len() as u64).sum::<u64>()
         - files.last().map_or(0, |(_, d)| d.len() as u64)
         + model.updateinfo_xml().len() as u64;
-    push(registry, tag, &files).await?;
+    image::push_channel(registry, tag, Compression::Zstd, &files).await?;
     drop(files);
     let began = Instant::now();
     let mut channel =
@@ -609,39 +606,34 @@ async fn publish(
     Ok((raw, began.elapsed()))
 }
 
-async fn push(registry: &Registry, tag: &str, files: &[(String, Vec<u8>)]) -> Result<String> {
-    let files: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice()))
-        .collect();
-    let image = Image::channel(Format::Oci, Compression::Zstd, &files);
-    Ok(image::push(registry, tag, &image).await?.digest)
-}
-
 /// Waits until our server lists `versions` versions of `channel` in
 /// `namespace`, all available.
 async fn wait_served(bed: &TestBed, namespace: &str, channel: &str, versions: usize) -> Result<()> {
-    let server = bed.server().context("no server")?;
     let http = bed.server_http(Some(&bed.pki().admin))?;
     let url = format!(
-        "{}{API}/namespaces/{namespace}/managedosversions?labelSelector={CHANNEL_LABEL}%3D{channel}",
-        server.url()
+        "{}{}",
+        bed.server_url()?,
+        channel_summaries_path(namespace, channel)
     );
-    let deadline = Instant::now() + SERVED_DEADLINE;
-    loop {
-        let response = http.get(&url).send().await?;
-        if response.status().is_success() {
+    poll(
+        &format!("{namespace}/{channel} served"),
+        SERVED_DEADLINE,
+        POLL,
+        async || {
+            let response = http.get(&url).send().await?;
+            if !response.status().is_success() {
+                return Ok(None);
+            }
             let body: Value = response.json().await?;
             let items = body["items"].as_array().cloned().unwrap_or_default();
-            if items.len() == versions && items.iter().all(|i| i["available"] == true) {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("{namespace}/{channel} not served after {SERVED_DEADLINE:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            Ok(
+                (items.len() == versions && items.iter().all(|i| i["available"] == true))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// Picks, for each [`Size`], the changelog closest to its target size (for
@@ -836,9 +828,10 @@ async fn resync_latency(
     };
     let first = upto(base);
     let tag = |n: usize| format!("bench/resync:{n}");
-    push(
+    image::push_channel(
         registry,
         &tag(base),
+        Compression::Zstd,
         &first.raw_files("updateinfo.xml.zst")?,
     )
     .await?;
@@ -856,12 +849,18 @@ async fn resync_latency(
     let mut latencies = Vec::new();
     for n in base + 1..=base + samples {
         let next = upto(n);
-        push(registry, &tag(n), &next.raw_files("updateinfo.xml.zst")?).await?;
+        image::push_channel(
+            registry,
+            &tag(n),
+            Compression::Zstd,
+            &next.raw_files("updateinfo.xml.zst")?,
+        )
+        .await?;
         let newest = next.entries().pop().context("no version")?;
         let url = format!(
-            "{}{API}/namespaces/{FLEET_NAMESPACE}/managedosversions/{}/changelog",
+            "{}{}",
             server.url(),
-            newest.name
+            changelog_path(FLEET_NAMESPACE, &newest.name)
         );
         let began = Instant::now();
         channel.set_image(&registry.image(&tag(n))).await?;

@@ -4,17 +4,15 @@
 //! in upstream's channel image layout, and the checks that a served
 //! `ManagedOSVersionChangelog` carries exactly what was generated.
 //!
-//! Also small helpers to poll with a deadline, read Prometheus text and wait
-//! for a line in a log file.
+//! Also small helpers to check a `Status`, read Prometheus text and find
+//! lines in a log file; polling with a deadline is [`crate::wait`].
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::types::{
-    Advisory, AdvisoryPackage, ManagedOSVersionChangelog, Severity, Source,
+    Advisory, AdvisoryPackage, ManagedOSVersionChangelog, Reference, Severity, Source,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
@@ -22,6 +20,7 @@ use kube::{Api, Client, ResourceExt as _};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
+use crate::generated;
 use crate::image::{Compression, Format, Image};
 use crate::registry::Registry;
 use crate::testbed::elemental::{self, VersionEntry};
@@ -64,6 +63,66 @@ pub struct GeneratedAdvisory {
     pub packages: Vec<(String, String, String, String)>,
 }
 
+impl GeneratedAdvisory {
+    /// The advisory as `updates.log` carries it: a `self` reference, then
+    /// CVE and bug references; every package with epoch `0`.
+    pub fn published(&self) -> Advisory {
+        let reference = |id: &str, type_: &str, href: String, title: String| Reference {
+            id: id.to_owned(),
+            type_: type_.to_owned(),
+            href,
+            title,
+        };
+        let mut references = vec![reference(
+            &self.id,
+            "self",
+            format!(
+                "https://www.suse.com/support/update/announcement/{}",
+                self.id
+            ),
+            self.id.clone(),
+        )];
+        references.extend(self.cves.iter().map(|cve| {
+            reference(
+                cve,
+                "cve",
+                format!("https://www.suse.com/security/cve/{cve}"),
+                cve.clone(),
+            )
+        }));
+        references.extend(self.bugs.iter().map(|bug| {
+            reference(
+                bug,
+                "bugzilla",
+                format!("https://bugzilla.suse.com/show_bug.cgi?id={bug}"),
+                format!("bug {bug}"),
+            )
+        }));
+        Advisory {
+            id: self.id.clone(),
+            type_: self.type_.clone(),
+            severity: self.expected_severity,
+            title: self.title.clone(),
+            issued: Timestamp::from_second(self.issued).ok(),
+            cves: self.cves.clone(),
+            bugs: self.bugs.clone(),
+            references,
+            description: self.description.clone(),
+            packages: self
+                .packages
+                .iter()
+                .map(|(name, version, release, arch)| AdvisoryPackage {
+                    name: name.clone(),
+                    epoch: Some("0".to_owned()),
+                    version: version.clone(),
+                    release: release.clone(),
+                    arch: arch.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One generated version of a channel.
 #[derive(Clone, Debug)]
 pub struct GeneratedVersion {
@@ -75,6 +134,19 @@ pub struct GeneratedVersion {
     pub created: i64,
     /// Its advisories, issued in the week before `created`.
     pub advisories: Vec<GeneratedAdvisory>,
+}
+
+impl GeneratedVersion {
+    /// Its `changelogs/<name>.updates.log`, by the one writer of generated
+    /// channels ([`generated::updates_log`]).
+    pub fn updates_log(&self) -> Vec<u8> {
+        let advisories: Vec<Advisory> = self
+            .advisories
+            .iter()
+            .map(GeneratedAdvisory::published)
+            .collect();
+        generated::updates_log(&advisories)
+    }
 }
 
 /// A channel's versions with their generated advisories, oldest first.
@@ -222,7 +294,7 @@ impl GeneratedChannel {
         for version in &self.versions {
             files.push((
                 format!("changelogs/{}.updates.log", version.name),
-                updates_log(&version.advisories),
+                version.updates_log(),
             ));
         }
         files
@@ -231,11 +303,7 @@ impl GeneratedChannel {
     /// A one-layer channel image for GOARCH `arch` holding [`GeneratedChannel::files`].
     pub fn image(&self, format: Format, compression: Compression, arch: &str) -> Image {
         let files = self.files();
-        let borrowed: Vec<(&str, &[u8])> = files
-            .iter()
-            .map(|(path, data)| (path.as_str(), data.as_slice()))
-            .collect();
-        Image::channel(format, compression, &borrowed).arch(arch)
+        Image::channel(format, compression, &files).arch(arch)
     }
 
     /// The ManagedOSVersions the operator creates for these versions.
@@ -458,51 +526,6 @@ fn upgrade_image(version: &str) -> String {
     format!("registry.example.com/elemental/os:{version}")
 }
 
-/// Advisories in upstream's `updates.log` shape (`date` a string of unix seconds).
-pub fn updates_log(advisories: &[GeneratedAdvisory]) -> Vec<u8> {
-    let items: Vec<Value> = advisories
-        .iter()
-        .map(|a| {
-            let mut references = vec![json!({
-                "href": format!("https://www.suse.com/support/update/announcement/{}", a.id),
-                "id": a.id,
-                "title": a.id,
-                "type": "self",
-            })];
-            references.extend(a.cves.iter().map(|cve| {
-                json!({
-                    "href": format!("https://www.suse.com/security/cve/{cve}"),
-                    "id": cve,
-                    "title": cve,
-                    "type": "cve",
-                })
-            }));
-            references.extend(a.bugs.iter().map(|bug| {
-                json!({
-                    "href": format!("https://bugzilla.suse.com/show_bug.cgi?id={bug}"),
-                    "id": bug,
-                    "title": format!("bug {bug}"),
-                    "type": "bugzilla",
-                })
-            }));
-            json!({
-                "type": a.type_,
-                "id": a.id,
-                "title": a.title,
-                "severity": a.severity,
-                "date": a.issued.to_string(),
-                "references": references,
-                "description": a.description,
-                "packages": a.packages.iter().map(|(name, version, release, arch)| json!({
-                    "name": name, "epoch": "0", "version": version, "release": release, "arch": arch,
-                })).collect::<Vec<_>>(),
-                "upstreamOnlyField": "ignored",
-            })
-        })
-        .collect();
-    Value::Array(items).to_string().into_bytes()
-}
-
 /// Checks that `served` holds exactly `expected`, newest first.
 pub fn check_advisories(served: &[Advisory], expected: &[GeneratedAdvisory]) -> Result<()> {
     let served_ids: BTreeSet<&str> = served.iter().map(|a| a.id.as_str()).collect();
@@ -564,30 +587,14 @@ pub fn check_advisories(served: &[Advisory], expected: &[GeneratedAdvisory]) -> 
     Ok(())
 }
 
-/// Polls `probe` every `interval` until it gives a value, failing after
-/// `deadline` with the last thing it said. Returns the value and the time taken.
-pub async fn poll<T, F, Fut>(
-    what: &str,
-    deadline: Duration,
-    interval: Duration,
-    mut probe: F,
-) -> Result<(T, Duration)>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let started = Instant::now();
-    loop {
-        let last = match probe().await {
-            Ok(Some(value)) => return Ok((value, started.elapsed())),
-            Ok(None) => "not yet".to_owned(),
-            Err(error) => format!("{error:#}"),
-        };
-        if started.elapsed() >= deadline {
-            bail!("{what}: not reached after {deadline:?}; last: {last}");
-        }
-        tokio::time::sleep(interval).await;
-    }
+/// Checks that `status` is a failure `Status` with `code` and `reason`.
+pub fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
+    ensure!(status["kind"] == "Status", "not a Status: {status}");
+    ensure!(status["apiVersion"] == "v1", "{status}");
+    ensure!(status["status"] == "Failure", "{status}");
+    ensure!(status["code"] == code, "{status}");
+    ensure!(status["reason"] == reason, "{status}");
+    Ok(())
 }
 
 /// The sum of the samples of `name` in Prometheus text whose labels include
@@ -678,11 +685,14 @@ mod tests {
     fn updates_log_is_upstream_shaped() -> Result<()> {
         let channel = GeneratedChannel::generate("c", "shape", [1]);
         let version = channel.newest()?;
-        let log: Value = serde_json::from_slice(&updates_log(&version.advisories))?;
+        let log: Value = serde_json::from_slice(&version.updates_log())?;
         let first = &log[0];
         assert!(first["date"].is_string());
         assert_eq!(first["id"], version.advisories[0].id.as_str());
         assert_eq!(first["references"][0]["type"], "self");
+        assert_eq!(first["severity"], version.advisories[0].severity);
+        assert_eq!(first["packages"][0]["epoch"], "0");
+        assert_eq!(first["upstreamOnlyField"], "ignored");
         Ok(())
     }
 }

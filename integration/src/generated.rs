@@ -21,7 +21,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use elemental_changelog_apiservice::types::Severity;
+use elemental_changelog::updates;
+use elemental_changelog_apiservice::types::{self, AdvisoryPackage, Reference, Severity};
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::testbed::elemental::VersionEntry;
@@ -243,6 +245,71 @@ pub struct Advisory {
     /// Indexes of the versions in which one of its packages first appears
     /// (0 means already in the oldest version: never part of a changelog).
     pub lands: BTreeSet<usize>,
+}
+
+impl Advisory {
+    /// The advisory as `updates.log` and the API carry it: bug references,
+    /// then CVE references; the description is the title's, as in
+    /// `updateinfo.xml`.
+    pub fn published(&self) -> types::Advisory {
+        let mut references: Vec<Reference> = self
+            .bugs
+            .iter()
+            .map(|b| Reference {
+                id: b.clone(),
+                type_: "bugzilla".to_owned(),
+                href: format!("https://bugzilla.suse.com/show_bug.cgi?id={b}"),
+                title: format!("bug {b}"),
+            })
+            .collect();
+        references.extend(self.cves.iter().map(|c| Reference {
+            id: c.clone(),
+            type_: "cve".to_owned(),
+            href: format!("https://www.suse.com/security/cve/{c}/"),
+            title: c.clone(),
+        }));
+        types::Advisory {
+            id: self.id.clone(),
+            type_: self.kind.to_owned(),
+            severity: self.severity,
+            title: self.title.clone(),
+            issued: Timestamp::from_second(self.issued).ok(),
+            cves: self.cves.clone(),
+            bugs: self.bugs.clone(),
+            references,
+            description: format!("{} & more.", self.title),
+            packages: self
+                .packages
+                .iter()
+                .map(|p| {
+                    let evr = p.ladder.evr(p.step);
+                    AdvisoryPackage {
+                        name: p.name.clone(),
+                        epoch: evr.epoch.map(|e| e.to_string()),
+                        version: evr.version,
+                        release: evr.release,
+                        arch: p.arch.clone(),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// An `updates.log` holding `advisories` as upstream's generator writes it:
+/// the product's own writer ([`updates::write`]: `date` a string of unix
+/// seconds, `epoch` only when set), plus a field upstream writes and this
+/// server does not read, on every advisory. The one writer of `updates.log`
+/// files for every generated channel.
+pub fn updates_log(advisories: &[types::Advisory]) -> Vec<u8> {
+    let mut list: Vec<Value> =
+        serde_json::from_slice(&updates::write(advisories)).unwrap_or_default();
+    for advisory in &mut list {
+        if let Some(map) = advisory.as_object_mut() {
+            map.insert("upstreamOnlyField".to_owned(), Value::from("ignored"));
+        }
+    }
+    serde_json::to_vec(&list).unwrap_or_default()
 }
 
 /// A package change between two versions: name, arch, old EVR, new EVR (as the server prints them).
@@ -853,45 +920,6 @@ impl Channel {
         out.into_bytes()
     }
 
-    /// An `updates.log` in upstream's format (`date` as a string of unix
-    /// seconds) holding `advisories`.
-    pub fn updates_log<'a>(advisories: impl IntoIterator<Item = &'a Advisory>) -> Vec<u8> {
-        let list: Vec<Value> = advisories
-            .into_iter()
-            .map(|a| {
-                let mut references: Vec<Value> = a
-                    .bugs
-                    .iter()
-                    .map(|b| json!({"href": format!("https://bugzilla.suse.com/show_bug.cgi?id={b}"), "id": b, "title": format!("bug {b}"), "type": "bugzilla"}))
-                    .collect();
-                references.extend(a.cves.iter().map(|c| json!({"href": format!("https://www.suse.com/security/cve/{c}/"), "id": c, "title": c, "type": "cve"})));
-                let packages: Vec<Value> = a
-                    .packages
-                    .iter()
-                    .map(|p| {
-                        let evr = p.ladder.evr(p.step);
-                        let mut package = json!({"name": p.name, "version": evr.version, "release": evr.release, "arch": p.arch});
-                        if let (Some(epoch), Some(map)) = (evr.epoch, package.as_object_mut()) {
-                            map.insert("epoch".to_owned(), Value::from(epoch.to_string()));
-                        }
-                        package
-                    })
-                    .collect();
-                json!({
-                    "type": a.kind,
-                    "id": a.id,
-                    "title": a.title,
-                    "severity": a.severity.as_str(),
-                    "date": a.issued.to_string(),
-                    "references": references,
-                    "description": format!("{} & more.", a.title),
-                    "packages": packages,
-                })
-            })
-            .collect();
-        serde_json::to_vec(&list).unwrap_or_default()
-    }
-
     /// Ids of the advisories issued after the previous version's `created`
     /// and not after version `index`'s: the date window (nothing for the
     /// oldest version).
@@ -960,10 +988,15 @@ impl Channel {
         let mut files = vec![("channel.json".to_owned(), self.channel_json())];
         for (i, v) in self.versions.iter().enumerate() {
             let ids = self.shifted_ids(i);
-            let advisories = self.advisories.iter().filter(|a| ids.contains(&a.id));
+            let advisories: Vec<types::Advisory> = self
+                .advisories
+                .iter()
+                .filter(|a| ids.contains(&a.id))
+                .map(Advisory::published)
+                .collect();
             files.push((
                 format!("changelogs/{}.updates.log", v.name),
-                Self::updates_log(advisories),
+                updates_log(&advisories),
             ));
         }
         files

@@ -320,14 +320,19 @@ impl Image {
         }
     }
 
-    /// A one-layer channel image holding `files` (e.g. `channel.json`,
-    /// `changelogs/<name>.updates.log`) beside a stand-in busybox.
-    pub fn channel(format: Format, compression: Compression, files: &[(&str, &[u8])]) -> Self {
+    /// A one-layer channel image holding `files` (path and content, e.g.
+    /// `channel.json`, `changelogs/<name>.updates.log`; borrowed or owned)
+    /// beside a stand-in busybox.
+    pub fn channel<P: AsRef<str>, D: AsRef<[u8]>>(
+        format: Format,
+        compression: Compression,
+        files: &[(P, D)],
+    ) -> Self {
         let mut layer = Layer::new(compression)
             .dir("bin/")
             .file("bin/busybox", vec![0x7f; 2048]);
         for (path, data) in files {
-            layer = layer.file(path, data.to_vec());
+            layer = layer.file(path.as_ref(), data.as_ref().to_vec());
         }
         Self::new(format).layer(layer)
     }
@@ -374,6 +379,18 @@ async fn client_for(registry: &Registry, reference: &Reference) -> Result<Client
         .await
         .context("registry auth")?;
     Ok(client)
+}
+
+/// Pushes a one-layer OCI channel image holding `files` ([`Image::channel`])
+/// as `<registry>/<repository_and_tag>`; returns its digest.
+pub async fn push_channel<P: AsRef<str>, D: AsRef<[u8]>>(
+    registry: &Registry,
+    repository_and_tag: &str,
+    compression: Compression,
+    files: &[(P, D)],
+) -> Result<String> {
+    let image = Image::channel(Format::Oci, compression, files);
+    Ok(push(registry, repository_and_tag, &image).await?.digest)
 }
 
 /// Pushes `image` as `<registry>/<repository_and_tag>`; `repository_and_tag`

@@ -4,6 +4,7 @@
 //!
 //! Used by the end-to-end tests under `tests/` and by the `demo` binary.
 
+pub mod audit;
 pub mod availability;
 pub mod bench;
 pub mod faults;
@@ -11,9 +12,12 @@ pub mod fixtures;
 pub mod generated;
 pub mod hostile;
 pub mod image;
+pub mod paths;
 pub mod publish;
 pub mod rbac;
 pub mod registry;
 pub mod sample;
 pub mod table;
 pub mod testbed;
+pub mod timing;
+pub mod wait;

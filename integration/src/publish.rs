@@ -8,16 +8,13 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use serde_json::Value;
 
-use crate::fixtures::poll;
 use crate::generated::Channel;
 use crate::image::{self, Compression, Format, Image};
+use crate::paths::channel_summaries_path;
 use crate::registry::Registry;
 use crate::testbed::TestBed;
-use crate::testbed::elemental::{self, CHANNEL_LABEL};
-
-/// Bound on the server fetching and parsing a channel image.
-const DATA_DEADLINE: Duration = Duration::from_secs(90);
-const POLL_INTERVAL: Duration = Duration::from_millis(200);
+use crate::testbed::elemental;
+use crate::wait::{POLL, SERVED, poll};
 
 /// Pushes `channel`'s raw data as `<channel name>/raw:1`, creates the channel
 /// and its versions in `namespace`, and waits until kube-apiserver (as admin,
@@ -30,10 +27,6 @@ pub async fn generated_channel(
     channel: &Channel,
 ) -> Result<String> {
     let files = channel.raw_files("updateinfo.xml.zst")?;
-    let files: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice()))
-        .collect();
     let tag = format!("{}/raw:1", channel.name);
     let pushed = image::push(
         registry,
@@ -49,16 +42,25 @@ pub async fn generated_channel(
     )
     .await?;
     elemental::sync_channel(&bed.client(), &object, &channel.entries()).await?;
-    let path = format!(
-        "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions?labelSelector={CHANNEL_LABEL}%3D{}",
-        channel.name
-    );
+    wait_served(bed, namespace, channel).await?;
+    ensure!(!pushed.digest.is_empty(), "pushed {tag} without a digest");
+    Ok(pushed.digest)
+}
+
+/// Waits until kube-apiserver (as admin, through the aggregator) lists every
+/// version of `channel` in `namespace` as available, for at most
+/// [`SERVED`]; returns the time it took.
+pub async fn wait_served(bed: &TestBed, namespace: &str, channel: &Channel) -> Result<Duration> {
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{path}", bed.apiserver_url());
-    poll(
+    let url = format!(
+        "{}{}",
+        bed.apiserver_url(),
+        channel_summaries_path(namespace, &channel.name)
+    );
+    let (_, took) = poll(
         &format!("{namespace}/{} served", channel.name),
-        DATA_DEADLINE,
-        POLL_INTERVAL,
+        SERVED,
+        POLL,
         || async {
             let response = http.get(&url).send().await?;
             if !response.status().is_success() {
@@ -72,6 +74,5 @@ pub async fn generated_channel(
         },
     )
     .await?;
-    ensure!(!pushed.digest.is_empty(), "pushed {tag} without a digest");
-    Ok(pushed.digest)
+    Ok(took)
 }

@@ -60,11 +60,7 @@ pub fn files() -> Result<Vec<(String, Vec<u8>)>> {
 /// The sample channel image (gzip layer, OCI manifest).
 pub fn image() -> Result<Image> {
     let files = files()?;
-    let refs: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(path, data)| (path.as_str(), data.as_slice()))
-        .collect();
-    Ok(Image::channel(Format::Oci, Compression::Gzip, &refs))
+    Ok(Image::channel(Format::Oci, Compression::Gzip, &files))
 }
 
 /// The channel's entries the operator turns into ManagedOSVersions (all of

@@ -40,6 +40,8 @@ use sha2::{Digest as _, Sha256};
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt as _;
 
+use crate::wait::POLL;
+
 pub use kubeconfig::Credentials;
 pub use pki::{Ca, CertPair};
 pub use process::Process;
@@ -66,8 +68,6 @@ pub const TOKEN_USERS: &[(&str, &[&str])] = &[
 
 /// Bound on waiting for one process or condition; generous for a loaded CI machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
-/// Pause between two readiness probes.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// `Accept` for kube-apiserver's aggregated discovery (`/apis`, v2).
 pub const AGGREGATED_DISCOVERY: &str =
@@ -444,6 +444,21 @@ impl TestBed {
         self.server.as_ref()
     }
 
+    /// Our server's base URL (`https://127.0.0.1:<port>`); an error when it is not running.
+    pub fn server_url(&self) -> Result<String> {
+        Ok(self.server().context("our server is not running")?.url())
+    }
+
+    /// Our server's log file; an error when it is not running.
+    pub fn server_log(&self) -> Result<PathBuf> {
+        Ok(self
+            .server()
+            .context("our server is not running")?
+            .process()
+            .log()
+            .to_owned())
+    }
+
     /// An HTTP client for our server directly, trusting its CA, presenting `identity` if given.
     pub fn server_http(&self, identity: Option<&CertPair>) -> Result<reqwest::Client> {
         https_client(&self.pki.server_ca, identity)
@@ -451,10 +466,9 @@ impl TestBed {
 
     /// Our server's `/metrics` text, read directly as admin.
     pub async fn server_metrics(&self) -> Result<String> {
-        let server = self.server().context("our server is not running")?;
         let response = self
             .server_http(Some(&self.pki.admin))?
-            .get(format!("{}/metrics", server.url()))
+            .get(format!("{}/metrics", self.server_url()?))
             .send()
             .await?;
         anyhow::ensure!(response.status() == 200, "/metrics: {}", response.status());
@@ -1110,7 +1124,7 @@ async fn wait_apiserver_ready(apiserver: &mut Process, pki: &Pki, port: u16) -> 
     .await
 }
 
-/// Polls `probe` every [`POLL_INTERVAL`] until it answers true, failing when
+/// Polls `probe` every [`POLL`] until it answers true, failing when
 /// `process` exits or after [`READY_TIMEOUT`].
 async fn wait_until(
     process: &mut Process,
@@ -1130,7 +1144,7 @@ async fn wait_until(
                 process.tail(process::TAIL_BYTES)
             );
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(POLL).await;
     }
 }
 

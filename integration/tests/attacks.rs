@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_integration::generated::{Channel, Spec};
+use elemental_changelog_integration::paths::{GROUP_VERSION, changelog_path, summary_path};
 use elemental_changelog_integration::publish;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
@@ -31,7 +32,6 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_CONNECTIONS: usize = 40;
 /// Slow clients: more than the connection cap.
 const SLOW_CLIENTS: usize = 120;
-const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 
 #[tokio::test]
 async fn hostile_clients_are_bounded() -> Result<()> {
@@ -223,7 +223,8 @@ async fn expensive_floods_leave_health_and_cheap_requests_answering(
     let admin = bed.server_http(Some(&bed.pki().admin))?;
     let changelog = |from: &str| {
         format!(
-            "{base}{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{newest}/changelog?from={from}"
+            "{base}{}?from={from}",
+            changelog_path(FLEET_NAMESPACE, &newest)
         )
     };
     // Warm: the data is served.
@@ -239,11 +240,7 @@ async fn expensive_floods_leave_health_and_cheap_requests_answering(
         .collect();
     let mut worst = Duration::ZERO;
     for _ in 0..10 {
-        for path in [
-            "/livez",
-            "/readyz",
-            &format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{newest}"),
-        ] {
+        for path in ["/livez", "/readyz", &summary_path(FLEET_NAMESPACE, &newest)] {
             let started = Instant::now();
             let status = admin.get(format!("{base}{path}")).send().await?.status();
             worst = worst.max(started.elapsed());

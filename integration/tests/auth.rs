@@ -11,11 +11,14 @@
 //! records every state of the APIService to prove it stays Available.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
+use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
 use elemental_changelog_integration::availability::AvailabilityWatch;
+use elemental_changelog_integration::fixtures::expect_status;
+use elemental_changelog_integration::generated::updates_log;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::paths::{self, all_summaries_path, summaries_path};
 use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
@@ -23,8 +26,11 @@ use elemental_changelog_integration::testbed::{
     APISERVICE_NAME, Ca, CertPair, FLEET_NAMESPACE, FRONT_PROXY_CN, Process, SERVER_NAMESPACE,
     SERVICE_NAME, TestBed, TestBedOptions,
 };
+use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::wait::soon;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -32,7 +38,6 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const GROUP: &str = "changelog.elemental.cattle.io";
-const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 /// A namespace where nobody but admin may read changelogs.
 const OTHER_NAMESPACE: &str = "elsewhere";
 const CHANNEL: &str = "auth";
@@ -46,14 +51,10 @@ const CAROL_GROUP: &str = "elemental-viewers";
 const CERT_VIEWERS: &str = "cert-viewers";
 const AUTH_CONFIG_MAP: &str = "extension-apiserver-authentication";
 const REQUESTHEADER_CA_KEY: &str = "requestheader-client-ca-file";
-/// Bound on waiting for something that happens within moments (RBAC
-/// informers, ConfigMap watches, file reloads), generous for a loaded machine.
-const SOON: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(100);
 
 #[tokio::test]
 async fn delegated_authentication_and_authorization() -> Result<()> {
-    let started = Instant::now();
+    let phases = Phases::start();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
         // `-v=2`: kube-apiserver logs when it reloads the aggregator's proxy client
@@ -62,48 +63,41 @@ async fn delegated_authentication_and_authorization() -> Result<()> {
         namespaces: vec![FLEET_NAMESPACE.to_owned(), OTHER_NAMESPACE.to_owned()],
     })
     .await?;
-    let control_plane = started.elapsed();
+    phases.mark("control plane ready");
     let flags = registry.server_flags()?;
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_server(&flags).await?;
-    eprintln!(
-        "control plane ready in {control_plane:?}, server Available after {:?}",
-        started.elapsed()
-    );
+    phases.mark("server Available");
     let result = checks(&bed, &registry).await;
-    eprintln!("auth checks done after {:?}", started.elapsed());
+    phases.mark("auth checks done");
     bed.finish(result)
 }
 
 async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     let availability = AvailabilityWatch::start(bed);
     let mut aggregation = start_clusterrole_aggregation(bed)?;
-    let mut step = Instant::now();
-    let mut timed = |what: &str| {
-        eprintln!("  {what}: {:?}", step.elapsed());
-        step = Instant::now();
-    };
+    let mut phases = Phases::start();
 
     server_runs_as_the_chart_service_account(bed).await?;
     publish_channel(bed, registry).await?;
     bind_roles(bed).await?;
-    timed("setup (identity, channel data, role bindings)");
+    phases.done("setup (identity, channel data, role bindings)");
 
     user_without_role_is_refused(bed).await?;
-    timed("user without a role");
+    phases.done("user without a role");
     viewer_reads_only_where_bound(bed).await?;
-    timed("viewer role");
+    phases.done("viewer role");
     view_aggregation_grants_reading(bed, &mut aggregation).await?;
-    timed("view aggregation");
+    phases.done("view aggregation");
     remote_headers_without_front_proxy_certificate_are_ignored(bed).await?;
     front_proxy_certificates(bed).await?;
     client_certificates_authenticate_as_cn_and_o(bed).await?;
     invalid_credentials_are_refused(bed).await?;
     service_account_tokens_are_reviewed(bed).await?;
     metrics_require_authorization(bed).await?;
-    timed("direct authentication and /metrics");
+    phases.done("direct authentication and /metrics");
     front_proxy_ca_rotation(bed).await?;
-    timed("front-proxy CA rotation");
+    phases.done("front-proxy CA rotation");
     // The rotated cluster still works end to end.
     admin_reads_changelog(bed).await?;
     availability.finish(bed).await?;
@@ -178,21 +172,28 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         entry(OLD_VERSION, "v1.0.0", 1_700_000_000),
         entry(NEW_VERSION, "v1.1.0", 1_710_000_000),
     ]))?;
-    let updates = serde_json::to_vec(&json!([{
-        "type": "security",
-        "id": "SUSE-SU-2024:0001-1",
-        "title": "Security update for openssl",
-        "severity": "important",
-        "date": "1705000000",
-        "references": [{
-            "href": "https://www.suse.com/security/cve/CVE-2024-0001/",
-            "id": "CVE-2024-0001",
-            "title": "CVE-2024-0001",
-            "type": "cve",
+    let updates = updates_log(&[Advisory {
+        type_: "security".to_owned(),
+        id: "SUSE-SU-2024:0001-1".to_owned(),
+        title: "Security update for openssl".to_owned(),
+        severity: Severity::Important,
+        issued: Timestamp::from_second(1_705_000_000).ok(),
+        references: vec![Reference {
+            href: "https://www.suse.com/security/cve/CVE-2024-0001/".to_owned(),
+            id: "CVE-2024-0001".to_owned(),
+            title: "CVE-2024-0001".to_owned(),
+            type_: "cve".to_owned(),
         }],
-        "description": "This update for openssl fixes CVE-2024-0001.",
-        "packages": [{"name": "openssl", "version": "3.1.4", "release": "2.1", "arch": "x86_64"}],
-    }]))?;
+        description: "This update for openssl fixes CVE-2024-0001.".to_owned(),
+        packages: vec![AdvisoryPackage {
+            name: "openssl".to_owned(),
+            epoch: None,
+            version: "3.1.4".to_owned(),
+            release: "2.1".to_owned(),
+            arch: "x86_64".to_owned(),
+        }],
+        ..Advisory::default()
+    }]);
     let changelog_file = format!("changelogs/{NEW_VERSION}.updates.log");
     let channel_image = Image::channel(
         Format::Oci,
@@ -233,7 +234,7 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
 async fn admin_reads_changelog(bed: &TestBed) -> Result<()> {
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let url = format!("{}{}", bed.apiserver_url(), changelog_path(FLEET_NAMESPACE));
-    let body = poll(
+    let body = soon(
         "admin reads the changelog through the aggregator",
         async || {
             let response = http.get(&url).send().await?;
@@ -347,7 +348,7 @@ async fn user_without_role_is_refused(bed: &TestBed) -> Result<()> {
     ensure!(ours["details"] == theirs["details"], "{ours} vs {theirs}");
 
     // A collection GET is `list`.
-    let list = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions");
+    let list = summaries_path(FLEET_NAMESPACE);
     let (status, body) = direct(bed, None, &list, Some(bed.token("alice")?), &[]).await?;
     ensure!(status == StatusCode::FORBIDDEN, "{status} {body}");
     ensure!(
@@ -361,7 +362,7 @@ async fn user_without_role_is_refused(bed: &TestBed) -> Result<()> {
 /// summaries there with kubectl, and nowhere else.
 async fn viewer_reads_only_where_bound(bed: &TestBed) -> Result<()> {
     let path = changelog_path(FLEET_NAMESPACE);
-    let changelog = poll("bob reads the changelog", async || {
+    let changelog = soon("bob reads the changelog", async || {
         let out = bed.kubectl_as("bob", &["get", "--raw", &path]).await?;
         Ok(out
             .status
@@ -463,14 +464,7 @@ async fn viewer_reads_only_where_bound(bed: &TestBed) -> Result<()> {
     .await?;
     ensure!(status == StatusCode::OK, "bob direct: {status} {body}");
     // Cluster-wide list: only namespace-scoped rights, so refused.
-    let (status, body) = direct(
-        bed,
-        None,
-        &format!("{GROUP_VERSION}/managedosversions"),
-        Some(token),
-        &[],
-    )
-    .await?;
+    let (status, body) = direct(bed, None, &all_summaries_path(), Some(token), &[]).await?;
     ensure!(status == StatusCode::FORBIDDEN, "{status} {body}");
     ensure!(message_of(&body).contains("at the cluster scope"), "{body}");
     Ok(())
@@ -481,7 +475,7 @@ async fn viewer_reads_only_where_bound(bed: &TestBed) -> Result<()> {
 /// kube-controller-manager's clusterrole-aggregation controller.
 async fn view_aggregation_grants_reading(bed: &TestBed, aggregation: &mut Process) -> Result<()> {
     let roles: Api<ClusterRole> = Api::all(bed.client());
-    poll("our rules aggregated into view", async || {
+    soon("our rules aggregated into view", async || {
         aggregation.ensure_running()?;
         let view = roles.get("view").await?;
         Ok(view
@@ -505,7 +499,7 @@ async fn view_aggregation_grants_reading(bed: &TestBed, aggregation: &mut Proces
     })
     .await?;
     let path = changelog_path(FLEET_NAMESPACE);
-    let changelog = poll("carol reads the changelog through view", async || {
+    let changelog = soon("carol reads the changelog through view", async || {
         let out = bed.kubectl_as("carol", &["get", "--raw", &path]).await?;
         Ok(out
             .status
@@ -694,8 +688,7 @@ async fn service_account_tokens_are_reviewed(bed: &TestBed) -> Result<()> {
         )),
         "{body}"
     );
-    let watch =
-        format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions?watch=true");
+    let watch = format!("{}?watch=true", summaries_path(FLEET_NAMESPACE));
     let (status, body) = direct(bed, None, &watch, Some(token), &[]).await?;
     ensure!(
         status == StatusCode::FORBIDDEN,
@@ -746,7 +739,7 @@ async fn metrics_require_authorization(bed: &TestBed) -> Result<()> {
     let prometheus = bed.pki().client_ca.issue_client("prometheus", &[])?;
     let response = bed
         .server_http(Some(&prometheus))?
-        .get(format!("{}/metrics", server_url(bed)?))
+        .get(format!("{}/metrics", bed.server_url()?))
         .send()
         .await?;
     ensure!(
@@ -791,7 +784,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
         ("X-Remote-User", "rotation"),
         ("X-Remote-Group", "system:masters"),
     ];
-    let path = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions");
+    let path = summaries_path(FLEET_NAMESPACE);
 
     let (status, body) = direct(bed, Some(&new_proxy), &path, None, &masters).await?;
     ensure!(
@@ -802,7 +795,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
 
     // 1. Both CAs.
     set_requestheader_ca(bed, &format!("{old_ca}{}", new_ca.cert_pem())).await?;
-    poll("a certificate of the new CA accepted", async || {
+    soon("a certificate of the new CA accepted", async || {
         let (status, _) = direct(bed, Some(&new_proxy), &path, None, &masters).await?;
         Ok((status == StatusCode::OK).then_some(()))
     })
@@ -826,7 +819,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
     replace_file(&pki.join("front-proxy-client.key"), &new_proxy.key_pem)?;
     replace_file(&pki.join("front-proxy-client.crt"), &new_proxy.cert_pem)?;
     replace_file(&pki.join("front-proxy-ca.crt"), &new_ca.cert_pem())?;
-    poll(
+    soon(
         "kube-apiserver reloads its proxy client certificate",
         async || Ok((reloads()? > before).then_some(())),
     )
@@ -837,7 +830,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
     );
     let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
     let old_at_apiserver = bed.apiserver_http(Some(&old_proxy))?;
-    poll(
+    soon(
         "kube-apiserver stops trusting the old front-proxy CA",
         async || {
             let response = old_at_apiserver
@@ -853,7 +846,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
 
     // 3. Only the new CA.
     set_requestheader_ca(bed, &new_ca.cert_pem()).await?;
-    poll("the old front-proxy certificate refused", async || {
+    soon("the old front-proxy certificate refused", async || {
         let (status, _) = direct(bed, Some(&old_proxy), &path, None, &masters).await?;
         Ok((status == StatusCode::UNAUTHORIZED).then_some(()))
     })
@@ -887,7 +880,7 @@ async fn front_proxy_ca_rotation(bed: &TestBed) -> Result<()> {
             &Patch::Merge(&touch),
         )
         .await?;
-    poll("the aggregator's availability check answered", async || {
+    soon("the aggregator's availability check answered", async || {
         let (checks, _) = discovery_answers(bed).await?;
         Ok((checks > checks_before).then_some(()))
     })
@@ -989,12 +982,9 @@ fn count_in_log(bed: &TestBed, message: &str, detail: &str) -> Result<usize> {
 // ---------------------------------------------------------------------------
 // Helpers
 
+/// The changelog of [`NEW_VERSION`] in `namespace`.
 fn changelog_path(namespace: &str) -> String {
-    format!("{GROUP_VERSION}/namespaces/{namespace}/managedosversions/{NEW_VERSION}/changelog")
-}
-
-fn server_url(bed: &TestBed) -> Result<String> {
-    Ok(bed.server().context("our server is not running")?.url())
+    paths::changelog_path(namespace, NEW_VERSION)
 }
 
 /// GET `path` straight from our server, presenting `identity` and `token` if
@@ -1008,7 +998,7 @@ async fn direct(
 ) -> Result<(StatusCode, Value)> {
     let mut request = bed
         .server_http(identity)?
-        .get(format!("{}{path}", server_url(bed)?));
+        .get(format!("{}{path}", bed.server_url()?));
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
@@ -1029,15 +1019,6 @@ fn message_of(status: &Value) -> &str {
     status["message"].as_str().unwrap_or_default()
 }
 
-fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
-    ensure!(status["kind"] == "Status", "not a Status: {status}");
-    ensure!(status["apiVersion"] == "v1", "{status}");
-    ensure!(status["status"] == "Failure", "{status}");
-    ensure!(status["code"] == code, "{status}");
-    ensure!(status["reason"] == reason, "{status}");
-    Ok(())
-}
-
 async fn kubectl_as_ok(bed: &TestBed, user: &str, args: &[&str]) -> Result<String> {
     let out = bed.kubectl_as(user, args).await?;
     ensure!(
@@ -1047,18 +1028,4 @@ async fn kubectl_as_ok(bed: &TestBed, user: &str, args: &[&str]) -> Result<Strin
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Polls `probe` every [`POLL`] until it answers `Some`, for at most [`SOON`].
-async fn poll<T>(what: &str, mut probe: impl AsyncFnMut() -> Result<Option<T>>) -> Result<T> {
-    let deadline = Instant::now() + SOON;
-    loop {
-        if let Some(value) = probe().await? {
-            return Ok(value);
-        }
-        if Instant::now() >= deadline {
-            bail!("{what}: not after {SOON:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }

@@ -9,15 +9,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiserver::routes::ready::GZIP_MIN_BYTES;
-use elemental_changelog_apiservice::{GROUP, VERSION, types::ManagedOSVersionChangelog};
+use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, poll, retag},
+    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, retag},
     image::{self, Compression, Format, Image, Layer},
+    paths::changelog_path,
     registry::Registry,
     testbed::{
         FLEET_NAMESPACE, TestBed, TestBedOptions,
         elemental::{CHANNEL_LABEL, VersionEntry, channel_resource, version_resource},
     },
+    timing::Phases,
+    wait::{POLL, SOON, poll},
 };
 use kube::{
     Api,
@@ -27,15 +30,7 @@ use serde_json::{Value, json};
 
 /// A second namespace with a channel of the same name and version names.
 const TEAM_NAMESPACE: &str = "team-b";
-/// Bound on waiting for the server to see a change and serve it.
-const DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls.
-const POLL: Duration = Duration::from_millis(100);
 const FETCHES: &str = "elemental_changelog_channel_fetches_total";
-
-fn changelog_path(namespace: &str, name: &str) -> String {
-    format!("/apis/{GROUP}/{VERSION}/namespaces/{namespace}/managedosversions/{name}/changelog")
-}
 
 /// GET through the aggregator as admin: status code and body.
 async fn get(bed: &TestBed, path: &str) -> Result<(u16, Vec<u8>)> {
@@ -60,12 +55,6 @@ async fn get_direct(bed: &TestBed, path: &str) -> Result<(u16, String)> {
     Ok((status, response.text().await?))
 }
 
-async fn metrics(bed: &TestBed) -> Result<String> {
-    let (status, text) = get_direct(bed, "/metrics").await?;
-    ensure!(status == 200, "/metrics: {status}");
-    Ok(text)
-}
-
 /// Sum of the failed fetches (every result but `pulled`, `unchanged` and `shared`).
 fn failed_fetches(text: &str) -> f64 {
     ["pulled", "unchanged", "shared"]
@@ -85,7 +74,7 @@ async fn wait_changelog(
     accept: impl Fn(&ManagedOSVersionChangelog) -> bool,
 ) -> Result<(ManagedOSVersionChangelog, Duration)> {
     let path = format!("{}{query}", changelog_path(namespace, name));
-    poll(&format!("GET {path}"), DEADLINE, POLL, async || {
+    poll(&format!("GET {path}"), SOON, POLL, async || {
         let (status, body) = get(bed, &path).await?;
         if status != 200 {
             bail!("{status}: {}", String::from_utf8_lossy(&body));
@@ -120,7 +109,7 @@ async fn wait_status(
     let path = changelog_path(namespace, name);
     let (status, _) = poll(
         &format!("GET {path} → {code} {reason}"),
-        DEADLINE,
+        SOON,
         POLL,
         async || {
             let (status, body) = get(bed, &path).await?;
@@ -152,10 +141,10 @@ async fn wait_metric(
 ) -> Result<f64> {
     let (value, _) = poll(
         &format!("{metric_name}{labels:?} ≥ {at_least}"),
-        DEADLINE,
+        SOON,
         POLL,
         async || {
-            let value = metric(&metrics(bed).await?, metric_name, labels);
+            let value = metric(&bed.server_metrics().await?, metric_name, labels);
             Ok((value >= at_least).then_some(value))
         },
     )
@@ -165,15 +154,10 @@ async fn wait_metric(
 
 /// Waits until the server's log has a line with every one of `needles`.
 async fn wait_log(bed: &TestBed, needles: &[&str]) -> Result<String> {
-    let log = bed
-        .server()
-        .context("our server is not running")?
-        .process()
-        .log()
-        .to_owned();
+    let log = bed.server_log()?;
     let (line, _) = poll(
         &format!("a log line with {needles:?}"),
-        DEADLINE,
+        SOON,
         POLL,
         async || Ok(log_lines(&log, needles)?.into_iter().next()),
     )
@@ -184,9 +168,7 @@ async fn wait_log(bed: &TestBed, needles: &[&str]) -> Result<String> {
 /// Starts our server on `bed` with `args`; a failure marks the bed failed.
 async fn start_server(bed: &mut TestBed, args: &[String]) -> Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let started = Instant::now();
     bed.start_server(&args).await?;
-    eprintln!("server registered and Available in {:?}", started.elapsed());
     Ok(())
 }
 
@@ -197,40 +179,34 @@ async fn start_server(bed: &mut TestBed, args: &[String]) -> Result<()> {
 async fn changelogs_from_channel_images() -> Result<()> {
     let registry = Registry::start_plain().await?;
     let secure = Registry::start_tls_auth("elemental", "changelog-e2e-password").await?;
-    let started = Instant::now();
+    let mut phases = Phases::start();
     let mut bed = TestBed::start(TestBedOptions {
         namespaces: vec![FLEET_NAMESPACE.to_owned(), TEAM_NAMESPACE.to_owned()],
         ..TestBedOptions::default()
     })
     .await?;
-    eprintln!("test bed started in {:?}", started.elapsed());
+    phases.done("test bed");
     let mut args = registry.server_flags()?;
     args.extend(secure.server_flags()?);
     // Small enough that the bomb below is stopped quickly in a debug build.
     args.extend(["--max-uncompressed-size".to_owned(), "64MiB".to_owned()]);
     let result = async {
         start_server(&mut bed, &args).await?;
-        let step = Instant::now();
+        phases.done("server registered and Available");
         let mut stable = precomputed_advisories(&bed, &registry).await?;
-        eprintln!("precomputed advisories: {:?}", step.elapsed());
-        let step = Instant::now();
+        phases.done("precomputed advisories");
         ready_bytes_through_the_aggregator(&bed).await?;
-        eprintln!("ready bytes: {:?}", step.elapsed());
-        let step = Instant::now();
+        phases.done("ready bytes");
         namespaces_never_mix(&bed, &registry).await?;
-        eprintln!("namespaces: {:?}", step.elapsed());
-        let step = Instant::now();
+        phases.done("namespaces");
         multi_arch_index(&bed, &registry).await?;
-        eprintln!("multi-arch: {:?}", step.elapsed());
-        let step = Instant::now();
+        phases.done("multi-arch");
         json_channel_and_tls_registry(&bed, &secure).await?;
-        eprintln!("json channel and TLS registry: {:?}", step.elapsed());
-        let step = Instant::now();
+        phases.done("json channel and TLS registry");
         resync_and_retained(&bed, &registry, &mut stable).await?;
-        eprintln!("re-sync and retained versions: {:?}", step.elapsed());
-        let step = Instant::now();
+        phases.done("re-sync and retained versions");
         broken_images(&bed, &registry).await?;
-        eprintln!("broken images: {:?}", step.elapsed());
+        phases.done("broken images");
         // The first channel was served throughout, and still is.
         let data = GeneratedChannel::generate("stable", "fleet-stable", 2..=5);
         let (served, _) =
@@ -372,7 +348,7 @@ async fn ready_bytes_through_the_aggregator(bed: &TestBed) -> Result<()> {
     );
     ensure!(conditional.bytes().await?.is_empty());
 
-    let text = metrics(bed).await?;
+    let text = bed.server_metrics().await?;
     let hits = metric(
         &text,
         "elemental_changelog_answer_cache_requests_total",
@@ -600,7 +576,7 @@ async fn resync_and_retained(
     let path = changelog_path(FLEET_NAMESPACE, "stable-v1-1");
     poll(
         "the deleted version's changelog is gone",
-        DEADLINE,
+        SOON,
         POLL,
         async || {
             let (status, body) = get(bed, &path).await?;
@@ -609,9 +585,9 @@ async fn resync_and_retained(
         },
     )
     .await?;
-    poll("retained versions back to 0", DEADLINE, POLL, async || {
+    poll("retained versions back to 0", SOON, POLL, async || {
         let value = metric(
-            &metrics(bed).await?,
+            &bed.server_metrics().await?,
             "elemental_changelog_retained_versions",
             &[],
         );
@@ -698,14 +674,10 @@ async fn push_broken(
         "invalid-json" => {
             let mut files = data.files();
             files[0].1 = br#"[{"metadata":{"name":"broken"},"spec":{"version":"#.to_vec();
-            let borrowed: Vec<(&str, &[u8])> = files
-                .iter()
-                .map(|(p, d)| (p.as_str(), d.as_slice()))
-                .collect();
             image::push(
                 registry,
                 &reference,
-                &Image::channel(Format::Oci, Compression::Gzip, &borrowed),
+                &Image::channel(Format::Oci, Compression::Gzip, &files),
             )
             .await?
         }
@@ -770,16 +742,15 @@ fn peak_rss(pid: u32) -> Result<u64> {
 /// and neither disturb other channels nor replace a channel's good data.
 async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
     let client = bed.client();
-    let log = bed
-        .server()
-        .context("our server is not running")?
-        .process()
-        .log()
-        .to_owned();
+    let log = bed.server_log()?;
 
     // Fresh channels whose only image is broken.
     for breakage in &BREAKAGES {
-        let before = metric(&metrics(bed).await?, FETCHES, &[("result", breakage.kind)]);
+        let before = metric(
+            &bed.server_metrics().await?,
+            FETCHES,
+            &[("result", breakage.kind)],
+        );
         let name = format!("broken-{}", breakage.name);
         let data = GeneratedChannel::generate(&name, &name, [1]);
         let repository = format!("broken/{}", breakage.name);
@@ -873,7 +844,11 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
     wait_changelog(bed, FLEET_NAMESPACE, &newest, "", |_| true).await?;
     let good_image = registry.image(&format!("{repository}:latest"));
     for (round, breakage) in BREAKAGES.iter().enumerate() {
-        let before = metric(&metrics(bed).await?, FETCHES, &[("result", breakage.kind)]);
+        let before = metric(
+            &bed.server_metrics().await?,
+            FETCHES,
+            &[("result", breakage.kind)],
+        );
         // Each round's broken image is prepared under a tag nobody reads (so
         // that no fetch sees it half-broken), with new content (a new digest).
         let staging = format!("round-{round}");
@@ -979,20 +954,20 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
     second.check(&served, "periodic-v1-3")?;
 
     // The registry goes away.
-    let text = metrics(bed).await?;
+    let text = bed.server_metrics().await?;
     let failed_before = failed_fetches(&text);
     registry.stop();
-    let (_, took) = poll("a failed fetch counted", DEADLINE, POLL, async || {
-        Ok((failed_fetches(&metrics(bed).await?) > failed_before).then_some(()))
+    let (_, took) = poll("a failed fetch counted", SOON, POLL, async || {
+        Ok((failed_fetches(&bed.server_metrics().await?) > failed_before).then_some(()))
     })
     .await?;
     eprintln!("registry outage counted {took:?} after it began");
     let line = wait_log(bed, &["=periodic", FETCH_FAILED]).await?;
     eprintln!("outage: {line}");
     // A few more failed checks (with backoff), and still everything is served.
-    let failed_now = failed_fetches(&metrics(bed).await?);
-    poll("a second failed fetch", DEADLINE, POLL, async || {
-        Ok((failed_fetches(&metrics(bed).await?) > failed_now).then_some(()))
+    let failed_now = failed_fetches(&bed.server_metrics().await?);
+    poll("a second failed fetch", SOON, POLL, async || {
+        Ok((failed_fetches(&bed.server_metrics().await?) > failed_now).then_some(()))
     })
     .await?;
     for version in &second.versions {

@@ -18,25 +18,24 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::types::{
     ManagedOSVersionChangelog, ManagedOSVersionChangelogSummary, PackageChange, Severity, Source,
 };
-use elemental_changelog_integration::fixtures::poll;
 use elemental_changelog_integration::generated::{Change, Channel, Spec};
-use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::image::{self, Compression};
+use elemental_changelog_integration::paths::{all_summaries_path, changelog_path, summaries_path};
 use elemental_changelog_integration::registry::Registry;
-use elemental_changelog_integration::table;
 use elemental_changelog_integration::testbed::elemental::{self, CHANNEL_LABEL};
 use elemental_changelog_integration::testbed::{
     FLEET_NAMESPACE, TestBed, TestBedOptions, server_binary,
 };
+use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::{publish, table};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 const RESOURCE: &str = "managedosversions.changelog.elemental.cattle.io";
 /// What `kubectl get -o name` prints before a summary's name.
 const SUMMARY_NAME_PREFIX: &str = "managedosversionchangelogsummary.changelog.elemental.cattle.io/";
@@ -44,9 +43,6 @@ const SUMMARY_NAME_PREFIX: &str = "managedosversionchangelogsummary.changelog.el
 const PRECOMPUTED_NAMESPACE: &str = "elemental-precomputed";
 /// Namespace of the channel with both raw data and upstream's shifted files.
 const MIXED_NAMESPACE: &str = "elemental-mixed";
-/// Bound on the server fetching and parsing a channel image.
-const DATA_DEADLINE: Duration = Duration::from_secs(90);
-const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Pairs of version indexes (from, to) checked with `?from=`.
 const PAIRS: [(usize, usize); 6] = [(2, 14), (0, 23), (13, 14), (0, 1), (9, 19), (5, 23)];
 
@@ -60,7 +56,7 @@ struct Fixture {
 
 #[tokio::test]
 async fn generated_channels_end_to_end() -> Result<()> {
-    let started = Instant::now();
+    let mut phases = Phases::start();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
         namespaces: vec![
@@ -75,36 +71,26 @@ async fn generated_channels_end_to_end() -> Result<()> {
     flags.extend(["--architecture".to_owned(), "x86_64".to_owned()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_server(&flags).await?;
-    eprintln!("test bed and server ready after {:?}", started.elapsed());
-    let result = checks(&bed, &registry, started).await;
-    eprintln!(
-        "compute end-to-end checks done after {:?}",
-        started.elapsed()
-    );
+    phases.done("test bed and server");
+    let result = checks(&bed, &registry, &mut phases).await;
+    phases.mark("compute end-to-end checks done");
     bed.finish(result)
 }
 
-async fn checks(bed: &TestBed, registry: &Registry, started: Instant) -> Result<()> {
+async fn checks(bed: &TestBed, registry: &Registry, phases: &mut Phases) -> Result<()> {
     let fixture = publish(bed, registry).await?;
-    eprintln!(
-        "channels published and served after {:?}",
-        started.elapsed()
-    );
-    let step = Instant::now();
+    phases.done("channels published and served");
     changelogs_from_any_version(bed, &fixture.main).await?;
     from_errors(bed, &fixture).await?;
-    eprintln!("from= checks: {:?}", step.elapsed());
-    let step = Instant::now();
+    phases.done("from= checks");
     cve_finds_the_first_fixing_version(bed, &fixture.main).await?;
-    eprintln!("cve= checks: {:?}", step.elapsed());
-    let step = Instant::now();
+    phases.done("cve= checks");
     kubectl_tables(bed, &fixture).await?;
-    eprintln!("kubectl checks: {:?}", step.elapsed());
-    let step = Instant::now();
+    phases.done("kubectl checks");
     precomputed_files_of_the_compute_command(bed, &fixture.main).await?;
     shifted_files_get_a_warning(bed, &fixture.shifted).await?;
     raw_data_wins_over_shifted_files(bed, &fixture.shifted).await?;
-    eprintln!("precomputed and shifted checks: {:?}", step.elapsed());
+    phases.done("precomputed and shifted checks");
     Ok(())
 }
 
@@ -117,18 +103,24 @@ async fn publish(bed: &TestBed, registry: &Registry) -> Result<Fixture> {
     let precomputed = run_compute(&main, work.path()).await?;
 
     let raw = main.raw_files("updateinfo.xml.zst")?;
-    let main_digest = push(registry, "gen/raw:1", &raw).await?;
+    let main_digest = image::push_channel(registry, "gen/raw:1", Compression::Gzip, &raw).await?;
     let mut files = vec![("channel.json".to_owned(), main.channel_json())];
     files.extend(
         precomputed
             .into_iter()
             .map(|(name, data)| (format!("changelogs/{name}"), data)),
     );
-    push(registry, "gen/precomputed:1", &files).await?;
-    push(registry, "gen/shifted:1", &shifted.shifted_files()).await?;
+    image::push_channel(registry, "gen/precomputed:1", Compression::Gzip, &files).await?;
+    image::push_channel(
+        registry,
+        "gen/shifted:1",
+        Compression::Gzip,
+        &shifted.shifted_files(),
+    )
+    .await?;
     let mut mixed = shifted.raw_files("updateinfo.xml")?;
     mixed.extend(shifted.shifted_files().into_iter().skip(1));
-    push(registry, "gen/mixed:1", &mixed).await?;
+    image::push_channel(registry, "gen/mixed:1", Compression::Gzip, &mixed).await?;
 
     for (namespace, channel, image) in [
         (FLEET_NAMESPACE, &main, "gen/raw:1"),
@@ -151,24 +143,7 @@ async fn publish(bed: &TestBed, registry: &Registry) -> Result<Fixture> {
         (PRECOMPUTED_NAMESPACE, &main),
         (MIXED_NAMESPACE, &shifted),
     ] {
-        let path = format!(
-            "{API}/namespaces/{namespace}/managedosversions?labelSelector={CHANNEL_LABEL}%3D{}",
-            channel.name
-        );
-        let (_, took) = poll(
-            &format!("{namespace}/{} served", channel.name),
-            DATA_DEADLINE,
-            POLL_INTERVAL,
-            || async {
-                let (status, body) = get(bed, &path).await?;
-                let items = body["items"].as_array().cloned().unwrap_or_default();
-                let ready = status == 200
-                    && items.len() == channel.versions.len()
-                    && items.iter().all(|i| i["available"] == true);
-                Ok(ready.then_some(()))
-            },
-        )
-        .await?;
+        let took = publish::wait_served(bed, namespace, channel).await?;
         eprintln!("{namespace}/{} served after {took:?}", channel.name);
     }
     Ok(Fixture {
@@ -176,15 +151,6 @@ async fn publish(bed: &TestBed, registry: &Registry) -> Result<Fixture> {
         shifted,
         main_digest,
     })
-}
-
-async fn push(registry: &Registry, tag: &str, files: &[(String, Vec<u8>)]) -> Result<String> {
-    let files: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice()))
-        .collect();
-    let image = Image::channel(Format::Oci, Compression::Gzip, &files);
-    Ok(image::push(registry, tag, &image).await?.digest)
 }
 
 /// Writes `channel`'s raw data under `dir`, runs `elemental-changelog-apiserver
@@ -272,7 +238,7 @@ async fn changelog(
     name: &str,
     from: Option<&str>,
 ) -> Result<ManagedOSVersionChangelog> {
-    let mut path = format!("{API}/namespaces/{namespace}/managedosversions/{name}/changelog");
+    let mut path = changelog_path(namespace, name);
     if let Some(from) = from {
         path.push_str(&format!("?from={from}"));
     }
@@ -431,8 +397,8 @@ async fn from_errors(bed: &TestBed, fixture: &Fixture) -> Result<()> {
     ];
     for (from, says) in cases {
         let path = format!(
-            "{API}/namespaces/{FLEET_NAMESPACE}/managedosversions/{}/changelog?from={from}",
-            v[15].name
+            "{}?from={from}",
+            changelog_path(FLEET_NAMESPACE, &v[15].name)
         );
         let (status, body) = get(bed, &path).await?;
         ensure!(status == 400, "from={from}: {status} {body}");
@@ -490,7 +456,7 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
             .collect();
         let (status, list) = get(
             bed,
-            &format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions?cve={cve}"),
+            &format!("{}?cve={cve}", summaries_path(FLEET_NAMESPACE)),
         )
         .await?;
         ensure!(status == 200, "cve={cve}: {status} {list}");
@@ -506,7 +472,7 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
         eprintln!("  {cve}: first fixed in {}", expected[0].1);
 
         // Cluster-wide: the precomputed copy of the channel fixes it in the same versions.
-        let (status, all) = get(bed, &format!("{API}/managedosversions?cve={cve}")).await?;
+        let (status, all) = get(bed, &format!("{}?cve={cve}", all_summaries_path())).await?;
         ensure!(status == 200, "cve={cve}: {status} {all}");
         let all = names(&all);
         for namespace in [FLEET_NAMESPACE, PRECOMPUTED_NAMESPACE] {
@@ -538,7 +504,10 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
     ] {
         let (status, list) = get(
             bed,
-            &format!("{API}/managedosversions?cve={recurring}&labelSelector={selector}"),
+            &format!(
+                "{}?cve={recurring}&labelSelector={selector}",
+                all_summaries_path()
+            ),
         )
         .await?;
         ensure!(status == 200, "{selector}: {status} {list}");
@@ -551,11 +520,11 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
     // A CVE nobody fixes, and one that is not a CVE id.
     let (status, none) = get(
         bed,
-        &format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions?cve=CVE-1999-0001"),
+        &format!("{}?cve=CVE-1999-0001", summaries_path(FLEET_NAMESPACE)),
     )
     .await?;
     ensure!(status == 200 && names(&none).is_empty(), "{status} {none}");
-    let (status, bad) = get(bed, &format!("{API}/managedosversions?cve=GHSA-1234")).await?;
+    let (status, bad) = get(bed, &format!("{}?cve=GHSA-1234", all_summaries_path())).await?;
     ensure!(status == 400 && bad["kind"] == "Status", "{status} {bad}");
     Ok(())
 }
@@ -862,9 +831,7 @@ async fn shifted_files_get_a_warning(bed: &TestBed, channel: &Channel) -> Result
     }
     // The warnings are Warning headers too, which kubectl prints on stderr.
     let newest = &channel.versions.last().context("no versions")?.name;
-    let path = format!(
-        "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/managedosversions/{newest}/changelog"
-    );
+    let path = changelog_path(FLEET_NAMESPACE, newest);
     let out = bed.kubectl(&["get", "--raw", &path]).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success(), "kubectl get --raw {path}: {stderr}");

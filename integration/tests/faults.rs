@@ -14,22 +14,20 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_apiservice::{GROUP, VERSION, types::ManagedOSVersionChangelog};
+use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
     faults::{Fault, FaultProxy},
-    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, poll},
+    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric},
     image::{self, Compression, Format, Layer},
+    paths::{changelog_path, summary_path},
     registry::Registry,
     testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::channel_resource},
+    wait::{POLL, SERVED, poll},
 };
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
 use sha2::{Digest as _, Sha256};
 
-/// Bound on waiting for a fault to show or for recovery.
-const DEADLINE: Duration = Duration::from_secs(90);
-/// Pause between two polls.
-const POLL: Duration = Duration::from_millis(100);
 /// The server's periodic digest check in the registry test, in seconds;
 /// also the cap of its retry backoff.
 const REFRESH_SECONDS: u64 = 3;
@@ -51,19 +49,12 @@ struct Requests {
 
 impl Requests {
     fn new(bed: &TestBed) -> Result<Self> {
-        let server = bed.server().context("our server is not running")?;
         Ok(Self {
             apiserver: bed.apiserver_url(),
-            server: server.url(),
+            server: bed.server_url()?,
             aggregator: bed.apiserver_http(Some(&bed.pki().admin))?,
             direct: bed.server_http(Some(&bed.pki().admin))?,
         })
-    }
-
-    fn changelog_path(name: &str) -> String {
-        format!(
-            "/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog"
-        )
     }
 
     async fn get(client: &reqwest::Client, url: String) -> Result<(u16, Vec<u8>)> {
@@ -79,7 +70,7 @@ impl Requests {
         } else {
             (&self.aggregator, &self.apiserver)
         };
-        let path = Self::changelog_path(name);
+        let path = changelog_path(FLEET_NAMESPACE, name);
         let (status, body) = Self::get(client, format!("{base}{path}")).await?;
         ensure!(
             status == 200,
@@ -92,7 +83,11 @@ impl Requests {
     /// The changelog of `name` through the aggregator as answered: status,
     /// `Retry-After` and body.
     async fn changelog_raw(&self, name: &str) -> Result<(u16, Option<String>, Vec<u8>)> {
-        let url = format!("{}{}", self.apiserver, Self::changelog_path(name));
+        let url = format!(
+            "{}{}",
+            self.apiserver,
+            changelog_path(FLEET_NAMESPACE, name)
+        );
         let response = self.aggregator.get(&url).send().await?;
         let status = response.status().as_u16();
         let retry = response
@@ -105,10 +100,7 @@ impl Requests {
 
     /// The summary of version `name` through the aggregator.
     async fn summary(&self, name: &str) -> Result<serde_json::Value> {
-        let url = format!(
-            "{}/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}",
-            self.apiserver
-        );
+        let url = format!("{}{}", self.apiserver, summary_path(FLEET_NAMESPACE, name));
         let (status, body) = Self::get(&self.aggregator, url).await?;
         ensure!(status == 200, "summary of {name}: {status}");
         Ok(serde_json::from_slice(&body)?)
@@ -116,7 +108,11 @@ impl Requests {
 
     /// The status code of the changelog of `name` through the aggregator.
     async fn changelog_status(&self, name: &str) -> Result<u16> {
-        let url = format!("{}{}", self.apiserver, Self::changelog_path(name));
+        let url = format!(
+            "{}{}",
+            self.apiserver,
+            changelog_path(FLEET_NAMESPACE, name)
+        );
         Ok(Self::get(&self.aggregator, url).await?.0)
     }
 
@@ -142,7 +138,7 @@ impl Requests {
     ) -> Result<Duration> {
         let (_, took) = poll(
             &format!("{name} served from {digest}"),
-            DEADLINE,
+            SERVED,
             POLL,
             async || {
                 let served = self.changelog(name, false).await?;
@@ -177,12 +173,6 @@ impl Requests {
         ensure!(ready == 200, "/readyz during the fault: {ready}");
         Ok(answered)
     }
-}
-
-/// Our server's log file.
-fn server_log(bed: &TestBed) -> Result<std::path::PathBuf> {
-    let server = bed.server().context("our server is not running")?;
-    Ok(server.process().log().to_owned())
 }
 
 /// Failed fetches by error kind (every `result` but `pulled`, `unchanged` and `shared`).
@@ -349,7 +339,7 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
         let next_digest = push_with_payload(registry, repository, &next).await?;
         let (kinds, detected) = poll(
             &format!("{}: a failed fetch counted", fault.name),
-            DEADLINE,
+            SERVED,
             POLL,
             async || {
                 let kinds = grown(&before, &failures(&requests.metrics().await?));
@@ -390,7 +380,7 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
         (&mut data, &mut digest),
     )
     .await?;
-    let log = server_log(bed)?;
+    let log = bed.server_log()?;
     ensure!(
         !log_lines(
             &log,
@@ -447,7 +437,7 @@ async fn new_version_rounds(
         // A wrong answer ends the poll at once (an error would only be retried).
         let (outcome, detected) = poll(
             &format!("{name}: the new version {new} answers FetchFailed"),
-            DEADLINE,
+            SERVED,
             POLL,
             async || {
                 let (status, retry, body) = requests.changelog_raw(&new).await?;
@@ -604,7 +594,7 @@ impl Channel {
         let name = self.newest()?;
         let (_, took) = poll(
             &format!("{name} no longer served"),
-            DEADLINE,
+            SERVED,
             POLL,
             async || Ok((requests.changelog_status(&name).await? != 200).then_some(())),
         )
@@ -681,14 +671,14 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
         let born = operator_changes(bed, registry, round, &mut steady, &doomed[round]).await?;
         match fault {
             KubeFault::Stall => {
-                poll("a watch event held", DEADLINE, POLL, async || {
+                poll("a watch event held", SERVED, POLL, async || {
                     Ok((proxy.stalled() > 0).then_some(()))
                 })
                 .await?;
             }
             KubeFault::Refuse => {
                 // Several failed attempts of each watch: their backoff has grown.
-                poll("four errors of each watch", DEADLINE, POLL, async || {
+                poll("four errors of each watch", SERVED, POLL, async || {
                     let now = watch_errors(&requests).await?;
                     Ok(now
                         .iter()
@@ -703,7 +693,7 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
                 // reset again and again (a quiet one may get through).
                 poll(
                     "each watch cut, four errors in all",
-                    DEADLINE,
+                    SERVED,
                     POLL,
                     async || {
                         let now = watch_errors(&requests).await?;
@@ -749,7 +739,7 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
     ensure!(served.channel.digest.as_deref() == Some(steady.digest.as_str()));
     let ready = requests.readyz().await?;
     ensure!(ready == 200, "/readyz with kube-apiserver down: {ready}");
-    poll("an error of each watch", DEADLINE, POLL, async || {
+    poll("an error of each watch", SERVED, POLL, async || {
         let now = watch_errors(&requests).await?;
         Ok(now.iter().zip(&errors).all(|(n, e)| n > e).then_some(()))
     })
@@ -782,7 +772,7 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
         channels == 1.0 + born_total as f64,
         "{channels} channels in the cache, expected steady and {born_total} new ones"
     );
-    let log = server_log(bed)?;
+    let log = bed.server_log()?;
     let born_names = (0..born_total).map(|round| format!("born-{round}"));
     for channel in std::iter::once("steady".to_owned()).chain(born_names) {
         let pulls = log_lines(
@@ -849,7 +839,7 @@ async fn watch_errors(requests: &Requests) -> Result<Vec<f64>> {
 
 /// Waits until both watches report synced.
 async fn watches_synced(requests: &Requests) -> Result<()> {
-    poll("both watches synced", DEADLINE, POLL, async || {
+    poll("both watches synced", SERVED, POLL, async || {
         let text = requests.metrics().await?;
         let synced = WATCHED
             .iter()

@@ -8,24 +8,24 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_apiservice::{GROUP, VERSION};
+use elemental_changelog_apiservice::GROUP;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, metric, poll},
+    fixtures::{GeneratedChannel, OperatorChannel, metric},
     image::{self, Compression, Format},
+    paths::GROUP_VERSION,
     registry::Registry,
     testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::VersionEntry, workspace_root},
+    wait::{POLL, SOON as DEADLINE, poll},
 };
 use serde_json::Value;
 
 const LOCAL: &str = "fleet-local";
-const DEADLINE: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(200);
 const STABLE_OS: &str = "registry.example.com/elemental/os";
 const EDGE_OS: &str = "registry.example.com/elemental/edge-os";
 const BROKEN_OS: &str = "registry.example.com/elemental/broken-os";
 
 fn api(path: &str) -> String {
-    format!("/apis/{GROUP}/{VERSION}{path}")
+    format!("{GROUP_VERSION}{path}")
 }
 
 /// GET through the aggregator as admin: status code and body.

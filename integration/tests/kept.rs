@@ -9,22 +9,23 @@
 //! (`--nocapture`); docs/reliability.md records the figures.
 #![cfg(target_os = "linux")]
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog::data::ChannelData;
-use elemental_changelog_apiservice::{GROUP, VERSION};
 use elemental_changelog_integration::{
     bench::{Rss, settled_rss},
-    fixtures::{metric, poll},
+    fixtures::metric,
     generated::{Channel, Spec},
     image::{self, Compression, Format, Image},
+    paths::{changelog_path, summary_path},
     publish,
     registry::Registry,
     testbed::{
         FLEET_NAMESPACE, TestBed, TestBedOptions,
         elemental::{self, channel_resource},
     },
+    wait::{POLL, SERVED, poll},
 };
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
@@ -37,8 +38,6 @@ const CHANNELS: usize = 6;
 const FIT: usize = 2;
 const VERSIONS: usize = 60;
 const PACKAGES: usize = 400;
-const DEADLINE: Duration = Duration::from_secs(90);
-const POLL: Duration = Duration::from_millis(200);
 const MIB: u64 = 1024;
 
 fn model(index: usize) -> Channel {
@@ -103,10 +102,6 @@ async fn create(
     model: &Channel,
 ) -> Result<()> {
     let files = model.raw_files("updateinfo.xml.zst")?;
-    let files: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice()))
-        .collect();
     let tag = format!("{}/raw:1", model.name);
     image::push(
         registry,
@@ -128,10 +123,7 @@ async fn create(
 /// The newest version of `model`'s changelog through the aggregator: status and body.
 async fn changelog(bed: &TestBed, namespace: &str, model: &Channel) -> Result<(u16, Value)> {
     let name = &model.versions.last().context("no versions")?.name;
-    let url = format!(
-        "{}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/managedosversions/{name}/changelog",
-        bed.apiserver_url()
-    );
+    let url = format!("{}{}", bed.apiserver_url(), changelog_path(namespace, name));
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let response = http.get(&url).send().await?;
     let status = response.status().as_u16();
@@ -142,8 +134,9 @@ async fn changelog(bed: &TestBed, namespace: &str, model: &Channel) -> Result<(u
 async fn summary(bed: &TestBed, model: &Channel) -> Result<Value> {
     let name = &model.versions.last().context("no versions")?.name;
     let url = format!(
-        "{}/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}",
-        bed.apiserver_url()
+        "{}{}",
+        bed.apiserver_url(),
+        summary_path(FLEET_NAMESPACE, name)
     );
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     Ok(http.get(&url).send().await?.json().await?)
@@ -207,7 +200,7 @@ async fn attack(
     for model in &models[FIT..] {
         poll(
             &format!("{} refused", model.name),
-            DEADLINE,
+            SERVED,
             POLL,
             async || Ok((state(bed, model).await? == Some(false)).then_some(())),
         )
@@ -249,7 +242,7 @@ async fn attack(
         .await?;
     let (_, took) = poll(
         "a refused channel served once another went",
-        DEADLINE,
+        SERVED,
         POLL,
         async || {
             let mut now_served = 0;

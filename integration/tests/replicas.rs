@@ -10,33 +10,25 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_apiservice::{GROUP, VERSION, types::ManagedOSVersionChangelog};
+use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, metric, poll},
+    fixtures::{GeneratedChannel, OperatorChannel, metric},
     image::{self, Compression, Format},
+    paths,
     registry::Registry,
     testbed::{FLEET_NAMESPACE, SERVER_NAMESPACE, TestBed, TestBedOptions},
+    wait::{POLL, SOON, poll},
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::Value;
 
-/// Bound on waiting for the servers to see a change and serve it.
-const DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls.
-const POLL: Duration = Duration::from_millis(100);
 /// The history ConfigMap of the chart's release in the test bed.
 const HISTORY: &str = "elemental-changelog-history";
 const CHANNEL: &str = "stable";
 
-fn changelog_path(name: &str) -> String {
-    format!(
-        "/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog"
-    )
-}
-
 fn list_path(query: &str) -> String {
-    format!("/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions{query}")
+    format!("{}{query}", paths::summaries_path(FLEET_NAMESPACE))
 }
 
 /// GET `url` (through the aggregator): status code and body.
@@ -88,7 +80,7 @@ fn cause(body: &[u8]) -> String {
 async fn wait_served(bed: &TestBed, index: usize, path: &str) -> Result<(Vec<u8>, Duration)> {
     poll(
         &format!("replica {index}: GET {path}"),
-        DEADLINE,
+        SOON,
         POLL,
         async || {
             let (status, body) = get_via(bed, index, path).await?;
@@ -200,19 +192,14 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
         };
         channel.sync(&data.entries()).await?;
         // Both replicas read it before the next one comes.
-        let path = changelog_path(&format!("stable-v1-{newest}"));
-        poll(
-            "both replicas on the new image",
-            DEADLINE,
-            POLL,
-            async || {
-                let body = agree(bed, &path).await?;
-                Ok(
-                    (changelog(&body)?.channel.digest.as_deref() == Some(pushed.digest.as_str()))
-                        .then_some(()),
-                )
-            },
-        )
+        let path = paths::changelog_path(FLEET_NAMESPACE, &format!("stable-v1-{newest}"));
+        poll("both replicas on the new image", SOON, POLL, async || {
+            let body = agree(bed, &path).await?;
+            Ok(
+                (changelog(&body)?.channel.digest.as_deref() == Some(pushed.digest.as_str()))
+                    .then_some(()),
+            )
+        })
         .await?;
         digests.push(pushed.digest);
         if newest == 5 {
@@ -221,8 +208,8 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
     }
     let channel = channel.context("no channel")?;
     let all = GeneratedChannel::generate(CHANNEL, "fleet-stable", 1..=6);
-    let retained_1 = agree(bed, &changelog_path("stable-v1-1")).await?;
-    let retained_2 = agree(bed, &changelog_path("stable-v1-2")).await?;
+    let retained_1 = agree(bed, &paths::changelog_path(FLEET_NAMESPACE, "stable-v1-1")).await?;
+    let retained_2 = agree(bed, &paths::changelog_path(FLEET_NAMESPACE, "stable-v1-2")).await?;
     all.check(&changelog(&retained_1)?, "stable-v1-1")?;
     all.check(&changelog(&retained_2)?, "stable-v1-2")?;
     let history = history(bed).await?;
@@ -248,7 +235,7 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
 /// one replica restarted, then the other: the dropped version answers 200
 /// with identical bytes from both, before and after each restart.
 async fn restarts_keep_the_dropped_version(bed: &mut TestBed, digests: &[String]) -> Result<()> {
-    let path = changelog_path("stable-v1-1");
+    let path = paths::changelog_path(FLEET_NAMESPACE, "stable-v1-1");
     let before = agree(bed, &path).await?;
     let served = changelog(&before)?;
     ensure!(
@@ -311,7 +298,7 @@ async fn a_new_replica_serves_every_retained_version(
     let started = Instant::now();
     let ready = bed.start_replica(2).await?;
     for (name, expected) in ["stable-v1-1", "stable-v1-2"].iter().zip(expected) {
-        let (body, _) = wait_served(bed, 2, &changelog_path(name)).await?;
+        let (body, _) = wait_served(bed, 2, &paths::changelog_path(FLEET_NAMESPACE, name)).await?;
         ensure!(
             body == **expected,
             "the new replica serves other bytes for {name}"
@@ -340,7 +327,11 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
         let (turn, sent, stop, balancer) =
             (turn.clone(), sent.clone(), stop.clone(), balancer.clone());
         let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-        let url = format!("{}{}", bed.apiserver_url(), changelog_path("stable-v1-2"));
+        let url = format!(
+            "{}{}",
+            bed.apiserver_url(),
+            paths::changelog_path(FLEET_NAMESPACE, "stable-v1-2")
+        );
         async move {
             let mut answers = Vec::new();
             while !stop.load(Ordering::SeqCst) || answers.len() < 200 {
@@ -353,7 +344,7 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
         }
     });
     let count = async |at_least: usize| {
-        poll("requests sent", DEADLINE, POLL, async || {
+        poll("requests sent", SOON, POLL, async || {
             Ok((sent.load(Ordering::SeqCst) >= at_least).then_some(()))
         })
         .await
@@ -424,30 +415,27 @@ async fn an_old_image_gone_from_the_registry_is_retried(
             &[("result", "failed")],
         ))
     };
-    let (_, took) = poll(
-        "the pull failed twice (retried)",
-        DEADLINE,
-        POLL,
-        async || Ok((failed().await? >= 2.0).then_some(())),
-    )
+    let (_, took) = poll("the pull failed twice (retried)", SOON, POLL, async || {
+        Ok((failed().await? >= 2.0).then_some(()))
+    })
     .await?;
     eprintln!("the missing old image failed twice on the restarted replica within {took:?}");
-    let (status, body) = get_via(bed, 0, &changelog_path("stable-v1-1")).await?;
+    let (status, body) = get_via(
+        bed,
+        0,
+        &paths::changelog_path(FLEET_NAMESPACE, "stable-v1-1"),
+    )
+    .await?;
     ensure!(
         status == 200 && body == expected,
         "the replica holding the data stopped serving it: {status}"
     );
     std::fs::rename(&aside, &manifest).context("restoring the old manifest")?;
-    let path = changelog_path("stable-v1-1");
-    let (body, took) = poll(
-        "the restarted replica catches up",
-        DEADLINE,
-        POLL,
-        async || {
-            let (status, body) = get_via(bed, 1, &path).await?;
-            Ok((status == 200).then_some(body))
-        },
-    )
+    let path = paths::changelog_path(FLEET_NAMESPACE, "stable-v1-1");
+    let (body, took) = poll("the restarted replica catches up", SOON, POLL, async || {
+        let (status, body) = get_via(bed, 1, &path).await?;
+        Ok((status == 200).then_some(body))
+    })
     .await?;
     ensure!(body == expected, "other bytes after the image came back");
     eprintln!("served {took:?} after the old image came back");
@@ -509,7 +497,7 @@ async fn a_forged_history_record_is_not_followed(
     }
     let record = written.context("the history kept changing")?;
     eprintln!("forged history record: {record}");
-    let path = changelog_path("stable-v1-2");
+    let path = paths::changelog_path(FLEET_NAMESPACE, "stable-v1-2");
     bed.stop_replica(1).await?;
     let started = Instant::now();
     bed.start_replica(1).await?;
@@ -553,25 +541,20 @@ async fn a_deleted_version_is_forgotten_everywhere(
     channel: &OperatorChannel,
 ) -> Result<()> {
     channel.delete_version("stable-v1-1").await?;
-    let path = changelog_path("stable-v1-1");
+    let path = paths::changelog_path(FLEET_NAMESPACE, "stable-v1-1");
     let started = Instant::now();
     for index in [0, 1] {
-        poll(
-            &format!("replica {index}: 404"),
-            DEADLINE,
-            POLL,
-            async || {
-                let (status, _) = get_via(bed, index, &path).await?;
-                Ok((status == 404).then_some(()))
-            },
-        )
+        poll(&format!("replica {index}: 404"), SOON, POLL, async || {
+            let (status, _) = get_via(bed, index, &path).await?;
+            Ok((status == 404).then_some(()))
+        })
         .await?;
     }
     eprintln!(
         "deleted version 404 on both replicas {:?} after the deletion",
         started.elapsed()
     );
-    let (_, took) = poll("the history forgets it", DEADLINE, POLL, async || {
+    let (_, took) = poll("the history forgets it", SOON, POLL, async || {
         let history = history(bed).await?;
         Ok(origin(&history, "stable-v1-1").is_none().then_some(history))
     })

@@ -12,28 +12,32 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiserver::request::RequestInfo;
+use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Severity};
+use elemental_changelog_integration::audit::AuditLog;
+use elemental_changelog_integration::generated::updates_log;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::paths::{
+    GROUP_VERSION, all_summaries_path, changelog_path, summaries_path,
+};
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
+use elemental_changelog_integration::wait::soon;
+use k8s_openapi::jiff::Timestamp;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 const CHANNEL: &str = "request-model";
 const VERSIONS: [&str; 3] = ["rm-a", "rm-b", "rm-c"];
 /// The only version alice may read.
 const ALLOWED: &str = "rm-a";
 /// Generated requests compared with kube-apiserver's audit events.
 const GENERATED: usize = 300;
-const SOON: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(100);
 
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -44,18 +48,11 @@ rules:
 
 #[tokio::test]
 async fn request_model_agrees_with_kube_apiserver_and_rbac() -> Result<()> {
-    let audit = tempfile::tempdir()?;
-    let policy = audit.path().join("policy.yaml");
-    std::fs::write(&policy, AUDIT_POLICY)?;
-    let log = audit.path().join("audit.log");
+    let audit = AuditLog::new(AUDIT_POLICY)?;
+    let log = audit.path().to_owned();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
-        apiserver_args: vec![
-            format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", log.display()),
-            "--audit-log-format=json".to_owned(),
-            "--audit-log-mode=blocking".to_owned(),
-        ],
+        apiserver_args: audit.apiserver_args(),
         namespaces: vec![FLEET_NAMESPACE.to_owned()],
     })
     .await?;
@@ -274,7 +271,7 @@ async fn attributes_agree_with_kube_apiserver(bed: &TestBed, log: &Path) -> Resu
 
 /// The `ResponseComplete` audit events by id, once `count` of ours are written.
 async fn audit_events(log: &Path, count: usize) -> Result<BTreeMap<String, Value>> {
-    poll("audit events of every generated request", async || {
+    soon("audit events of every generated request", async || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let events: BTreeMap<String, Value> = text
             .lines()
@@ -331,9 +328,9 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: one-version}}
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         ))
     };
-    let list = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions");
+    let list = summaries_path(FLEET_NAMESPACE);
     let one = format!("{list}?fieldSelector=metadata.name%3D{ALLOWED}");
-    poll("alice's Role takes effect", async || {
+    soon("alice's Role takes effect", async || {
         Ok((get(&one).await?.0 == StatusCode::OK).then_some(()))
     })
     .await?;
@@ -378,7 +375,10 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: one-version}}
         format!("{list}/rm-b"),
         format!("{list}/rm-%62/changelog"),
         format!("{list}/rm-b/changelog?fieldSelector=metadata.name%3D{ALLOWED}"),
-        format!("{GROUP_VERSION}/managedosversions?fieldSelector=metadata.name%3D{ALLOWED}"),
+        format!(
+            "{}?fieldSelector=metadata.name%3D{ALLOWED}",
+            all_summaries_path()
+        ),
     ] {
         let (status, body) = get(&uri).await?;
         ensure!(status == StatusCode::FORBIDDEN, "{uri}: {status} {body}");
@@ -414,26 +414,28 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         })
         .collect();
     let channel_json = serde_json::to_vec(&entries)?;
-    let updates = serde_json::to_vec(&json!([{
-        "type": "security",
-        "id": "SUSE-SU-2024:0001-1",
-        "title": "Security update for openssl",
-        "severity": "important",
-        "date": "1705000000",
-        "references": [],
-        "description": "fixes things",
-        "packages": [{"name": "openssl", "version": "3.1.4", "release": "2.1", "arch": "x86_64"}],
-    }]))?;
+    let updates = updates_log(&[Advisory {
+        type_: "security".to_owned(),
+        id: "SUSE-SU-2024:0001-1".to_owned(),
+        title: "Security update for openssl".to_owned(),
+        severity: Severity::Important,
+        issued: Timestamp::from_second(1_705_000_000).ok(),
+        description: "fixes things".to_owned(),
+        packages: vec![AdvisoryPackage {
+            name: "openssl".to_owned(),
+            epoch: None,
+            version: "3.1.4".to_owned(),
+            release: "2.1".to_owned(),
+            arch: "x86_64".to_owned(),
+        }],
+        ..Advisory::default()
+    }]);
     let files: Vec<(String, Vec<u8>)> = VERSIONS
         .iter()
         .map(|name| (format!("changelogs/{name}.updates.log"), updates.clone()))
         .chain([("channel.json".to_owned(), channel_json)])
         .collect();
-    let refs: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(path, bytes)| (path.as_str(), bytes.as_slice()))
-        .collect();
-    let channel_image = Image::channel(Format::Oci, Compression::Gzip, &refs);
+    let channel_image = Image::channel(Format::Oci, Compression::Gzip, &files);
     image::push(registry, "request-model:v1", &channel_image).await?;
     let channel = elemental::apply_custom_channel(
         &bed.client(),
@@ -455,25 +457,12 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
     elemental::sync_channel(&bed.client(), &channel, &versions).await?;
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let url = format!(
-        "{}{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{ALLOWED}/changelog",
-        bed.apiserver_url()
+        "{}{}",
+        bed.apiserver_url(),
+        changelog_path(FLEET_NAMESPACE, ALLOWED)
     );
-    poll("the channel is served", async || {
+    soon("the channel is served", async || {
         Ok((http.get(&url).send().await?.status() == StatusCode::OK).then_some(()))
     })
     .await
-}
-
-/// Polls `probe` every [`POLL`] until it answers `Some`, for at most [`SOON`].
-async fn poll<T>(what: &str, mut probe: impl AsyncFnMut() -> Result<Option<T>>) -> Result<T> {
-    let deadline = Instant::now() + SOON;
-    loop {
-        if let Some(value) = probe().await? {
-            return Ok(value);
-        }
-        if Instant::now() >= deadline {
-            bail!("{what}: not after {SOON:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }

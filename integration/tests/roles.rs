@@ -8,30 +8,27 @@
 //! Our server runs as the chart's ServiceAccount with the chart's RBAC (the
 //! test bed's default), rendered with the chart's default values.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
-use elemental_changelog_integration::fixtures::poll;
 use elemental_changelog_integration::generated::{Channel, Spec};
+use elemental_changelog_integration::paths::{all_summaries_path, changelog_path};
 use elemental_changelog_integration::publish;
 use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, Process, TestBed, TestBedOptions};
+use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::wait::{POLL, SOON, poll};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use reqwest::StatusCode;
 use serde_json::Value;
 
 const GROUP: &str = "changelog.elemental.cattle.io";
-const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 const RESOURCE: &str = "managedosversions.changelog.elemental.cattle.io";
 /// A namespace where none of the users is bound.
 const OTHER_NAMESPACE: &str = "elsewhere";
-/// Bound on RBAC changes reaching kube-apiserver's authorizer and the
-/// aggregation controller.
-const SOON: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(100);
 
 /// Who is bound to which built-in role in [`FLEET_NAMESPACE`], and how.
 const BINDINGS: [(&str, &str, &str); 3] = [
@@ -44,7 +41,7 @@ const BINDINGS: [(&str, &str, &str); 3] = [
 
 #[tokio::test]
 async fn view_edit_and_admin_read_changelogs() -> Result<()> {
-    let started = Instant::now();
+    let phases = Phases::start();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
         namespaces: vec![FLEET_NAMESPACE.to_owned(), OTHER_NAMESPACE.to_owned()],
@@ -56,7 +53,7 @@ async fn view_edit_and_admin_read_changelogs() -> Result<()> {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_server(&flags).await?;
     let result = checks(&bed, &registry).await;
-    eprintln!("role checks done after {:?}", started.elapsed());
+    phases.mark("role checks done");
     bed.finish(result)
 }
 
@@ -66,7 +63,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     publish::generated_channel(bed, registry, FLEET_NAMESPACE, &channel).await?;
     let newest = channel.versions.len() - 1;
     let name = &channel.versions[newest].name;
-    let path = format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog");
+    let path = changelog_path(FLEET_NAMESPACE, name);
     let expected = channel.expected_advisories(newest - 1, newest);
 
     // Nobody is bound yet: refused by kube-apiserver before our server.
@@ -130,10 +127,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         eprintln!("  {user} ({role}) reads after {took:?}");
 
         // Bound in one namespace only: refused elsewhere.
-        let elsewhere =
-            format!("{API}/namespaces/{OTHER_NAMESPACE}/managedosversions/{name}/changelog");
+        let elsewhere = changelog_path(OTHER_NAMESPACE, name);
         refused(bed, user, &elsewhere, "get", "managedosversions/changelog").await?;
-        let cluster_wide = format!("{API}/managedosversions");
+        let cluster_wide = all_summaries_path();
         refused(bed, user, &cluster_wide, "list", "managedosversions").await?;
     }
 

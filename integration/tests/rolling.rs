@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::generated::{Channel, Spec};
+use elemental_changelog_integration::paths::changelog_path;
 use elemental_changelog_integration::publish;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
@@ -43,8 +44,9 @@ async fn rolling_stop(bed: &mut TestBed, registry: &Registry) -> Result<()> {
     publish::generated_channel(bed, registry, FLEET_NAMESPACE, &channel).await?;
     let newest = &channel.versions.last().context("no versions")?.name;
     let url = format!(
-        "{}/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/managedosversions/{newest}/changelog",
-        bed.apiserver_url()
+        "{}{}",
+        bed.apiserver_url(),
+        changelog_path(FLEET_NAMESPACE, newest)
     );
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     // Both replicas must have the data before the load starts.

@@ -11,17 +11,17 @@
 #![cfg(target_os = "linux")]
 
 use anyhow::{Context as _, Result, ensure};
-use elemental_changelog_apiservice::{GROUP, VERSION};
-use std::time::Duration;
 
 use elemental_changelog_integration::{
     bench::{Rss, settled_rss},
-    fixtures::{log_lines, metric, poll},
+    fixtures::{log_lines, metric},
     generated::{Channel, Spec},
     image::{self, Compression, Format, Image},
+    paths::changelog_path,
     publish,
     registry::Registry,
     testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental},
+    wait::{POLL, SOON, poll},
 };
 use serde_json::Value;
 
@@ -138,10 +138,6 @@ async fn two_namespaces(bed: &TestBed, registry: &Registry) -> Result<()> {
 async fn together(bed: &TestBed, registry: &Registry) -> Result<()> {
     let model = Channel::generate(&Spec::new("small", 24, 50, 11));
     let files = model.raw_files("updateinfo.xml.zst")?;
-    let files: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice()))
-        .collect();
     let tag = "small/raw:1";
     image::push(
         registry,
@@ -169,13 +165,14 @@ async fn together(bed: &TestBed, registry: &Registry) -> Result<()> {
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     for namespace in [FLEET_NAMESPACE, WORKSPACE] {
         let url = format!(
-            "{}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/managedosversions/{newest}/changelog",
-            bed.apiserver_url()
+            "{}{}",
+            bed.apiserver_url(),
+            changelog_path(namespace, newest)
         );
         poll(
             &format!("{namespace}/{newest} served"),
-            Duration::from_secs(60),
-            Duration::from_millis(100),
+            SOON,
+            POLL,
             || async {
                 Ok(http
                     .get(&url)
@@ -231,8 +228,9 @@ async fn same_answers(bed: &TestBed, model: &Channel) -> Result<()> {
     let mut answers = Vec::new();
     for namespace in [FLEET_NAMESPACE, WORKSPACE] {
         let url = format!(
-            "{}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/managedosversions/{newest}/changelog?from={oldest}",
-            bed.apiserver_url()
+            "{}{}?from={oldest}",
+            bed.apiserver_url(),
+            changelog_path(namespace, newest)
         );
         let mut body: Value = http
             .get(&url)

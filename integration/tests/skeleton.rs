@@ -5,31 +5,26 @@
 //!
 //! One test bed for the whole file: the checks run in sequence against it.
 
-use std::time::{Duration, Instant};
-
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
+use elemental_changelog_integration::fixtures::expect_status;
+use elemental_changelog_integration::paths::{GROUP_VERSION, changelog_path, summaries_path};
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{
     AGGREGATED_DISCOVERY, APISERVICE_NAME, FLEET_NAMESPACE, TestBed, TestBedOptions,
 };
+use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::wait::soon;
 use serde_json::Value;
-
-const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
-/// Bound on waiting for the aggregator's own periodic syncs (discovery, OpenAPI).
-const AGGREGATOR_SYNC: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn skeleton_end_to_end() -> Result<()> {
-    let started = Instant::now();
+    let phases = Phases::start();
     let mut bed = TestBed::start(TestBedOptions::default()).await?;
-    let control_plane = started.elapsed();
+    phases.mark("control plane ready");
     bed.start_server(&[]).await?;
-    eprintln!(
-        "control plane ready in {control_plane:?}, server registered and Available after {:?}",
-        started.elapsed()
-    );
+    phases.mark("server registered and Available");
     let result = checks(&bed).await;
-    eprintln!("skeleton checks done after {:?}", started.elapsed());
+    phases.mark("skeleton checks done");
     bed.finish(result)
 }
 
@@ -184,71 +179,67 @@ async fn answers_reach_clients_whole(bed: &TestBed) -> Result<()> {
 async fn aggregated_discovery_includes_our_group(bed: &TestBed) -> Result<()> {
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let url = format!("{}/apis", bed.apiserver_url());
-    let deadline = Instant::now() + AGGREGATOR_SYNC;
-    loop {
-        let response = http
-            .get(&url)
-            .header("Accept", AGGREGATED_DISCOVERY)
-            .send()
-            .await?;
-        ensure!(response.status() == 200, "GET /apis: {}", response.status());
-        let content_type = header(&response, "content-type");
-        ensure!(
-            content_type.contains("as=APIGroupDiscoveryList"),
-            "GET /apis answered {content_type}"
-        );
-        let body: Value = response.json().await?;
-        let group = body["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|g| g["metadata"]["name"] == "changelog.elemental.cattle.io");
-        if let Some(group) = group {
-            let version = &group["versions"][0];
-            ensure!(version["version"] == "v1beta1", "{group}");
-            let resource = version["resources"]
+    // Until the aggregator has synced our discovery ([`soon`]).
+    soon(
+        "aggregated discovery lists our group's resources",
+        async || {
+            let response = http
+                .get(&url)
+                .header("Accept", AGGREGATED_DISCOVERY)
+                .send()
+                .await?;
+            ensure!(response.status() == 200, "GET /apis: {}", response.status());
+            let content_type = header(&response, "content-type");
+            ensure!(
+                content_type.contains("as=APIGroupDiscoveryList"),
+                "GET /apis answered {content_type}"
+            );
+            let body: Value = response.json().await?;
+            let group = body["items"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .find(|r| r["resource"] == "managedosversions");
-            if let Some(resource) = resource {
-                ensure!(resource["scope"] == "Namespaced", "{resource}");
-                let subresources: Vec<&str> = resource["subresources"]
+                .find(|g| g["metadata"]["name"] == "changelog.elemental.cattle.io");
+            if let Some(group) = group {
+                let version = &group["versions"][0];
+                ensure!(version["version"] == "v1beta1", "{group}");
+                let resource = version["resources"]
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(|s| s["subresource"].as_str())
-                    .collect();
-                ensure!(subresources == ["changelog"], "{resource}");
-                ensure!(version["freshness"] != "Stale", "{group}");
-                return Ok(());
+                    .find(|r| r["resource"] == "managedosversions");
+                if let Some(resource) = resource {
+                    ensure!(resource["scope"] == "Namespaced", "{resource}");
+                    let subresources: Vec<&str> = resource["subresources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|s| s["subresource"].as_str())
+                        .collect();
+                    ensure!(subresources == ["changelog"], "{resource}");
+                    ensure!(version["freshness"] != "Stale", "{group}");
+                    return Ok(Some(()));
+                }
             }
-        }
-        if Instant::now() >= deadline {
-            bail!("aggregated discovery never listed our group's resources: {body}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+            Ok(None)
+        },
+    )
+    .await
 }
 
 /// The aggregator downloads our OpenAPI v3 and lists our group-version in
 /// kube-apiserver's own `/openapi/v3`, whose document describes our kinds.
 async fn openapi_v3_lists_our_group_version(bed: &TestBed) -> Result<()> {
-    let deadline = Instant::now() + AGGREGATOR_SYNC;
-    let relative_url = loop {
+    let relative_url = soon("/openapi/v3 lists our group-version", async || {
         let root: Value =
             serde_json::from_str(&bed.kubectl_ok(&["get", "--raw", "/openapi/v3"]).await?)?;
-        if let Some(url) =
+        Ok(
             root["paths"]["apis/changelog.elemental.cattle.io/v1beta1"]["serverRelativeURL"]
                 .as_str()
-        {
-            break url.to_owned();
-        }
-        if Instant::now() >= deadline {
-            bail!("/openapi/v3 never listed our group-version");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+                .map(str::to_owned),
+        )
+    })
+    .await?;
     let document = bed.kubectl_ok(&["get", "--raw", &relative_url]).await?;
     for kind in [
         "ManagedOSVersionChangelog",
@@ -308,8 +299,7 @@ async fn operator_objects_keep_their_name(bed: &TestBed) -> Result<()> {
 /// A changelog of a ManagedOSVersion that does not exist is a 404 `Status`,
 /// through the aggregator, both for kubectl and on the wire.
 async fn missing_version_is_a_not_found_status(bed: &TestBed) -> Result<()> {
-    let path =
-        format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/nope/changelog");
+    let path = changelog_path(FLEET_NAMESPACE, "nope");
     let out = bed.kubectl(&["get", "--raw", &path]).await?;
     ensure!(!out.status.success(), "kubectl get --raw {path} succeeded");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -346,22 +336,10 @@ async fn direct_requests(bed: &TestBed) -> Result<()> {
     );
     expect_status(&unknown.json().await?, 404, "NotFound")?;
 
-    let collection = format!(
-        "{}{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions",
-        server.url()
-    );
+    let collection = format!("{}{}", server.url(), summaries_path(FLEET_NAMESPACE));
     let post = http.post(&collection).body("{}").send().await?;
     ensure!(post.status() == 405, "POST: {}", post.status());
     expect_status(&post.json().await?, 405, "MethodNotAllowed")?;
-    Ok(())
-}
-
-fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
-    ensure!(status["kind"] == "Status", "not a Status: {status}");
-    ensure!(status["apiVersion"] == "v1", "{status}");
-    ensure!(status["status"] == "Failure", "{status}");
-    ensure!(status["code"] == code, "{status}");
-    ensure!(status["reason"] == reason, "{status}");
     Ok(())
 }
 

@@ -30,20 +30,21 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_integration::fixtures::poll;
 use elemental_changelog_integration::generated::{Channel, Spec};
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::paths::{all_summaries_path, changelog_path, summaries_path};
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::sample;
 use elemental_changelog_integration::testbed::process::Process;
 use elemental_changelog_integration::testbed::{
     FLEET_NAMESPACE, TestBed, TestBedOptions, elemental, tools_dir, workspace_root,
 };
+use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::wait::{POLL, SERVED, poll};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-const API: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 /// Where the API appears to the page: Rancher's proxy path of the local cluster.
 const CLUSTER_PREFIX: &str = "/k8s/clusters/local/";
 /// Where the built harness is served.
@@ -56,9 +57,6 @@ const BROKEN_NAMESPACE: &str = "elemental-broken";
 const PENDING_NAMESPACE: &str = "elemental-pending";
 /// The user who may read ManagedOSVersions but not their changelogs.
 const NO_CHANGELOG_USER: &str = "alice";
-/// Bound on the server serving a published channel.
-const DATA_DEADLINE: Duration = Duration::from_secs(90);
-const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Bound on a build of the harness or the browser run.
 const NODE_DEADLINE: Duration = Duration::from_secs(300);
 /// Set to `1` to rewrite `ui/fixtures/` and `docs/img/ui-panel.png`.
@@ -116,7 +114,7 @@ async fn ui_end_to_end() -> Result<()> {
         ui.display()
     );
     let chromium = chromium()?;
-    let started = Instant::now();
+    let phases = Phases::start();
     let registry = Registry::start_plain().await?;
     let hole = BlackHole::start().await?;
     let mut bed = TestBed::start(TestBedOptions {
@@ -139,9 +137,9 @@ async fn ui_end_to_end() -> Result<()> {
     ]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_server(&flags).await?;
-    eprintln!("test bed and server ready after {:?}", started.elapsed());
+    phases.mark("test bed and server ready");
     let result = checks(&bed, &registry, &hole, &ui, &chromium).await;
-    eprintln!("ui end-to-end checks done after {:?}", started.elapsed());
+    phases.mark("ui end-to-end checks done");
     bed.finish(result)
 }
 
@@ -258,10 +256,6 @@ async fn publish(bed: &TestBed, registry: &Registry, hole: &BlackHole) -> Result
     let generated = Channel::generate(&Spec::new("gen", 12, 40, 5));
     image::push(registry, "elemental/sample:1", &sample::image()?).await?;
     let files = generated.raw_files("updateinfo.xml")?;
-    let files: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.as_slice()))
-        .collect();
     image::push(
         registry,
         "elemental/gen:1",
@@ -339,11 +333,11 @@ async fn wait_for_summaries(
     what: &str,
     accept: impl Fn(&Value) -> bool,
 ) -> Result<Duration> {
-    let path = format!("{API}/namespaces/{namespace}/managedosversions");
+    let path = summaries_path(namespace);
     let (_, took) = poll(
         &format!("{namespace}: {names:?} {what}"),
-        DATA_DEADLINE,
-        POLL_INTERVAL,
+        SERVED,
+        POLL,
         || async {
             let list = admin_get(bed, &path).await?.ok()?;
             Ok(names
@@ -417,10 +411,6 @@ async fn admin_get(bed: &TestBed, path: &str) -> Result<Answer> {
     get_as(bed, None, path).await
 }
 
-fn changelog_path(namespace: &str, name: &str) -> String {
-    format!("{API}/namespaces/{namespace}/managedosversions/{name}/changelog")
-}
-
 /// The server's answers the UI unit tests run on, by fixture file name.
 async fn capture_fixtures(bed: &TestBed, published: &Published) -> Result<BTreeMap<String, Value>> {
     let sample = &published.sample;
@@ -452,19 +442,17 @@ async fn capture_fixtures(bed: &TestBed, published: &Published) -> Result<BTreeM
     );
     out.insert(
         "summaries".to_owned(),
-        admin_get(
-            bed,
-            &format!("{API}/namespaces/{FLEET_NAMESPACE}/managedosversions"),
-        )
-        .await?
-        .ok()?,
+        admin_get(bed, &summaries_path(FLEET_NAMESPACE))
+            .await?
+            .ok()?,
     );
     out.insert(
         "cve".to_owned(),
         admin_get(
             bed,
             &format!(
-                "{API}/managedosversions?cve={}",
+                "{}?cve={}",
+                all_summaries_path(),
                 published.generated.recurring_cve()
             ),
         )

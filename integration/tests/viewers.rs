@@ -22,16 +22,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
+use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
+use elemental_changelog_integration::audit::AuditLog;
 use elemental_changelog_integration::bench::rss;
-use elemental_changelog_integration::fixtures::{metric, poll};
+use elemental_changelog_integration::fixtures::metric;
+use elemental_changelog_integration::generated::updates_log;
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
+use elemental_changelog_integration::paths::{self, GROUP_VERSION, summaries_path};
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
+use elemental_changelog_integration::wait::{POLL, SOON, poll};
+use k8s_openapi::jiff::Timestamp;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-const GROUP_VERSION: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 const CHANNEL: &str = "viewers";
 /// `big` carries [`BIG_ADVISORIES`] advisories; `evil` the hostile title; `small` little.
 const VERSIONS: [&str; 3] = ["small", "evil", "big"];
@@ -47,8 +52,6 @@ const ANSWER_CACHE: u64 = 8 << 20;
 const CVE_FLOOD: usize = 20_000;
 /// RSS growth allowed past the answer cache size (allocator slack, the review cache).
 const RSS_SLACK_KIB: u64 = 24 << 10;
-const SOON: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(100);
 
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -63,18 +66,11 @@ rules:
 
 #[tokio::test]
 async fn viewers_and_clients_are_bounded() -> Result<()> {
-    let audit = tempfile::tempdir()?;
-    let policy = audit.path().join("policy.yaml");
-    std::fs::write(&policy, AUDIT_POLICY)?;
-    let log = audit.path().join("audit.log");
+    let audit = AuditLog::new(AUDIT_POLICY)?;
+    let log = audit.path().to_owned();
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
-        apiserver_args: vec![
-            format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", log.display()),
-            "--audit-log-format=json".to_owned(),
-            "--audit-log-mode=blocking".to_owned(),
-        ],
+        apiserver_args: audit.apiserver_args(),
         namespaces: vec![FLEET_NAMESPACE.to_owned()],
     })
     .await?;
@@ -104,7 +100,7 @@ async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
         let url = format!(
             "{}{}?format={format}",
             bed.apiserver_url(),
-            changelog_path("evil")
+            paths::changelog_path(FLEET_NAMESPACE, "evil")
         );
         let response = admin.get(&url).send().await?;
         ensure!(
@@ -127,7 +123,11 @@ async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
         );
     }
     // The JSON keeps the data as it is (JSON escapes control characters itself).
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path("evil"));
+    let url = format!(
+        "{}{}",
+        bed.apiserver_url(),
+        paths::changelog_path(FLEET_NAMESPACE, "evil")
+    );
     let body: Value = admin.get(&url).send().await?.json().await?;
     ensure!(
         body["advisories"][0]["title"] == EVIL_TITLE,
@@ -151,7 +151,7 @@ async fn from_is_authorized(bed: &TestBed) -> Result<()> {
             .await?;
         Ok((response.status(), response.text().await?))
     };
-    let evil = changelog_path("evil");
+    let evil = paths::changelog_path(FLEET_NAMESPACE, "evil");
     poll("alice's Role takes effect", SOON, POLL, async || {
         Ok((get(&evil).await?.0 == StatusCode::OK).then_some(()))
     })
@@ -163,7 +163,7 @@ async fn from_is_authorized(bed: &TestBed) -> Result<()> {
         "from a named version: {status} {body}"
     );
     // `big` is not hers: neither directly nor as `from`.
-    let (status, body) = get(&changelog_path("big")).await?;
+    let (status, body) = get(&paths::changelog_path(FLEET_NAMESPACE, "big")).await?;
     ensure!(status == StatusCode::FORBIDDEN, "big: {status} {body}");
     for query in ["from=big", "from=b%69g", "from=big&from=small"] {
         let (status, body) = get(&format!("{evil}?{query}")).await?;
@@ -275,13 +275,16 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
     for _ in 0..RENDER_WAITERS {
         let (http, url) = (http.clone(), url.clone());
         warm.spawn(async move {
-            http.get(format!("{url}{}", changelog_path("small")))
-                .header("X-Remote-User", "admin")
-                .header("X-Remote-Group", "system:masters")
-                .send()
-                .await?
-                .bytes()
-                .await?;
+            http.get(format!(
+                "{url}{}",
+                paths::changelog_path(FLEET_NAMESPACE, "small")
+            ))
+            .header("X-Remote-User", "admin")
+            .header("X-Remote-Group", "system:masters")
+            .send()
+            .await?
+            .bytes()
+            .await?;
             Ok::<_, anyhow::Error>(())
         });
     }
@@ -298,7 +301,7 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
         "format=markdown&arch=amd64",
         "format=json&arch=x86-64",
     ] {
-        let path = format!("{}?{query}", changelog_path("big"));
+        let path = format!("{}?{query}", paths::changelog_path(FLEET_NAMESPACE, "big"));
         let mut renders = tokio::task::JoinSet::new();
         for n in 0..RENDER_WAITERS {
             let (http, url, path) = (http.clone(), url.clone(), path.clone());
@@ -367,7 +370,7 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
 async fn chosen_keys_are_bounded(bed: &TestBed) -> Result<()> {
     let http = bed.server_http(Some(&bed.pki().front_proxy_client))?;
     let url = server_url(bed)?;
-    let list = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions");
+    let list = summaries_path(FLEET_NAMESPACE);
     let get = {
         let (http, url) = (http.clone(), url.clone());
         move |query: String| {
@@ -436,10 +439,6 @@ async fn chosen_keys_are_bounded(bed: &TestBed) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Setup
 
-fn changelog_path(name: &str) -> String {
-    format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog")
-}
-
 fn server_url(bed: &TestBed) -> Result<String> {
     Ok(format!(
         "https://localhost:{}",
@@ -447,17 +446,30 @@ fn server_url(bed: &TestBed) -> Result<String> {
     ))
 }
 
-fn advisory(id: usize, title: &str) -> Value {
-    json!({
-        "type": "security",
-        "id": format!("SUSE-SU-2024:{id:05}-1"),
-        "title": title,
-        "severity": "important",
-        "date": (1_705_000_000 + id).to_string(),
-        "references": [{"type": "cve", "id": format!("CVE-2024-{:05}", 10_000 + id), "href": "https://www.suse.com/security/cve/", "title": "CVE"}],
-        "description": "Fixes a flaw in a component that many systems use, and a few more words.",
-        "packages": [{"name": format!("package-{}", id % 500), "version": "3.1.4", "release": format!("{id}.1"), "arch": "x86_64"}],
-    })
+fn advisory(id: usize, title: &str) -> Advisory {
+    Advisory {
+        type_: "security".to_owned(),
+        id: format!("SUSE-SU-2024:{id:05}-1"),
+        title: title.to_owned(),
+        severity: Severity::Important,
+        issued: Timestamp::from_second(1_705_000_000 + i64::try_from(id).unwrap_or_default()).ok(),
+        references: vec![Reference {
+            type_: "cve".to_owned(),
+            id: format!("CVE-2024-{:05}", 10_000 + id),
+            href: "https://www.suse.com/security/cve/".to_owned(),
+            title: "CVE".to_owned(),
+        }],
+        description: "Fixes a flaw in a component that many systems use, and a few more words."
+            .to_owned(),
+        packages: vec![AdvisoryPackage {
+            name: format!("package-{}", id % 500),
+            epoch: None,
+            version: "3.1.4".to_owned(),
+            release: format!("{id}.1"),
+            arch: "x86_64".to_owned(),
+        }],
+        ..Advisory::default()
+    }
 }
 
 async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
@@ -484,13 +496,13 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
             })
             .collect::<Vec<_>>(),
     )?;
-    let small = serde_json::to_vec(&[advisory(1, "Security update for openssl")])?;
-    let evil = serde_json::to_vec(&[advisory(2, EVIL_TITLE)])?;
-    let big = serde_json::to_vec(
+    let small = updates_log(&[advisory(1, "Security update for openssl")]);
+    let evil = updates_log(&[advisory(2, EVIL_TITLE)]);
+    let big = updates_log(
         &(0..BIG_ADVISORIES)
             .map(|i| advisory(100 + i, &format!("Security update for package-{}", i % 500)))
             .collect::<Vec<_>>(),
-    )?;
+    );
     let files: [(&str, &[u8]); 4] = [
         ("channel.json", &channel_json),
         ("changelogs/small.updates.log", &small),
@@ -508,7 +520,11 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
     .await?;
     elemental::sync_channel(&bed.client(), &channel, &entries).await?;
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path("big"));
+    let url = format!(
+        "{}{}",
+        bed.apiserver_url(),
+        paths::changelog_path(FLEET_NAMESPACE, "big")
+    );
     poll("the channel is served", SOON, POLL, async || {
         Ok((http.get(&url).send().await?.status() == StatusCode::OK).then_some(()))
     })

@@ -7,11 +7,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
+use elemental_changelog_integration::paths::changelog_path;
 use elemental_changelog_integration::registry::{self, Registry};
 use elemental_changelog_integration::testbed::elemental;
 use elemental_changelog_integration::testbed::{
     APISERVICE_NAME, FLEET_NAMESPACE, TestBed, TestBedOptions, tools_dir, workspace_root,
 };
+use elemental_changelog_integration::wait::soon;
 use elemental_changelog_integration::{image, sample};
 use serde_json::Value;
 use tokio::signal::unix::{SignalKind, signal};
@@ -109,9 +111,7 @@ async fn show(bed: &TestBed, registry: &Registry) -> Result<()> {
     .await?;
     let newest = channel.versions.last().cloned().unwrap_or_default();
     let oldest = channel.versions.first().cloned().unwrap_or_default();
-    let changelog = format!(
-        "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/managedosversions/{newest}/changelog"
-    );
+    let changelog = changelog_path(FLEET_NAMESPACE, &newest);
     wait_for_data(bed, &changelog).await?;
     print_command(bed, &["get", "--raw", &changelog]).await?;
     print_command(
@@ -202,22 +202,12 @@ async fn sample_channel(bed: &TestBed, registry: &Registry) -> Result<SampleChan
 /// fetch happens when the channel appears, within a second here.
 async fn wait_for_data(bed: &TestBed, path: &str) -> Result<()> {
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = http
-            .get(format!("{}{path}", bed.apiserver_url()))
-            .send()
-            .await?
-            .status();
-        if status.is_success() {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the sample changelog is still {status} after 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let url = format!("{}{path}", bed.apiserver_url());
+    soon("the sample changelog served", async || {
+        let status = http.get(&url).send().await?.status();
+        Ok(status.is_success().then_some(()))
+    })
+    .await
 }
 
 async fn print_command(bed: &TestBed, args: &[&str]) -> Result<()> {

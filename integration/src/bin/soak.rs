@@ -19,11 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_apiservice::{GROUP, VERSION};
-use elemental_changelog_integration::fixtures::{GeneratedChannel, OperatorChannel, metric, poll};
+use elemental_changelog_integration::fixtures::{GeneratedChannel, OperatorChannel, metric};
 use elemental_changelog_integration::image::{self, Compression, Format, Image, Layer};
+use elemental_changelog_integration::paths::{GROUP_VERSION, summaries_path};
 use elemental_changelog_integration::registry::{self, Registry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
+use elemental_changelog_integration::wait::{POLL, SERVED, poll};
 
 /// Concurrent request loops.
 const CLIENTS: usize = 4;
@@ -139,28 +140,18 @@ async fn soak(
     let aggregator = bed.apiserver_http(Some(&bed.pki().admin))?;
     let direct = bed.server_http(Some(&bed.pki().admin))?;
     let newest = &stable.newest()?.name;
-    poll(
-        "the stable channel served",
-        Duration::from_secs(90),
-        Duration::from_millis(200),
-        async || {
-            let url = &requests[0].url;
-            let text = aggregator.get(url).send().await?.text().await?;
-            Ok(text.contains(&stable_digest).then_some(()))
-        },
-    )
+    poll("the stable channel served", SERVED, POLL, async || {
+        let url = &requests[0].url;
+        let text = aggregator.get(url).send().await?.text().await?;
+        Ok(text.contains(&stable_digest).then_some(()))
+    })
     .await
     .with_context(|| format!("waiting for {newest}"))?;
     let churn_newest = "churn-v1-4";
-    poll(
-        "the churned channel served",
-        Duration::from_secs(90),
-        Duration::from_millis(200),
-        async || {
-            let url = format!("{}{}", server.url(), changelog_path(churn_newest, ""));
-            Ok((direct.get(url).send().await?.status() == 200).then_some(()))
-        },
-    )
+    poll("the churned channel served", SERVED, POLL, async || {
+        let url = format!("{}{}", server.url(), changelog_path(churn_newest, ""));
+        Ok((direct.get(url).send().await?.status() == 200).then_some(()))
+    })
     .await?;
     let pulled_at_start = metric(
         &bed.server_metrics().await?,
@@ -317,9 +308,11 @@ async fn churn_once(
     Ok(())
 }
 
+/// The changelog of `name` in [`FLEET_NAMESPACE`], with `query`.
 fn changelog_path(name: &str, query: &str) -> String {
     format!(
-        "/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions/{name}/changelog{query}"
+        "{}{query}",
+        elemental_changelog_integration::paths::changelog_path(FLEET_NAMESPACE, name)
     )
 }
 
@@ -328,7 +321,7 @@ fn changelog_path(name: &str, query: &str) -> String {
 /// `/readyz` straight to the server.
 fn request_mix(bed: &TestBed) -> Result<Vec<Request>> {
     let apiserver = bed.apiserver_url();
-    let server = bed.server().context("our server is not running")?.url();
+    let server = bed.server_url()?;
     let via = |path: String, table: bool| Request {
         url: format!("{apiserver}{path}"),
         direct: false,
@@ -344,15 +337,9 @@ fn request_mix(bed: &TestBed) -> Result<Vec<Request>> {
         via(changelog_path(&newest, ""), false),
         via(changelog_path(&newest, "?from=stable-v1-1"), false),
         via(changelog_path("stable-v1-4", "?format=text"), false),
-        via(
-            format!("/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions"),
-            false,
-        ),
-        via(
-            format!("/apis/{GROUP}/{VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions"),
-            true,
-        ),
-        via(format!("/apis/{GROUP}/{VERSION}"), false),
+        via(summaries_path(FLEET_NAMESPACE), false),
+        via(summaries_path(FLEET_NAMESPACE), true),
+        via(GROUP_VERSION.to_owned(), false),
         direct(changelog_path("churn-v1-3", "")),
         direct("/readyz".to_owned()),
     ];
