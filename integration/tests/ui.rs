@@ -21,7 +21,11 @@
 //!    "compare with" changes the answer (`from=`), the CVE search finds the
 //!    first fixing version of the generated channel's model, alice sees the
 //!    forbidden state, and the admin sees the states of an image that cannot
-//!    be fetched, of one not fetched yet (and its retry), and of an ISO.
+//!    be fetched, of one not fetched yet (and its retry), and of an ISO; the
+//!    machine panel of a MachineInventory running the sample channel's oldest
+//!    version shows its target (the newest) and the changelog between them,
+//!    and the CVE page lists a machine of the generated channel that is still
+//!    exposed under the version that fixes it for it.
 //!    Screenshots land in `target/ui-artifacts/`.
 
 use std::collections::BTreeMap;
@@ -32,7 +36,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_integration::generated::{Channel, Spec};
 use elemental_changelog_integration::image::{self, Compression, Format, Image};
-use elemental_changelog_integration::paths::{all_summaries_path, changelog_path, summaries_path};
+use elemental_changelog_integration::paths::{
+    GROUP_VERSION, all_summaries_path, changelog_path, summaries_path,
+};
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::sample;
 use elemental_changelog_integration::testbed::process::Process;
@@ -55,11 +61,17 @@ const SAMPLE_CHANNEL: &str = "sl-micro-6.1-base";
 const BROKEN_NAMESPACE: &str = "elemental-broken";
 /// Namespace of the channel whose registry never answers.
 const PENDING_NAMESPACE: &str = "elemental-pending";
+/// The machine on the sample channel's oldest version (updates pending).
+const PENDING_MACHINE: &str = "ui-pending";
+/// The machine on the generated channel's version before the first that fixes its recurring CVE.
+const EXPOSED_MACHINE: &str = "ui-exposed";
+/// The machine on the generated channel's first version that fixes it.
+const FIXED_MACHINE: &str = "ui-fixed";
 /// The user who may read ManagedOSVersions but not their changelogs.
 const NO_CHANGELOG_USER: &str = "alice";
 /// Bound on a build of the harness or the browser run.
 const NODE_DEADLINE: Duration = Duration::from_secs(300);
-/// Set to `1` to rewrite `ui/fixtures/` and `docs/img/ui-panel.png`.
+/// Set to `1` to rewrite `ui/fixtures/`, `docs/img/ui-panel.png` and `docs/img/ui-machine.png`.
 const UPDATE_ENV: &str = "UPDATE_UI_FIXTURES";
 /// The fixed values run-specific ones are replaced with in fixtures.
 const FIXED_TIME: &str = "2026-01-01T00:00:00Z";
@@ -102,6 +114,10 @@ struct Published {
     /// The sample channel's ISO versions (no changelog).
     sample_isos: Vec<String>,
     generated: Channel,
+    /// Name of the generated channel's version the exposed machine runs, and of the one that
+    /// fixes the recurring CVE for it.
+    exposed_runs: String,
+    fixed_in: String,
 }
 
 #[tokio::test]
@@ -219,6 +235,10 @@ async fn checks(
         let image = workspace_root().join("docs/img/ui-panel.png");
         std::fs::create_dir_all(image.parent().context("docs/img")?)?;
         std::fs::copy(artifacts.join("panel-compare.png"), &image)?;
+        std::fs::copy(
+            artifacts.join("machine.png"),
+            workspace_root().join("docs/img/ui-machine.png"),
+        )?;
         eprintln!(
             "{UPDATE_ENV}=1: copied the panel screenshot to {}",
             image.display()
@@ -317,9 +337,53 @@ async fn publish(bed: &TestBed, registry: &Registry, hole: &BlackHole) -> Result
     ] {
         wait_for_summaries(bed, namespace, &sample, reason, |s| s["reason"] == reason).await?;
     }
+
+    // Machines, as the operator registers them: one on the sample channel's oldest version, one
+    // on the generated channel just before the first version that fixes its recurring CVE, one
+    // on that version.
+    let cve = generated.recurring_cve();
+    let first_fix = *generated
+        .fixing_versions(&cve)
+        .first()
+        .with_context(|| format!("the model fixes {cve} nowhere"))?;
+    ensure!(first_fix > 0, "{cve} is fixed in the first version");
+    let oldest_image = sample_entries
+        .iter()
+        .find(|e| e.name == sample[0])
+        .map(|e| e.upgrade_image.clone())
+        .context("the sample's oldest version has no entry")?;
+    let generated_entries = generated.entries();
+    let image_of = |i: usize| generated_entries[i].upgrade_image.clone();
+    let mut yaml = String::new();
+    for (name, image) in [
+        (PENDING_MACHINE, oldest_image),
+        (EXPOSED_MACHINE, image_of(first_fix - 1)),
+        (FIXED_MACHINE, image_of(first_fix)),
+    ] {
+        yaml.push_str(&format!(
+            "apiVersion: elemental.cattle.io/v1beta1\nkind: MachineInventory\nmetadata:\n  name: {name}\n  \
+             namespace: {FLEET_NAMESPACE}\n  annotations: {{\"elemental.cattle.io/os.image\": {}}}\nspec: {{}}\n---\n",
+            serde_json::to_string(&image)?
+        ));
+    }
+    bed.kubectl_stdin(&["apply", "-f", "-"], &yaml).await?;
+    let machines = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/machineinventories");
+    poll("the machines resolved", SERVED, POLL, async || {
+        let list = admin_get(bed, &machines).await?.ok()?;
+        let resolved = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["state"] != "Unknown")
+            .count();
+        Ok((resolved == 3).then_some(()))
+    })
+    .await?;
     Ok(Published {
         sample,
         sample_isos,
+        exposed_runs: generated.versions[first_fix - 1].name.clone(),
+        fixed_in: generated.versions[first_fix].name.clone(),
         generated,
     })
 }
@@ -453,6 +517,28 @@ async fn capture_fixtures(bed: &TestBed, published: &Published) -> Result<BTreeM
             &format!(
                 "{}?cve={}",
                 all_summaries_path(),
+                published.generated.recurring_cve()
+            ),
+        )
+        .await?
+        .ok()?,
+    );
+    let machine = format!(
+        "{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/machineinventories/{PENDING_MACHINE}"
+    );
+    out.insert("machine".to_owned(), admin_get(bed, &machine).await?.ok()?);
+    out.insert(
+        "machine-changelog".to_owned(),
+        admin_get(bed, &format!("{machine}/changelog"))
+            .await?
+            .ok()?,
+    );
+    out.insert(
+        "machines-cve".to_owned(),
+        admin_get(
+            bed,
+            &format!(
+                "{GROUP_VERSION}/machineinventories?cve={}",
                 published.generated.recurring_cve()
             ),
         )
@@ -722,6 +808,39 @@ fn expectations(
         served == fixing.iter().map(String::as_str).collect::<Vec<_>>(),
         "cve={cve}: the server lists {served:?}, the model {fixing:?}"
     );
+    // The pending machine runs the oldest version and is headed for the newest: its changelog is
+    // the one from the oldest, which the sample's panel compares with.
+    let machine = &fixtures["machine"];
+    ensure!(
+        machine["state"] == "UpdatesAvailable"
+            && machine["current"]["name"] == oldest.as_str()
+            && machine["target"]["name"] == newest.as_str(),
+        "{PENDING_MACHINE}: {machine}"
+    );
+    let machine_ids = ids(&fixtures["machine-changelog"]);
+    ensure!(
+        machine_ids == from_ids,
+        "{PENDING_MACHINE}'s changelog {machine_ids:?}, from {oldest} {from_ids:?}"
+    );
+    let exposure = |name: &str| {
+        fixtures["machines-cve"]["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["metadata"]["name"] == name)
+            .map(|m| m["cve"].clone())
+            .unwrap_or_default()
+    };
+    ensure!(
+        exposure(EXPOSED_MACHINE)["state"] == "Exposed"
+            && exposure(EXPOSED_MACHINE)["fixedIn"]["name"] == published.fixed_in.as_str()
+            && exposure(FIXED_MACHINE)["state"] == "Fixed",
+        "cve={cve}: {EXPOSED_MACHINE} (on {}) {}, {FIXED_MACHINE} {}",
+        published.exposed_runs,
+        exposure(EXPOSED_MACHINE),
+        exposure(FIXED_MACHINE)
+    );
+    ensure!(fixing.first() == Some(&published.fixed_in));
     let panel = |base: &str| {
         format!("{base}{STATIC_PREFIX}index.html?namespace={FLEET_NAMESPACE}&name={newest}")
     };
@@ -742,6 +861,16 @@ fn expectations(
             "namespace": FLEET_NAMESPACE,
             "channel": generated.name,
             "versions": fixing,
+            // Under the version that fixes it for them, the machines still exposed.
+            "fixedIn": published.fixed_in,
+            "exposed": [EXPOSED_MACHINE],
+        },
+        "machine": {
+            "url": format!("{}{STATIC_PREFIX}index.html?page=machine&namespace={FLEET_NAMESPACE}&name={PENDING_MACHINE}", admin.url),
+            "current": oldest,
+            "target": newest,
+            "advisories": machine_ids,
+            "highestSeverity": machine["summary"]["highestSeverity"],
         },
         "forbidden": { "url": panel(&alice.url) },
         // Error states of the admin's panel: an image that cannot be fetched,

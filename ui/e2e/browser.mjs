@@ -108,9 +108,41 @@ async function cve(browser) {
   same(names, want.versions, `versions fixing ${want.id}`);
   const first = await group.locator('[data-testid=ecl-cve-version]').first().textContent();
   check(first.startsWith('First fixed in'), `the first version is not marked as the first fix: ${first}`);
+  // The machines still exposed, under the version that fixes it for them, and nowhere else.
+  const fix = group.locator(`[data-testid=ecl-cve-version][data-name="${want.fixedIn}"]`);
+  await fix.getByTestId('ecl-cve-machine').first().waitFor({ timeout: TIMEOUT });
+  const exposed = await fix.getByTestId('ecl-cve-machine').evaluateAll((nodes) => nodes.map((n) => n.dataset.name));
+  same(exposed, want.exposed, `machines exposed to ${want.id} under ${want.fixedIn}`);
+  same(await page.getByTestId('ecl-cve-machine').count(), want.exposed.length, 'exposed machines on the page');
+  same(
+    await page.getByTestId('ecl-cve-exposed').getAttribute('data-count'),
+    String(want.exposed.length),
+    'the count of exposed machines',
+  );
   await page.screenshot({ path: join(artifacts, 'cve.png'), fullPage: true });
   await page.close();
-  return `cve: ${want.id} first fixed in ${want.versions[0]}`;
+  return `cve: ${want.id} first fixed in ${want.versions[0]}; ${want.exposed.join(', ')} exposed until ${want.fixedIn}`;
+}
+
+/** The machine panel: what upgrading a machine to its target changes. */
+async function machine(browser) {
+  const want = expect.machine;
+  const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+  await page.goto(want.url);
+  await waitForAdvisories(page, want.advisories, 'the machine panel');
+  same(await page.getByTestId('ecl-machine-state').getAttribute('data-state'), 'UpdatesAvailable', 'the machine state');
+  same(await page.getByTestId('ecl-machine-current').getAttribute('data-name'), want.current, 'the version it runs');
+  same(await page.getByTestId('ecl-machine-target').getAttribute('data-name'), want.target, 'its target');
+  same(
+    await page.getByTestId('ecl-count-advisories').getAttribute('data-value'),
+    String(want.advisories.length),
+    'the pending advisories badge',
+  );
+  const severities = await page.getByTestId('ecl-summary').getByTestId('ecl-severity').allTextContents();
+  same(severities, [want.highestSeverity], 'the highest pending severity');
+  await page.screenshot({ path: join(artifacts, 'machine.png'), fullPage: true });
+  await page.close();
+  return `machine: ${want.advisories.length} advisories pending from ${want.current} to ${want.target}`;
 }
 
 async function forbidden(browser) {
@@ -164,7 +196,7 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-dev-shm-usage'],
 });
 try {
-  for (const run of [panel, cve, forbidden, states]) {
+  for (const run of [panel, cve, machine, forbidden, states]) {
     const started = Date.now();
     console.log(`${await run(browser)} (${Date.now() - started} ms)`);
   }

@@ -4,12 +4,14 @@
 // test, like Rancher's `/k8s/clusters/<cluster>/`):
 //   index.html?namespace=NS&name=NAME   the panel of ManagedOSVersion NS/NAME
 //   index.html?page=cve                 the CVE search
+//   index.html?page=machine&namespace=NS&name=NAME   the panel of MachineInventory NS/NAME
 import { createApp, h } from 'vue';
 import { ChangelogApi, fetchRequester } from '../src/api';
 import ChangelogPanel from '../src/components/ChangelogPanel.vue';
 import CveSearch from '../src/components/CveSearch.vue';
+import MachinePanel from '../src/components/MachinePanel.vue';
 import ProblemNotice from '../src/components/ProblemNotice.vue';
-import type { ManagedOSVersionRef } from '../src/types';
+import type { MachineInventoryRef, ManagedOSVersionRef } from '../src/types';
 
 const clusterBase = window.location.pathname.replace(/\/static\/.*$/, '');
 const request = fetchRequester();
@@ -23,13 +25,23 @@ async function main() {
   }
   const namespace = params.get('namespace') ?? '';
   const name = params.get('name') ?? '';
+  const machine = params.get('page') === 'machine';
+  const [kind, plural] = machine ? ['MachineInventory', 'machineinventories'] : ['ManagedOSVersion', 'managedosversions'];
   // The operator's object, as Rancher's detail page has it.
-  const url = `${clusterBase}/apis/elemental.cattle.io/v1beta1/namespaces/${encodeURIComponent(namespace)}/managedosversions/${encodeURIComponent(name)}`;
+  const url = `${clusterBase}/apis/elemental.cattle.io/v1beta1/namespaces/${encodeURIComponent(namespace)}/${plural}/${encodeURIComponent(name)}`;
   const response = await request(url);
   if (response.status !== 200) {
-    const message = `cannot read ManagedOSVersion ${namespace}/${name}: ${response.status}`;
+    const message = `cannot read ${kind} ${namespace}/${name}: ${response.status}`;
     createApp({
       render: () => h(ProblemNotice, { problem: { kind: 'other', code: response.status, reason: '', message } }),
+    }).mount('#app');
+    return;
+  }
+  if (machine) {
+    const resource = response.body as MachineInventoryRef;
+    createApp({
+      render: () =>
+        h('div', [h('p', { class: 'harness-resource' }, `MachineInventory ${namespace}/${name}`), h(MachinePanel, { resource, api })]),
     }).mount('#app');
     return;
   }

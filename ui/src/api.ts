@@ -3,6 +3,8 @@
 // (Rancher's store `request` in the extension, `fetch` elsewhere).
 
 import type {
+  MachineInventoryChangelogSummary,
+  MachineInventoryChangelogSummaryList,
   ManagedOSVersionChangelog,
   ManagedOSVersionChangelogSummary,
   ManagedOSVersionChangelogSummaryList,
@@ -159,6 +161,44 @@ export class ChangelogApi {
     );
   }
 
+  /** URL of machine `namespace/name` (a MachineInventory) and what is pending for it. */
+  machineUrl(namespace: string, name: string): string {
+    return `${this.prefix}/namespaces/${seg(namespace)}/machineinventories/${seg(name)}`;
+  }
+
+  /** URL of the machines of `namespace`, or of every namespace when it is undefined. */
+  machinesUrl(namespace: string | undefined, options: { cve?: string } = {}): string {
+    const scope = namespace ? `/namespaces/${seg(namespace)}` : '';
+    return `${this.prefix}${scope}/machineinventories` + query({ cve: options.cve });
+  }
+
+  /** URL of the changelog from the version machine `namespace/name` runs to its target (or `to`). */
+  machineChangelogUrl(namespace: string, name: string, options: { to?: string } = {}): string {
+    return `${this.machineUrl(namespace, name)}/changelog` + query({ to: options.to });
+  }
+
+  /** Machine `namespace/name` and what is pending for it. */
+  machine(namespace: string, name: string): Promise<Result<MachineInventoryChangelogSummary>> {
+    return this.get(this.machineUrl(namespace, name), 'MachineInventoryChangelogSummary');
+  }
+
+  /** The machines of `namespace` (every namespace when undefined), with `cve` their exposure to it. */
+  machines(
+    namespace: string | undefined,
+    options: { cve?: string } = {},
+  ): Promise<Result<MachineInventoryChangelogSummaryList>> {
+    return this.get(this.machinesUrl(namespace, options), 'MachineInventoryChangelogSummaryList');
+  }
+
+  /** The changelog of what upgrading machine `namespace/name` to its target (or `to`) changes. */
+  machineChangelog(
+    namespace: string,
+    name: string,
+    options: { to?: string } = {},
+  ): Promise<Result<ManagedOSVersionChangelog>> {
+    return this.get(this.machineChangelogUrl(namespace, name, options), 'ManagedOSVersionChangelog');
+  }
+
   /** The changelog of `namespace/name`. */
   changelog(
     namespace: string,
@@ -297,4 +337,24 @@ export function groupByChannel(
     group.items.push(item);
   }
   return [...groups.values()];
+}
+
+/**
+ * The machines exposed to a CVE (`cve.state` `Exposed`), by `namespace/name` of the version
+ * that fixes it for them (`cve.fixedIn`, the first fixing version of their channel), in the
+ * server's order.
+ */
+export function exposedByFix(
+  machines: MachineInventoryChangelogSummary[],
+): Map<string, MachineInventoryChangelogSummary[]> {
+  const byFix = new Map<string, MachineInventoryChangelogSummary[]>();
+  for (const machine of machines) {
+    const fixedIn = machine.cve?.state === 'Exposed' ? machine.cve.fixedIn : undefined;
+    if (!fixedIn) continue;
+    const key = `${machine.metadata.namespace}/${fixedIn.name}`;
+    const list = byFix.get(key) ?? [];
+    list.push(machine);
+    byFix.set(key, list);
+  }
+  return byFix;
 }

@@ -1,6 +1,8 @@
 // The package's entry point: components and the API module, without Rancher.
+export { default as AdvisoryList } from './components/AdvisoryList.vue';
 export { default as ChangelogPanel } from './components/ChangelogPanel.vue';
 export { default as CveSearch } from './components/CveSearch.vue';
+export { default as MachinePanel } from './components/MachinePanel.vue';
 export { default as ProblemNotice } from './components/ProblemNotice.vue';
 export { default as SeverityBadge } from './components/SeverityBadge.vue';
 export * from './api';

@@ -149,3 +149,60 @@ export interface ManagedOSVersionRef {
   metadata: { name: string; namespace: string; labels?: Record<string, string> };
   spec?: { version?: string; type?: string };
 }
+
+// The fleet view: machines (the operator's MachineInventories) and what is pending for each.
+
+/** A ManagedOSVersion of a channel: what a machine runs. */
+export interface ChannelVersion {
+  name: string;
+  version: string;
+  channel: string;
+}
+
+/** The version a machine would be upgraded to, and where that comes from. */
+export interface MachineTarget extends ChannelVersion {
+  /** `ManagedOSImage` (a ManagedOSImage assigns it) or `NewestInChannel`. */
+  source: 'ManagedOSImage' | 'NewestInChannel';
+  managedOSImage?: string;
+  reason?: string;
+  message?: string;
+}
+
+export type MachineState = 'UpToDate' | 'UpdatesAvailable' | 'Unknown';
+
+/** Exposure of a machine to the CVE of a `?cve=` list. */
+export interface MachineCve {
+  id: string;
+  state: 'Fixed' | 'Exposed' | 'NoFixInChannel' | 'Unknown';
+  /** The first version of its channel that fixes it (`Exposed`). */
+  fixedIn?: VersionRef;
+}
+
+export interface MachineInventoryChangelogSummary {
+  apiVersion: string;
+  kind: 'MachineInventoryChangelogSummary';
+  metadata: ObjectMeta;
+  /** What the machine reports (its OS annotations). */
+  os: { image?: string; version?: string; prettyName?: string };
+  current?: ChannelVersion;
+  target?: MachineTarget;
+  state: MachineState;
+  /** Why the state is `Unknown` (or why the target is what it is). */
+  reason?: string;
+  message?: string;
+  /** The changelog from `current` to `target`, summarized. */
+  summary?: ChangelogSummary;
+  cve?: MachineCve;
+}
+
+export interface MachineInventoryChangelogSummaryList {
+  apiVersion: string;
+  kind: 'MachineInventoryChangelogSummaryList';
+  metadata: { resourceVersion?: string };
+  items: MachineInventoryChangelogSummary[];
+}
+
+/** The part of the operator's MachineInventory the machine panel reads. */
+export interface MachineInventoryRef {
+  metadata: { name: string; namespace: string };
+}

@@ -1,8 +1,8 @@
 import { mount } from '@vue/test-utils';
 import { describe, expect, it } from 'vitest';
-import { groupByChannel } from '../src/api';
+import { exposedByFix, groupByChannel } from '../src/api';
 import CveSearch from '../src/components/CveSearch.vue';
-import { cve, fakeServer, fixtureRoutes, settle, statusAnswer, statuses } from './fixtures';
+import { cve, fakeServer, fixtureRoutes, machinesCve, settle, statusAnswer, statuses } from './fixtures';
 
 async function searchFor(id: string, namespace = '', route = fixtureRoutes) {
   const server = fakeServer(route);
@@ -38,6 +38,38 @@ describe('CveSearch', () => {
       expect(versions[0]!.text()).toContain(`First fixed in ${want.items[0]!.version}`);
       for (const later of versions.slice(1)) expect(later.text()).toMatch(/^Also in/);
     }
+  });
+
+  it('lists the machines still exposed under the version that fixes it for them', async () => {
+    const id = machinesCve.items[0]!.cve!.id;
+    const { wrapper, request } = await searchFor(id);
+    expect(request).toHaveBeenCalledWith(
+      `/k8s/clusters/local/apis/changelog.elemental.cattle.io/v1beta1/machineinventories?cve=${id}`,
+    );
+    const exposed = exposedByFix(machinesCve.items);
+    expect(exposed.size).toBeGreaterThan(0);
+    for (const [key, machines] of exposed) {
+      const [namespace, version] = key.split('/');
+      const item = wrapper.get(
+        `[data-testid=ecl-cve-group][data-namespace="${namespace}"] [data-testid=ecl-cve-version][data-name="${version}"]`,
+      );
+      expect(item.findAll('[data-testid=ecl-cve-machine]').map((m) => m.attributes('data-name'))).toEqual(
+        machines.map((m) => m.metadata.name),
+      );
+    }
+    // Machines that are fixed, or whose channel has no fix, are not listed.
+    const listed = wrapper.findAll('[data-testid=ecl-cve-machine]').map((m) => m.attributes('data-name'));
+    expect(listed).toEqual(machinesCve.items.filter((m) => m.cve?.state === 'Exposed').map((m) => m.metadata.name));
+    expect(wrapper.get('[data-testid=ecl-cve-exposed]').attributes('data-count')).toBe(String(listed.length));
+  });
+
+  it('still lists the versions when machines cannot be listed', async () => {
+    const { wrapper } = await searchFor('CVE-2024-59001', '', (path, query) =>
+      path.endsWith('/machineinventories') ? statusAnswer(statuses.forbidden) : fixtureRoutes(path, query),
+    );
+    expect(wrapper.findAll('[data-testid=ecl-cve-group]').length).toBeGreaterThan(0);
+    expect(wrapper.get('[data-testid=ecl-cve-machines-unavailable]').text()).toContain('forbidden');
+    expect(wrapper.findAll('[data-testid=ecl-cve-machine]')).toHaveLength(0);
   });
 
   it('searches one namespace when one is given', async () => {

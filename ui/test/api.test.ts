@@ -37,6 +37,15 @@ describe('URLs', () => {
     );
   });
 
+  it('name machines, their changelogs and their exposure to a CVE', () => {
+    expect(api.machineUrl('fleet-default', 'm/1')).toBe(`${base}/namespaces/fleet-default/machineinventories/m%2F1`);
+    expect(api.machineChangelogUrl('ns', 'm', { to: 'v 2' })).toBe(
+      `${base}/namespaces/ns/machineinventories/m/changelog?to=v+2`,
+    );
+    expect(api.machinesUrl(undefined, { cve: 'CVE-2024-1234' })).toBe(`${base}/machineinventories?cve=CVE-2024-1234`);
+    expect(api.machinesUrl('ns')).toBe(`${base}/namespaces/ns/machineinventories`);
+  });
+
   it('work against kube-apiserver directly with an empty base', () => {
     expect(new ChangelogApi(never, '').summariesUrl(undefined)).toBe(
       '/apis/changelog.elemental.cattle.io/v1beta1/managedosversions',

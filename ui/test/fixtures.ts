@@ -6,6 +6,8 @@ import { vi } from 'vitest';
 import type { ApiResponse, Requester } from '../src/api';
 import { ChangelogApi } from '../src/api';
 import type {
+  MachineInventoryChangelogSummary,
+  MachineInventoryChangelogSummaryList,
   ManagedOSVersionChangelog,
   ManagedOSVersionChangelogSummaryList,
   ManagedOSVersionRef,
@@ -22,6 +24,11 @@ export const changelogFrom = load<ManagedOSVersionChangelog>('changelog-from');
 export const changelogOldest = load<ManagedOSVersionChangelog>('changelog-oldest');
 export const summaries = load<ManagedOSVersionChangelogSummaryList>('summaries');
 export const cve = load<ManagedOSVersionChangelogSummaryList>('cve');
+/** A machine on the sample channel's oldest version (updates pending), and its changelog to its target. */
+export const machine = load<MachineInventoryChangelogSummary>('machine');
+export const machineChangelog = load<ManagedOSVersionChangelog>('machine-changelog');
+/** Every machine with its exposure to the `cve` fixture's CVE. */
+export const machinesCve = load<MachineInventoryChangelogSummaryList>('machines-cve');
 
 /** Error answers by fixture name, with the HTTP status the server sent. */
 export const statuses = {
@@ -73,6 +80,10 @@ export function fixtureRoutes(path: string, query: URLSearchParams): ApiResponse
   }
   if (path === `/namespaces/${ns}/managedosversions`) return ok(summaries);
   if (path === '/managedosversions' && query.get('cve')) return ok(cve);
+  const machines = `/namespaces/${machine.metadata.namespace}/machineinventories`;
+  if (path === `${machines}/${machine.metadata.name}`) return ok(machine);
+  if (path === `${machines}/${machine.metadata.name}/changelog` && !query.get('to')) return ok(machineChangelog);
+  if ((path === '/machineinventories' || path === machines) && query.get('cve')) return ok(machinesCve);
   return undefined;
 }
 

@@ -4,8 +4,9 @@
 import { mount } from '@vue/test-utils';
 import { describe, expect, it, vi } from 'vitest';
 import ChangelogMasthead from '../rancher/pkg/elemental-changelog/components/ChangelogMasthead.vue';
+import MachineMasthead from '../rancher/pkg/elemental-changelog/components/MachineMasthead.vue';
 import CveSearchPage from '../rancher/pkg/elemental-changelog/pages/CveSearchPage.vue';
-import { changelog, cve, fixtureRoutes, settle } from './fixtures';
+import { changelog, cve, fixtureRoutes, machine, machineChangelog, settle } from './fixtures';
 
 const PREFIX = '/k8s/clusters/local/apis/changelog.elemental.cattle.io/v1beta1';
 
@@ -60,6 +61,25 @@ describe('the Rancher extension components', () => {
     await settle();
     expect(wrapper.find('[data-testid=ecl-panel]').exists()).toBe(false);
     expect(store.dispatch).not.toHaveBeenCalled();
+  });
+
+  it('the machine panel reads the machine and its pending changelog through the management store', async () => {
+    const store = rancherStore();
+    const wrapper = mount(MachineMasthead, {
+      props: {
+        resource: {
+          id: `${machine.metadata.namespace}/${machine.metadata.name}`,
+          type: 'elemental.cattle.io.machineinventory',
+          metadata: { name: machine.metadata.name, namespace: machine.metadata.namespace },
+        },
+      },
+      global: { mocks: { $store: store } },
+    });
+    await settle();
+    expect(wrapper.get('[data-testid=ecl-machine-target]').attributes('data-name')).toBe(machine.target!.name);
+    expect(wrapper.findAll('[data-testid=ecl-advisory]').map((a) => a.attributes('data-id'))).toEqual(
+      machineChangelog.advisories.map((a) => a.id),
+    );
   });
 
   it('the CVE page searches through the management store', async () => {

@@ -6,6 +6,8 @@ import { IPlugin } from '@shell/core/types';
 export const ELEMENTAL_PRODUCT = 'elemental';
 /** Rancher's type id of the operator's ManagedOSVersion. */
 export const MANAGED_OS_VERSION = 'elemental.cattle.io.managedosversion';
+/** Rancher's type id of the operator's MachineInventory. */
+export const MACHINE_INVENTORY = 'elemental.cattle.io.machineinventory';
 /** Name of the CVE page's menu entry and the last part of its route name. */
 export const CVE_PAGE = 'elemental-changelog-cve';
 /** Route name of the CVE page, in elemental-ui's `<product>-c-cluster-<page>` scheme. */
