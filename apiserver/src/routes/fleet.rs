@@ -6,6 +6,13 @@
 //! [`Resources`]. A machine's changelog is the changelog of a ManagedOSVersion
 //! (`managedosversions/{to}/changelog?from={current}`), answered by [`Resources::plan`]
 //! with its ready-bytes cache.
+//!
+//! Machine summaries as JSON (a list or one machine) are kept ready too, under a fingerprint of
+//! the machines selected and of every input of their resolution (the ManagedOSVersions,
+//! ManagedOSImages and MachineInventorySelectors by uid and resourceVersion, the channel
+//! snapshots by generation): a change of any of them makes a new key, so a kept answer is
+//! never stale. The fingerprint is computed for each request (hashing, no resolution); Tables
+//! are rendered for each request, as the summaries' are.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -22,12 +29,15 @@ use elemental_changelog_apiservice::{
     status::{StatusCause, StatusError},
     types::{ChangelogSummary, ObjectMeta},
 };
-use kube::ResourceExt;
+use kube::{Resource as _, ResourceExt};
 use tracing::debug;
+
+use sha2::{Digest, Sha256};
 
 use super::{
     ok,
-    resources::{Answer, Cost, Job, Plan, Render, Resources},
+    ready::Ready,
+    resources::{Answer, AnswerKey, Cost, Job, Plan, Render, Resources},
 };
 use crate::{
     cache::Snapshot,
@@ -40,7 +50,7 @@ use crate::{
     metrics::Metrics,
     request::{
         ChangelogParams, ListParams, Resource,
-        fleet::{FleetResource, MachineChangelogParams, MachineParams},
+        fleet::{FleetResource, MachineChangelogParams},
     },
 };
 
@@ -104,8 +114,9 @@ impl FleetView {
                 params.fields.check_supported()?;
                 let arch = self.resources.served_arch(params.arch.as_ref())?;
                 Ok(run(Cost::Heavy, move || {
-                    let items = this.machines(namespace.as_deref(), &params, &arch);
-                    respond(representation, items, params.cve.is_some(), true)
+                    let machines = this.select(namespace.as_deref(), &params);
+                    let inputs = this.inputs(namespace.as_deref(), &arch);
+                    this.answer(representation, &inputs, machines, params.cve, arch, true)
                 }))
             }
             FleetResource::Machine {
@@ -116,8 +127,20 @@ impl FleetView {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.resources.served_arch(params.arch.as_ref())?;
                 Ok(run(Cost::Light, move || {
-                    let item = this.machine(&namespace, &name, &params, &arch)?;
-                    respond(representation, vec![item], params.cve.is_some(), false)
+                    let machine = this
+                        .stores
+                        .machines
+                        .get(&namespace, &name)
+                        .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, &name))?;
+                    let inputs = this.inputs(Some(&namespace), &arch);
+                    this.answer(
+                        representation,
+                        &inputs,
+                        vec![machine],
+                        params.cve,
+                        arch,
+                        false,
+                    )
                 }))
             }
             FleetResource::MachineChangelog {
@@ -170,15 +193,9 @@ impl FleetView {
         }
     }
 
-    /// The summaries of the machines of `namespace` (or all) that `params` select.
-    fn machines(
-        &self,
-        namespace: Option<&str>,
-        params: &ListParams,
-        arch: &Arch,
-    ) -> Vec<MachineInventoryChangelogSummary> {
-        let machines: Vec<Arc<MachineInventory>> = self
-            .stores
+    /// The machines of `namespace` (or all) that `params` select.
+    fn select(&self, namespace: Option<&str>, params: &ListParams) -> Vec<Arc<MachineInventory>> {
+        self.stores
             .machines
             .list(namespace)
             .into_iter()
@@ -188,27 +205,37 @@ impl FleetView {
                     .fields
                     .matches(&m.name_any(), m.namespace().as_deref().unwrap_or_default())
             })
-            .collect();
-        let inputs = self.inputs(namespace, arch);
-        summarize(&inputs, &machines, params.cve.as_deref())
+            .collect()
     }
 
-    fn machine(
+    /// The answer for `machines` (a list, or one): JSON kept ready under the fingerprint of
+    /// the machines and the inputs, a Table made for this request.
+    fn answer(
         &self,
-        namespace: &str,
-        name: &str,
-        params: &MachineParams,
-        arch: &Arch,
-    ) -> Result<MachineInventoryChangelogSummary, StatusError> {
-        let machine = self
-            .stores
-            .machines
-            .get(namespace, name)
-            .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, name))?;
-        let inputs = self.inputs(Some(namespace), arch);
-        Ok(summarize(&inputs, &[machine], params.cve.as_deref())
-            .pop()
-            .unwrap_or_default())
+        representation: Representation,
+        inputs: &Inputs,
+        machines: Vec<Arc<MachineInventory>>,
+        cve: Option<String>,
+        arch: Arch,
+        list: bool,
+    ) -> Result<Answer, StatusError> {
+        if !matches!(representation, Representation::Json) {
+            let items = summarize(inputs, &machines, cve.as_deref());
+            return respond(representation, items, cve.is_some(), list);
+        }
+        let key = AnswerKey::Machines {
+            list,
+            fingerprint: fingerprint(&machines, inputs),
+            cve: cve.clone(),
+            arch,
+        };
+        self.resources
+            .ready()
+            .get_or_render(key, || {
+                let items = summarize(inputs, &machines, cve.as_deref());
+                Ok(Ready::answer(json(items, list)?, content::JSON))
+            })
+            .map(Answer::Ready)
     }
 
     /// The ManagedOSVersion changelog request a machine's changelog is.
@@ -445,13 +472,57 @@ fn respond(
                 include_object,
             ),
         ),
-        Representation::Json if list => {
-            serde_json::to_vec(&MachineInventoryChangelogSummaryList::new(items))
-        }
-        Representation::Json => serde_json::to_vec(&items.into_iter().next().unwrap_or_default()),
+        Representation::Json => return Ok(Answer::Fresh(ok(json(items, list)?, content_type))),
     }
     .map_err(|e| StatusError::internal(&e))?;
     Ok(Answer::Fresh(ok(body, content_type)))
+}
+
+/// Machine summaries as JSON: a list, or the one machine.
+fn json(items: Vec<MachineInventoryChangelogSummary>, list: bool) -> Result<Vec<u8>, StatusError> {
+    if list {
+        serde_json::to_vec(&MachineInventoryChangelogSummaryList::new(items))
+    } else {
+        serde_json::to_vec(&items.into_iter().next().unwrap_or_default())
+    }
+    .map_err(|e| StatusError::internal(&e))
+}
+
+/// What the summaries of `machines` depend on, hashed: each machine's and each input
+/// object's identity and resourceVersion (lists come sorted from the stores), and each
+/// channel snapshot's generation.
+fn fingerprint(machines: &[Arc<MachineInventory>], inputs: &Inputs) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(bytes);
+    };
+    let mut objects = |kind: &[u8], metas: &mut dyn Iterator<Item = &kube::api::ObjectMeta>| {
+        field(kind);
+        for meta in metas {
+            field(meta.namespace.as_deref().unwrap_or_default().as_bytes());
+            field(meta.name.as_deref().unwrap_or_default().as_bytes());
+            field(meta.uid.as_deref().unwrap_or_default().as_bytes());
+            field(
+                meta.resource_version
+                    .as_deref()
+                    .unwrap_or_default()
+                    .as_bytes(),
+            );
+        }
+    };
+    objects(b"machines", &mut machines.iter().map(|m| m.meta()));
+    objects(b"versions", &mut inputs.versions.iter().map(|v| v.meta()));
+    objects(b"images", &mut inputs.images.iter().map(|i| i.meta()));
+    objects(b"selectors", &mut inputs.selectors.iter().map(|s| s.meta()));
+    let mut snapshots: Vec<_> = inputs.channels.snapshots.iter().collect();
+    snapshots.sort_by(|a, b| a.0.cmp(b.0));
+    for ((namespace, channel), snapshot) in snapshots {
+        field(namespace.as_bytes());
+        field(channel.as_bytes());
+        field(&snapshot.generation().get().to_le_bytes());
+    }
+    hash.finalize().into()
 }
 
 fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
@@ -499,6 +570,85 @@ fn wire<T: serde::Serialize>(value: &T) -> String {
 mod tests {
     use super::*;
     use elemental_changelog_apiservice::fleet::MachineState;
+
+    fn object<K: serde::de::DeserializeOwned>(kind: &str, name: &str, rv: &str) -> Arc<K> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "elemental.cattle.io/v1beta1", "kind": kind,
+                "metadata": {"name": name, "namespace": "fleet-default", "uid": format!("uid-{name}"),
+                    "resourceVersion": rv},
+                "spec": {}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn inputs(versions: &[(&str, &str)]) -> Inputs {
+        Inputs {
+            versions: versions
+                .iter()
+                .map(|(name, rv)| object("ManagedOSVersion", name, rv))
+                .collect(),
+            images: Vec::new(),
+            selectors: Vec::new(),
+            channels: Channels {
+                snapshots: HashMap::new(),
+            },
+        }
+    }
+
+    /// A kept machine answer is found again only while nothing its resolution reads changed.
+    #[test]
+    fn the_fingerprint_follows_machines_and_every_input() {
+        let machines = |rv: &str| -> Vec<Arc<MachineInventory>> {
+            vec![
+                object("MachineInventory", "m-1", rv),
+                object("MachineInventory", "m-2", "5"),
+            ]
+        };
+        let base = fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "2")]));
+        assert_eq!(
+            base,
+            fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "2")]))
+        );
+        // Re-registration (new annotations): a new resourceVersion.
+        assert_ne!(
+            base,
+            fingerprint(&machines("6"), &inputs(&[("v1", "1"), ("v2", "2")]))
+        );
+        // A machine gone.
+        assert_ne!(
+            base,
+            fingerprint(&machines("4")[..1], &inputs(&[("v1", "1"), ("v2", "2")]))
+        );
+        // A ManagedOSVersion added or changed.
+        assert_ne!(
+            base,
+            fingerprint(
+                &machines("4"),
+                &inputs(&[("v1", "1"), ("v2", "2"), ("v3", "3")])
+            )
+        );
+        assert_ne!(
+            base,
+            fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "9")]))
+        );
+        // A ManagedOSImage appears.
+        let mut with_image = inputs(&[("v1", "1"), ("v2", "2")]);
+        with_image
+            .images
+            .push(object("ManagedOSImage", "upgrade", "7"));
+        assert_ne!(base, fingerprint(&machines("4"), &with_image));
+        // The same names in other fields do not collide (lengths are hashed).
+        let mut selector = inputs(&[("v1", "1"), ("v2", "2")]);
+        selector
+            .selectors
+            .push(object("MachineInventorySelector", "upgrade", "7"));
+        assert_ne!(
+            fingerprint(&machines("4"), &with_image),
+            fingerprint(&machines("4"), &selector)
+        );
+    }
 
     #[test]
     fn unused_state_names_are_wire_names() {

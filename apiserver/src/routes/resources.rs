@@ -81,6 +81,18 @@ pub enum AnswerKey {
         /// SHA-256 of the selection.
         fingerprint: [u8; 32],
     },
+    /// Machine summaries as JSON, one (`get`) or a list: a fingerprint of every machine
+    /// selected and of everything their resolution reads (see `routes::fleet`).
+    Machines {
+        /// A list (or one machine).
+        list: bool,
+        /// `cve`, as asked.
+        cve: Option<String>,
+        /// Architecture.
+        arch: Arch,
+        /// SHA-256 of the machines and the resolution's inputs.
+        fingerprint: [u8; 32],
+    },
 }
 
 impl AnswerKeyBytes for AnswerKey {
@@ -94,7 +106,7 @@ impl AnswerKeyBytes for AnswerKey {
                     + text(&object.resource_version)
                     + text(from)
             }
-            Self::Summaries { cve, .. } => text(cve),
+            Self::Summaries { cve, .. } | Self::Machines { cve, .. } => text(cve),
         }
     }
 }
