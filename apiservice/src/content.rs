@@ -153,7 +153,7 @@ fn parse_range(raw: &str) -> Option<MediaRange> {
 }
 
 /// Version of `meta.k8s.io` a Table is served in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TableVersion {
     /// `meta.k8s.io/v1`.
     V1,
@@ -180,7 +180,7 @@ impl TableVersion {
 }
 
 /// `includeObject`: what each Table row carries in `object`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum IncludeObject {
     /// No object.
     None,
@@ -208,7 +208,7 @@ impl IncludeObject {
 }
 
 /// How to represent the answer to a resource request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Representation {
     /// The object (or list) as JSON.
     Json,

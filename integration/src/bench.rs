@@ -16,6 +16,7 @@
 //! (`ELEMENTAL_CHANGELOG_BIN`) through its public API, so it measures any
 //! version of the request path.
 
+pub mod fleet;
 pub mod load;
 pub mod nginx;
 pub mod report;
@@ -85,11 +86,19 @@ pub enum Phase {
     Memory,
     /// `criterion`: the compute benchmarks.
     Criterion,
+    /// `fleet`: thousands of machines (the fleet view) next to a ConfigMap list.
+    Fleet,
 }
 
 impl Phase {
     /// Every phase, in the order they run.
-    pub const ALL: [Phase; 4] = [Phase::Load, Phase::Resync, Phase::Memory, Phase::Criterion];
+    pub const ALL: [Phase; 5] = [
+        Phase::Load,
+        Phase::Resync,
+        Phase::Memory,
+        Phase::Fleet,
+        Phase::Criterion,
+    ];
 
     fn parse(name: &str) -> Result<Self> {
         Ok(match name.trim() {
@@ -97,8 +106,11 @@ impl Phase {
             "resync" => Phase::Resync,
             "memory" => Phase::Memory,
             "criterion" => Phase::Criterion,
+            "fleet" => Phase::Fleet,
             other => {
-                bail!("BENCH_PHASES: unknown phase {other:?} (load, resync, memory, criterion)")
+                bail!(
+                    "BENCH_PHASES: unknown phase {other:?} (load, resync, memory, fleet, criterion)"
+                )
             }
         })
     }
@@ -323,6 +335,8 @@ pub struct Results {
     pub profile: Option<String>,
     /// Criterion results: (benchmark, median ns, mean ns).
     pub criterion: Vec<(String, f64, f64)>,
+    /// The fleet view with thousands of machines.
+    pub fleet: Option<fleet::FleetResults>,
     /// How long the run took.
     pub took: Duration,
 }
@@ -336,7 +350,11 @@ pub async fn run(settings: Settings) -> Result<Results> {
 
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions {
-        namespaces: vec![FLEET_NAMESPACE.to_owned(), MEMORY_NAMESPACE.to_owned()],
+        namespaces: vec![
+            FLEET_NAMESPACE.to_owned(),
+            MEMORY_NAMESPACE.to_owned(),
+            fleet::NAMESPACE.to_owned(),
+        ],
         ..TestBedOptions::default()
     })
     .await?;
@@ -386,6 +404,7 @@ async fn on_bed(bed: &mut TestBed, registry: &Registry, settings: &Settings) -> 
         resync: Vec::new(),
         profile: None,
         criterion: Vec::new(),
+        fleet: None,
         took: Duration::ZERO,
     };
     eprintln!("bench: idle RSS {} KiB", results.idle.rss_kib);
@@ -416,6 +435,10 @@ async fn on_bed(bed: &mut TestBed, registry: &Registry, settings: &Settings) -> 
             results.memory_idle = Some(settled_rss(bed).await?);
         }
         results.memory = memory_stages(bed, registry, settings).await?;
+    }
+    if settings.phases.contains(&Phase::Fleet) {
+        let token = bed.token(USER)?.to_owned();
+        results.fleet = Some(fleet::run(bed, registry, settings, &token).await?);
     }
     Ok(results)
 }
@@ -558,14 +581,14 @@ kind: ClusterRole
 metadata: {name: bench-reader}
 rules:
 - apiGroups: [changelog.elemental.cattle.io]
-  resources: [managedosversions, managedosversions/changelog]
+  resources: [managedosversions, managedosversions/changelog, machineinventories]
   verbs: [get, list]
 - apiGroups: [\"\"]
   resources: [configmaps]
-  verbs: [get]
+  verbs: [get, list]
 ",
     );
-    for namespace in [FLEET_NAMESPACE, MEMORY_NAMESPACE] {
+    for namespace in [FLEET_NAMESPACE, MEMORY_NAMESPACE, fleet::NAMESPACE] {
         yaml.push_str(&format!(
             "---
 apiVersion: rbac.authorization.k8s.io/v1

@@ -11,8 +11,9 @@
 //! the machines selected and of every input of their resolution (the ManagedOSVersions,
 //! ManagedOSImages and MachineInventorySelectors by uid and resourceVersion, the channel
 //! snapshots by generation): a change of any of them makes a new key, so a kept answer is
-//! never stale. The fingerprint is computed for each request (hashing, no resolution); Tables
-//! are rendered for each request, as the summaries' are.
+//! never stale. The fingerprint is computed for each request (hashing, no resolution). Tables
+//! are kept too: unlike the summaries' Tables, they have no column computed from the time of
+//! the request.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -208,8 +209,8 @@ impl FleetView {
             .collect()
     }
 
-    /// The answer for `machines` (a list, or one): JSON kept ready under the fingerprint of
-    /// the machines and the inputs, a Table made for this request.
+    /// The answer for `machines` (a list, or one), JSON or a Table, kept ready under the
+    /// fingerprint of the machines and the inputs.
     fn answer(
         &self,
         representation: Representation,
@@ -219,11 +220,8 @@ impl FleetView {
         arch: Arch,
         list: bool,
     ) -> Result<Answer, StatusError> {
-        if !matches!(representation, Representation::Json) {
-            let items = summarize(inputs, &machines, cve.as_deref());
-            return respond(representation, items, cve.is_some(), list);
-        }
         let key = AnswerKey::Machines {
+            representation,
             list,
             fingerprint: fingerprint(&machines, inputs),
             cve: cve.clone(),
@@ -233,7 +231,8 @@ impl FleetView {
             .ready()
             .get_or_render(key, || {
                 let items = summarize(inputs, &machines, cve.as_deref());
-                Ok(Ready::answer(json(items, list)?, content::JSON))
+                let body = render(representation, items, cve.is_some(), list)?;
+                Ok(Ready::answer(body, representation.content_type()))
             })
             .map(Answer::Ready)
     }
@@ -452,14 +451,13 @@ fn run(cost: Cost, job: impl FnOnce() -> Result<Answer, StatusError> + Send + 's
 }
 
 /// Machine summaries as JSON (one, or a list) or a Table.
-fn respond(
+fn render(
     representation: Representation,
     items: Vec<MachineInventoryChangelogSummary>,
     cve: bool,
     list: bool,
-) -> Result<Answer, StatusError> {
-    let content_type = representation.content_type();
-    let body = match representation {
+) -> Result<Vec<u8>, StatusError> {
+    match representation {
         Representation::Table {
             version,
             include_object,
@@ -471,11 +469,10 @@ fn respond(
                 version,
                 include_object,
             ),
-        ),
-        Representation::Json => return Ok(Answer::Fresh(ok(json(items, list)?, content_type))),
+        )
+        .map_err(|e| StatusError::internal(&e)),
+        Representation::Json => json(items, list),
     }
-    .map_err(|e| StatusError::internal(&e))?;
-    Ok(Answer::Fresh(ok(body, content_type)))
 }
 
 /// Machine summaries as JSON: a list, or the one machine.

@@ -81,9 +81,12 @@ pub enum AnswerKey {
         /// SHA-256 of the selection.
         fingerprint: [u8; 32],
     },
-    /// Machine summaries as JSON, one (`get`) or a list: a fingerprint of every machine
-    /// selected and of everything their resolution reads (see `routes::fleet`).
+    /// Machine summaries, one (`get`) or a list, as JSON or a Table (it has no column that
+    /// depends on the time of the request): a fingerprint of every machine selected and of
+    /// everything their resolution reads (see `routes::fleet`).
     Machines {
+        /// JSON or a Table (its version and what rows carry).
+        representation: Representation,
         /// A list (or one machine).
         list: bool,
         /// `cve`, as asked.

@@ -5,8 +5,135 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use super::fleet::FleetResults;
 use super::load::{Measured, Protocol, percentile};
 use super::{Cell, Results, Size, Target};
+
+/// Median of `values` (0 when empty).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The fleet view's section: the load cells with their ratios to the baselines, cached vs
+/// uncached, RSS, and how fast a machine follows a change.
+pub fn fleet_section(w: &mut String, f: &FleetResults, seconds: u64) {
+    let _ = writeln!(
+        w,
+        "## Fleet view: {} machines\n\n{} MachineInventories in one namespace over {} channels of {} \
+         versions (machine `i` on version `i / {}` of channel `i % {}`), as many ConfigMaps each \
+         holding one machine's answer as the baseline. `wrk`, HTTP/1.1, 2 threads, 10 connections, \
+         {seconds} s per cell, `Accept-Encoding: gzip` (as kubectl), the reader's bearer token. \
+         Lists: machines {} (JSON), ConfigMaps {}.\n",
+        f.machines,
+        f.machines,
+        f.channels,
+        f.versions,
+        f.channels,
+        f.channels,
+        bytes(f.list_bytes.0 as f64),
+        bytes(f.list_bytes.1 as f64)
+    );
+    let find = |prefix: &str| {
+        f.cells
+            .iter()
+            .find(|c| c.label.starts_with(prefix))
+            .map(|c| c.measured)
+    };
+    let cm_json = find("(a) ConfigMap list, JSON");
+    let cm_table = find("(a) ConfigMap list, Table");
+    let _ = writeln!(
+        w,
+        "| request | req/s | p50 | p99 | bytes/response | p99 ÷ (a) of the same format | req/s ÷ (a) |\n|---|---|---|---|---|---|---|"
+    );
+    for c in &f.cells {
+        let m = &c.measured;
+        let baseline = if c.label.contains("Table") {
+            cm_table
+        } else {
+            cm_json
+        };
+        let (p99, rps) = match baseline {
+            Some(b)
+                if !c.label.starts_with("(a)") && b.p99_ms > 0.0 && b.requests_per_second > 0.0 =>
+            {
+                (
+                    format!("{:.2}", m.p99_ms / b.p99_ms),
+                    format!("{:.2}", m.requests_per_second / b.requests_per_second),
+                )
+            }
+            _ => ("1 (baseline)".to_owned(), "1".to_owned()),
+        };
+        let _ = writeln!(
+            w,
+            "| {} | {} | {:.2} ms | {:.2} ms | {} | {p99} | {rps} |",
+            c.label,
+            rate(m.requests_per_second),
+            m.p50_ms,
+            m.p99_ms,
+            bytes(m.bytes_per_response)
+        );
+    }
+    let (uncached, cached) = (median(&f.uncached_ms), median(&f.cached_ms));
+    let _ = writeln!(
+        w,
+        "\nCached vs uncached, the same `?cve=` machine list directly (median of {}): the first \
+         request renders it (every machine resolved, its pending summary and its exposure) in \
+         {uncached:.1} ms, the next is the kept answer in {cached:.1} ms ({:.1}× faster).\n",
+        f.uncached_ms.len(),
+        if cached > 0.0 { uncached / cached } else { 0.0 }
+    );
+    let (before, after) = (f.rss.0, f.rss.1);
+    let follow_max = f.follow.iter().max().copied().unwrap_or_default();
+    let mut follow: Vec<Duration> = f.follow.clone();
+    follow.sort();
+    let follow_median = follow.get(follow.len() / 2).copied().unwrap_or_default();
+    let _ = writeln!(
+        w,
+        "RSS: {:.1} MiB before the machines, {:.1} MiB with them resolved and served ({:.1} KiB per \
+         machine). A re-registered machine (its `os.image` annotation changed) is answered with its \
+         new version after {} (median of {}), {} at most.\n",
+        mib(before.rss_kib),
+        mib(after.rss_kib),
+        (after.rss_kib.saturating_sub(before.rss_kib)) as f64 / f.machines.max(1) as f64,
+        ms(follow_median),
+        f.follow.len(),
+        ms(follow_max)
+    );
+    let b_json = find("(b) machine list, JSON");
+    let b_table = find("(b) machine list, Table");
+    let checks = [
+        (
+            "machine list JSON (b) p99 ≤ ConfigMap list JSON (a) p99".to_owned(),
+            b_json
+                .zip(cm_json)
+                .is_some_and(|(b, a)| b.p99_ms <= a.p99_ms),
+        ),
+        (
+            "machine list Table (b) p99 ≤ ConfigMap list Table (a) p99".to_owned(),
+            b_table
+                .zip(cm_table)
+                .is_some_and(|(b, a)| b.p99_ms <= a.p99_ms),
+        ),
+        (
+            format!("RSS with the machines ≤ {FLEET_RSS_GOAL_MIB} MiB (the chart's limit)"),
+            mib(after.rss_kib) <= FLEET_RSS_GOAL_MIB,
+        ),
+        (
+            format!(
+                "a machine follows its annotations within {}",
+                ms(FLEET_FOLLOW_GOAL)
+            ),
+            !f.follow.is_empty() && follow_max <= FLEET_FOLLOW_GOAL,
+        ),
+    ];
+    let _ = writeln!(w, "| goal | met |\n|---|---|");
+    for (goal, ok) in checks {
+        let _ = writeln!(w, "| {goal} | {} |", verdict(ok));
+    }
+    let _ = writeln!(w);
+}
 
 /// The line after which the document is written by hand and kept.
 pub const NOTES_MARKER: &str = "<!-- Notes below this line are kept by `make bench`. -->";
@@ -17,6 +144,10 @@ pub const DIRECT_THROUGHPUT_GOAL: f64 = 0.8;
 pub const DIRECT_P99_GOAL: f64 = 1.5;
 /// Goal: (b) p99 at most this multiple of (a)'s.
 pub const AGGREGATED_P99_GOAL: f64 = 1.2;
+/// Goal: RSS of the server with the fleet phase's machines, MiB (the chart's memory limit).
+pub const FLEET_RSS_GOAL_MIB: f64 = 256.0;
+/// Goal: a machine's answer follows a change of its annotations within this long.
+pub const FLEET_FOLLOW_GOAL: Duration = Duration::from_secs(1);
 /// Goal: RSS with no channel, MiB.
 pub const IDLE_RSS_GOAL_MIB: f64 = 20.0;
 
@@ -358,6 +489,10 @@ pub fn render(r: &Results, notes: &str) -> String {
         );
     }
     let _ = writeln!(w);
+
+    if let Some(fleet) = &r.fleet {
+        fleet_section(w, fleet, s.cell.as_secs());
+    }
 
     let _ = writeln!(w, "## Where (d) spends its time\n");
     match &r.profile {
