@@ -81,15 +81,24 @@ pub fn watch_config() -> watcher::Config {
 /// Reflector stores for one kind: one store for all namespaces, or one per
 /// watched namespace (a store fed by several watches would be wiped by each
 /// watch's re-list).
+///
+/// Any number of tasks may wait for them to sync (`wait_until_ready`). kube-runtime's
+/// own `Store::wait_until_ready` wakes only the task that polled it last (its `DelayedInit`
+/// shares one oneshot receiver, which keeps one waker), so a channel worker and the
+/// controller waiting at once left one of them asleep forever: a restarted server never
+/// became ready. Here one bridge task is the only waiter of each store's readiness, and
+/// publishes it on a `watch` channel, which wakes every waiter.
 #[derive(Clone)]
 pub struct Stores<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
     all: Option<Store<K>>,
     namespaced: BTreeMap<String, Store<K>>,
+    /// True once every store has listed (see [`readiness`]).
+    synced: watch::Receiver<bool>,
 }
 
 impl<K> Stores<K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     /// The object `namespace/name`, if watched and present.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
@@ -129,7 +138,16 @@ where
         all: Option<Store<K>>,
         namespaced: BTreeMap<String, Store<K>>,
     ) -> Self {
-        Self { all, namespaced }
+        let (synced, bridge) = readiness(all.iter().chain(namespaced.values()).cloned().collect());
+        // Synchronous tests never wait for readiness (it is async): no runtime, no bridge.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(bridge);
+        }
+        Self {
+            all,
+            namespaced,
+            synced,
+        }
     }
 
     /// Whether `namespace` is watched at all.
@@ -137,15 +155,31 @@ where
         self.all.is_some() || self.namespaced.contains_key(namespace)
     }
 
+    /// Waits until every store has listed; any number of tasks may wait at once.
     async fn wait_until_ready(&self) {
-        if let Some(all) = &self.all {
+        let mut synced = self.synced.clone();
+        // The bridge lives as long as the process; an error means it is gone.
+        let _ = synced.wait_for(|synced| *synced).await;
+    }
+}
+
+/// The readiness of `stores` as a `watch` channel, and the bridge that sets it: the only
+/// waiter of each store's own readiness (see [`Stores`]). The bridge then waits forever,
+/// as every driver of [`start`] does, so that it ends only with the process.
+fn readiness<K>(stores: Vec<Store<K>>) -> (watch::Receiver<bool>, BoxFuture<'static, ()>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let (tx, rx) = watch::channel(false);
+    let bridge = async move {
+        for store in &stores {
             // The writer lives as long as the process; an error means it is gone.
-            let _ = all.wait_until_ready().await;
-        }
-        for store in self.namespaced.values() {
             let _ = store.wait_until_ready().await;
         }
-    }
+        tx.send_replace(true);
+        std::future::pending::<()>().await;
+    };
+    (rx, Box::pin(bridge))
 }
 
 /// The read side shared with request handlers.
@@ -392,10 +426,8 @@ where
     } else {
         "managedosversionchannels"
     };
-    let mut stores = Stores {
-        all: None,
-        namespaced: BTreeMap::new(),
-    };
+    let mut all = None;
+    let mut namespaced = BTreeMap::new();
     let apis: Vec<(Option<String>, Api<K>)> = if namespaces.is_empty() {
         vec![(None, Api::all(client.clone()))]
     } else {
@@ -408,9 +440,9 @@ where
         let (store, writer) = reflector::store();
         match &namespace {
             Some(ns) => {
-                stores.namespaced.insert(ns.clone(), store);
+                namespaced.insert(ns.clone(), store);
             }
-            None => stores.all = Some(store),
+            None => all = Some(store),
         }
         let metrics = metrics.clone();
         let on_event = on_event.clone();
@@ -444,7 +476,13 @@ where
             .instrument(span),
         ));
     }
-    stores
+    let (synced, bridge) = readiness(all.iter().chain(namespaced.values()).cloned().collect());
+    drivers.push(bridge);
+    Stores {
+        all,
+        namespaced,
+        synced,
+    }
 }
 
 struct Worker {
@@ -738,6 +776,7 @@ async fn worker(
     mut trigger: watch::Receiver<(Option<String>, SyncKey)>,
     ctx: Arc<Context>,
 ) {
+    debug!("worker started");
     let mut history = ctx.history.as_ref().map(|h| h.subscribe());
     if let Some(history) = &mut history {
         // Read the history before the first refresh, so that a young replica
@@ -755,6 +794,7 @@ async fn worker(
             .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
         // The versions known now: the registry is read after they existed.
         ctx.versions.wait_until_ready().await;
+        debug!(image = image.as_deref().unwrap_or(""), "refreshing");
         let versions = Arc::new(
             ctx.versions
                 .list(Some(&key.namespace))
@@ -932,6 +972,7 @@ async fn refresh_arch<'a>(
         started: Instant::now(),
         ctx,
     };
+    debug!(image, arch, "resolving");
     let digest = match ctx.fetcher.resolve(image).await {
         Ok(digest) => digest,
         Err(error) => return (attempt.failed(None, &ReadError::Fetch(error), old), None),
@@ -955,6 +996,7 @@ async fn refresh_arch<'a>(
             return (attempt.failed(Some(digest), &error, old), None);
         }
     }
+    debug!(image, arch, %digest, "reading");
     let read = match images::read(image, &digest, arch, ctx).await {
         Ok(read) => read,
         Err(error) => return (attempt.failed(Some(digest), &error, old), None),

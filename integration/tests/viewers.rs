@@ -11,8 +11,8 @@
 //!    random bearer tokens are answered 200 and cause no TokenReview (counted in
 //!    kube-apiserver's audit log).
 //! 4. **Renders do not park the async threads**: while hundreds of identical requests wait for
-//!    one slow render (5,000 advisories as text and Markdown, with its gzip form), `/livez` keeps answering (p99
-//!    printed and bounded).
+//!    one slow render (5,000 advisories as text and Markdown, with its gzip form), `/livez` keeps answering
+//!    before the render ends (p99 printed).
 //! 5. **Keys count in the answer cache**: CVE ids of thousands of digits are refused (400), and
 //!    a flood of distinct valid `cve=` lists from a viewer of one namespace leaves RSS within the
 //!    answer cache size plus a constant.
@@ -46,6 +46,10 @@ const BIG_ADVISORIES: usize = 5_000;
 const EVIL_TITLE: &str = "update\u{1b}[2J\u{1b}]0;pwned\u{7}\u{1b}]8;;http://evil.example\u{1b}\\link\u{1b}]8;;\u{1b}\\\r\u{9b}31m\u{202e}gpj.exe";
 /// Identical requests waiting for each slow render.
 const RENDER_WAITERS: usize = 100;
+/// `/livez` answers each round of renders must see before its last render is answered. A
+/// server whose async threads wait for the render answers none (every thread is parked
+/// until the render ends); latency is printed, not asserted (this machine is noisy).
+const MIN_PROBES_DURING_RENDERS: usize = 3;
 /// `--answer-cache-size` of the server under test.
 const ANSWER_CACHE: u64 = 8 << 20;
 /// Distinct `cve=` lists in the key flood.
@@ -292,6 +296,7 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
         done??;
     }
     let mut latencies = Vec::new();
+    let mut rounds = Vec::new();
     // Each round is a new answer (format, arch alias, `from`), so every request of the round
     // waits for one render.
     for query in [
@@ -313,6 +318,7 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
                 reqwest::Method::HEAD
             };
             renders.spawn(async move {
+                let started = Instant::now();
                 let response = http
                     .request(method, format!("{url}{path}"))
                     .header("X-Remote-User", "admin")
@@ -326,40 +332,50 @@ async fn renders_leave_the_async_threads_free(bed: &TestBed) -> Result<()> {
                 } else {
                     0
                 };
-                Ok::<_, anyhow::Error>((status, n, bytes))
+                Ok::<_, anyhow::Error>((status, n, bytes, started.elapsed()))
             });
         }
-        // Probe while the renders pile up.
+        // Probe while the renders pile up: the probes answered before the round's last
+        // render is answered are the ones a parked server could not have answered.
+        let rendered = std::sync::atomic::AtomicBool::new(false);
         let probe = async {
             let mut round = Vec::new();
-            while round.len() < 40 {
+            let mut before_rendered = 0_usize;
+            while !rendered.load(std::sync::atomic::Ordering::SeqCst) {
                 let started = Instant::now();
                 let status = prober.get(format!("{url}/livez")).send().await?.status();
                 ensure!(status == StatusCode::OK, "/livez: {status}");
                 round.push(started.elapsed());
+                if !rendered.load(std::sync::atomic::Ordering::SeqCst) {
+                    before_rendered += 1;
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            Ok::<_, anyhow::Error>(round)
+            Ok::<_, anyhow::Error>((round, before_rendered))
         };
-        let (round, ()) = tokio::try_join!(probe, async {
+        let ((round, before_rendered), waited) = tokio::try_join!(probe, async {
+            let mut waited = Duration::ZERO;
             while let Some(done) = renders.join_next().await {
-                let (status, n, bytes) = done??;
+                let (status, n, bytes, took) = done??;
                 ensure!(status == StatusCode::OK, "{query}: {status}");
                 ensure!(n != 0 || bytes > 1 << 10, "{query}: only {bytes} bytes");
+                waited = waited.max(took);
             }
-            Ok(())
+            rendered.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(waited)
         })?;
+        ensure!(
+            before_rendered >= MIN_PROBES_DURING_RENDERS,
+            "{query}: only {before_rendered} /livez answered during {waited:?} of renders"
+        );
         latencies.extend(round);
+        rounds.push((waited, before_rendered));
     }
     latencies.sort();
     let p99 = latencies[latencies.len() * 99 / 100];
     let max = latencies.last().copied().unwrap_or_default();
     println!(
-        "renders: /livez during 5 rounds of {RENDER_WAITERS} identical uncached renders: p99 {p99:?}, max {max:?}"
-    );
-    ensure!(
-        p99 < Duration::from_millis(100),
-        "/livez p99 {p99:?} while renders pile up"
+        "renders: /livez during 5 rounds of {RENDER_WAITERS} identical uncached renders: p99 {p99:?}, max {max:?}; (round, /livez answered during it): {rounds:?}"
     );
     Ok(())
 }

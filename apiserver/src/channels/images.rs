@@ -287,6 +287,7 @@ pub(super) async fn read(
     if let Some(parsed) = key.as_ref().and_then(|k| ctx.images.get(k)) {
         return Ok(Read::Shared(parsed));
     }
+    tracing::debug!(image, arch, "pulling");
     let fetched = ctx
         .fetcher
         .pull(image, digest, arch)
@@ -310,6 +311,7 @@ pub(super) async fn read(
         Some(memory) => Some(memory.parse_turn().await),
         None => None,
     };
+    tracing::debug!(image, arch, "parsing");
     // A bug that panics in the parse costs this read, not the process.
     let built = tokio::task::spawn_blocking(move || {
         let limits = turn

@@ -1985,3 +1985,35 @@ async fn a_version_the_last_read_did_not_know_is_read_for_at_once() {
     h.version(watcher::Event::Apply(version("v1", "sl-micro")));
     h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
 }
+
+/// Every task waiting for the stores to sync wakes when they do: a channel worker and the
+/// controller wait at once at start (kube-runtime's own `Store::wait_until_ready` woke only
+/// the last of them, and a restarted server never became ready).
+#[tokio::test(start_paused = true)]
+async fn every_waiter_wakes_when_the_stores_sync() {
+    let (store, mut writer) = reflector::store::<ManagedOSVersion>();
+    let stores = Stores::from_stores(Some(store), BTreeMap::new());
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let stores = stores.clone();
+            tokio::spawn(async move { stores.wait_until_ready().await })
+        })
+        .collect();
+    // Every waiter is parked before the list ends.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        waiters.iter().all(|w| !w.is_finished()),
+        "nothing listed yet"
+    );
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitApply(version("v1", "c")));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    for (index, waiter) in waiters.into_iter().enumerate() {
+        timeout(NEVER, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {index} never woke"))
+            .unwrap_or_else(|e| panic!("waiter {index}: {e}"));
+    }
+}

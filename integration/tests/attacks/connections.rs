@@ -95,27 +95,52 @@ where
         .collect()
 }
 
-/// Waits until every connection is closed, each within `limit` of the time it was
-/// prepared; returns the slowest close and how many came with a GOAWAY.
-async fn all_closed(
-    conns: Vec<(Tls, Instant)>,
+/// Connections watched from the moment each is prepared: their closes are seen as they
+/// happen, not when every connection of the attack is open (under load, opening 300 TLS
+/// connections takes seconds, and an HTTP/2 client that reads late also answers the
+/// server's closing PING late).
+type Watched = Vec<tokio::task::JoinHandle<Result<(Duration, bool)>>>;
+
+/// [`open`], then a task per connection that reads it until it is closed, at most
+/// `limit` after it was prepared (see [`all_closed`]).
+async fn open_watched<F, Fut>(
+    dialer: &Dialer,
+    count: usize,
+    prepare: F,
     h2: bool,
     limit: Duration,
-) -> Result<(Duration, Duration, usize)> {
-    let outcomes = stream::iter(conns)
-        .map(|(mut tls, since)| async move {
-            let closed = until_closed(&mut tls, h2, since + limit).await;
-            closed.map(|closed| (closed.at - since, closed.goaway))
+) -> Result<Watched>
+where
+    F: Fn(Tls) -> Fut,
+    Fut: Future<Output = Result<Tls>>,
+{
+    stream::iter(0..count)
+        .map(|_| async {
+            let tls = dialer.connect(None).await?;
+            let mut tls = prepare(tls).await?;
+            let since = Instant::now();
+            Ok::<_, anyhow::Error>(tokio::spawn(async move {
+                let closed = until_closed(&mut tls, h2, since + limit).await?;
+                Ok((closed.at - since, closed.goaway))
+            }))
         })
-        .buffer_unordered(1024)
+        .buffer_unordered(DIALS_AT_ONCE)
         .collect::<Vec<_>>()
-        .await;
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Waits until every watched connection is closed, each within the `limit` of
+/// [`open_watched`] from the time it was prepared; returns the fastest and slowest close
+/// and how many came with a GOAWAY.
+async fn all_closed(watched: Watched, limit: Duration) -> Result<(Duration, Duration, usize)> {
     let mut slowest = Duration::ZERO;
     let mut fastest = Duration::MAX;
     let mut goaways = 0;
     let mut open = 0;
-    for outcome in outcomes {
-        match outcome {
+    for watcher in watched {
+        match watcher.await? {
             Ok((after, goaway)) => {
                 slowest = slowest.max(after);
                 fastest = fastest.min(after);
@@ -176,9 +201,10 @@ async fn large_heads_under_the_limit_are_answered(dialer: &Dialer) -> Result<()>
 /// TLS connections that send nothing after the handshake: closed after the first-bytes
 /// timeout (here the header-read timeout, 2 s, shorter than 10 s).
 async fn silent_connections_are_closed(bed: &TestBed, dialer: &Dialer) -> Result<()> {
-    let conns = open(dialer, EACH, None, |tls| async { Ok(tls) }).await?;
+    let limit = HEADER_READ_TIMEOUT + MARGIN;
+    let conns = open_watched(dialer, EACH, |tls| async { Ok(tls) }, false, limit).await?;
     let discovery = discovery_answers(bed).await?;
-    let (fastest, slowest, _) = all_closed(conns, false, HEADER_READ_TIMEOUT + MARGIN).await?;
+    let (fastest, slowest, _) = all_closed(conns, limit).await?;
     eprintln!(
         "{EACH} silent TLS connections: closed {fastest:?} to {slowest:?} after their handshake; discovery meanwhile in {discovery:?}"
     );
@@ -192,9 +218,10 @@ async fn silent_connections_are_closed(bed: &TestBed, dialer: &Dialer) -> Result
 /// HTTP/2 connections that make one request, read its answer, then only answer pings
 /// and settings: a GOAWAY and a close after the idle timeout (3 s).
 async fn idle_h2_connections_are_closed(bed: &TestBed, dialer: &Dialer) -> Result<()> {
-    let conns = open(dialer, EACH, None, h2_one_answer).await?;
+    let limit = IDLE_TIMEOUT + MARGIN;
+    let conns = open_watched(dialer, EACH, h2_one_answer, true, limit).await?;
     let discovery = discovery_answers(bed).await?;
-    let (fastest, slowest, goaways) = all_closed(conns, true, IDLE_TIMEOUT + MARGIN).await?;
+    let (fastest, slowest, goaways) = all_closed(conns, limit).await?;
     eprintln!(
         "{EACH} idle HTTP/2 connections: {goaways} GOAWAYs, closed {fastest:?} to {slowest:?} after their answer; discovery meanwhile in {discovery:?}"
     );
@@ -221,13 +248,14 @@ async fn h2_one_answer(mut tls: Tls) -> Result<Tls> {
 /// HTTP/2 prefaces and settings, then nothing: closed when no request came within the
 /// header-read timeout of the handshake.
 async fn h2_prefaces_without_requests_are_closed(bed: &TestBed, dialer: &Dialer) -> Result<()> {
-    let conns = open(dialer, EACH, None, |mut tls| async {
+    let limit = HEADER_READ_TIMEOUT + MARGIN;
+    let prepare = |mut tls: Tls| async {
         tls.write_all(&h2_preface(None)).await?;
         Ok(tls)
-    })
-    .await?;
+    };
+    let conns = open_watched(dialer, EACH, prepare, true, limit).await?;
     let discovery = discovery_answers(bed).await?;
-    let (fastest, slowest, _) = all_closed(conns, true, HEADER_READ_TIMEOUT + MARGIN).await?;
+    let (fastest, slowest, _) = all_closed(conns, limit).await?;
     eprintln!(
         "{EACH} HTTP/2 prefaces without a request: closed {fastest:?} to {slowest:?} after their preface; discovery meanwhile in {discovery:?}"
     );
@@ -302,17 +330,17 @@ async fn unread_h1_answers_end_their_connections(bed: &TestBed) -> Result<()> {
 /// sent, the connection idles (3 s), gets a GOAWAY, and is closed after the write timeout
 /// (2 s) as the stream still cannot finish.
 async fn unread_h2_answers_end_their_connections(bed: &TestBed, dialer: &Dialer) -> Result<()> {
-    let conns = open(dialer, UNREAD, None, |mut tls| async {
+    let limit = IDLE_TIMEOUT + WRITE_TIMEOUT + MARGIN;
+    let prepare = |mut tls: Tls| async {
         let mut hello = h2_preface(Some(0));
         hello.extend(h2_get(1, "/readyz?verbose"));
         tls.write_all(&hello).await?;
         super::clients::h2_until(&mut tls, H2_HEADERS, 1, Duration::from_secs(10)).await?;
         Ok(tls)
-    })
-    .await?;
+    };
+    let conns = open_watched(dialer, UNREAD, prepare, true, limit).await?;
     let discovery = discovery_answers(bed).await?;
-    let (fastest, slowest, goaways) =
-        all_closed(conns, true, IDLE_TIMEOUT + WRITE_TIMEOUT + MARGIN).await?;
+    let (fastest, slowest, goaways) = all_closed(conns, limit).await?;
     eprintln!(
         "{UNREAD} HTTP/2 connections with no window: {goaways} GOAWAYs, closed {fastest:?} to {slowest:?} after their answer's headers; discovery meanwhile in {discovery:?}"
     );
