@@ -506,6 +506,27 @@ spec:
         m["cve"]["state"] == "NoFixInChannel" && m["cve"]["id"] == "CVE-1999-0001",
         "{m}"
     );
+    // `kubectl elemental cve` lists the versions, then the machines still exposed.
+    let out = kubectl_elemental(bed, &["cve", &cve, "-n", FLEET_NAMESPACE])?;
+    let exposed: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["cve"]["state"] == "Exposed")
+        .filter_map(|m| m["metadata"]["name"].as_str())
+        .collect();
+    let (_, machines) = out
+        .split_once("Machines still exposed to")
+        .with_context(|| format!("kubectl elemental cve {cve}: no machines:\n{out}"))?;
+    let listed: Vec<&str> = machines
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    ensure!(
+        exposed.contains(&"m-old") && listed == exposed,
+        "kubectl elemental cve {cve}: {listed:?}, exposed {exposed:?}:\n{out}"
+    );
     eprintln!("?cve={cve} (fixed in {fixed_name}): ok");
 
     // A machine's changelog: that of a ManagedOSVersion from its current version.

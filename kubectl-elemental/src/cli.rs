@@ -42,7 +42,8 @@ pub enum Command {
     /// List the registered machines (MachineInventories): the version each runs, its
     /// target and what is pending.
     Machines(MachinesArgs),
-    /// List the ManagedOSVersions whose changelog fixes a CVE, the first fix first.
+    /// List the ManagedOSVersions whose changelog fixes a CVE, the first fix first, then the
+    /// machines still exposed to it.
     Cve(CveArgs),
     /// List the ManagedOSVersions with their advisory counts (the summary table).
     Versions(VersionsArgs),

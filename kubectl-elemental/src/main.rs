@@ -137,7 +137,48 @@ async fn cve(
         }
         Scope::All => format!("No ManagedOSVersion in any namespace fixes {}.", args.cve),
     };
-    summaries(api, &scope, &params, args.output, &none, warnings).await
+    let mut out = summaries(api, &scope, &params, args.output, &none, warnings).await?;
+    // The machines still exposed, with the version that fixes it for each (issue 19). A
+    // user who may not list machines (or a cluster without the fleet view) gets the
+    // versions alone, and a note.
+    match api.machines_table(&scope, &params).await {
+        Ok(answer) => {
+            warnings.print(&answer);
+            let mut table = answer.json::<printer::Table>("Table")?;
+            let exposed = exposed_rows(&mut table);
+            if exposed > 0 {
+                out.push_str(&format!(
+                    "\nMachines still exposed to {} ({exposed}; FIXED IN is the version that fixes it for each):\n",
+                    args.cve
+                ));
+                out.push_str(&printer::render(
+                    &table,
+                    printer::Options {
+                        wide: args.output == TableOutput::Wide,
+                        with_namespace: scope == Scope::All,
+                    },
+                ));
+            } else {
+                eprintln!("No machine you can read is exposed to {}.", args.cve);
+            }
+        }
+        Err(error) => eprintln!("Machines not listed: {error}"),
+    }
+    Ok(out)
+}
+
+/// Keeps the rows of a machines Table whose CVE state is `Exposed`; how many are left.
+fn exposed_rows(table: &mut printer::Table) -> usize {
+    let column = table
+        .column_definitions
+        .iter()
+        .position(|c| c.name == "CVE");
+    table.rows.retain(|row| {
+        column
+            .and_then(|i| row.cells.get(i))
+            .is_some_and(|cell| cell == "Exposed")
+    });
+    table.rows.len()
 }
 
 async fn versions(
@@ -226,6 +267,28 @@ fn scope(namespace: &str, all: bool) -> Scope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_exposed_machines_are_kept() {
+        let mut table: printer::Table = serde_json::from_value(serde_json::json!({
+            "kind": "Table",
+            "columnDefinitions": [
+                {"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0},
+                {"name": "CVE", "type": "string", "format": "", "description": "", "priority": 0},
+                {"name": "Fixed In", "type": "string", "format": "", "description": "", "priority": 0}
+            ],
+            "rows": [
+                {"cells": ["m-1", "Exposed", "v2"]},
+                {"cells": ["m-2", "Fixed", "v2"]},
+                {"cells": ["m-3", "NoFixInChannel", "<none>"]},
+                {"cells": ["m-4", "Exposed", "v3"]}
+            ]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(exposed_rows(&mut table), 2);
+        let names: Vec<_> = table.rows.iter().map(|r| r.cells[0].clone()).collect();
+        assert_eq!(names, ["m-1", "m-4"]);
+    }
 
     #[test]
     fn json_is_indented_like_kubectl() {
