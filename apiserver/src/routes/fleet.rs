@@ -66,7 +66,17 @@ const GAUGE_RECHECK: Duration = Duration::from_secs(30);
 pub struct FleetView {
     stores: FleetStores,
     resources: Arc<Resources>,
+    /// Pending summaries by snapshot generation, `from` and `to`, shared by every request
+    /// and the gauge: a snapshot never changes, so neither does a summary computed from it.
+    summaries: SummaryCache,
 }
+
+/// Pending summaries kept across requests: see [`FleetView`].
+type SummaryCache = quick_cache::sync::Cache<(u64, String, String), Option<ChangelogSummary>>;
+
+/// Pending summaries kept (each a few hundred bytes): more than the distinct (current,
+/// target) pairs of the largest fleet measured (`make bench`: 2,000).
+const SUMMARIES_KEPT: usize = 20_000;
 
 /// The channel data a resolution reads: each channel's snapshot for one architecture.
 struct Channels {
@@ -99,7 +109,11 @@ struct Inputs {
 impl FleetView {
     /// Answers over the fleet stores and the channel data of `resources`.
     pub fn new(stores: FleetStores, resources: Arc<Resources>) -> Self {
-        Self { stores, resources }
+        Self {
+            stores,
+            resources,
+            summaries: SummaryCache::new(SUMMARIES_KEPT),
+        }
     }
 
     /// Plans the answer to `resource`: cheap checks here (400, 406), the rest in the job.
@@ -230,7 +244,7 @@ impl FleetView {
         self.resources
             .ready()
             .get_or_render(key, || {
-                let items = summarize(inputs, &machines, cve.as_deref());
+                let items = summarize(inputs, &machines, cve.as_deref(), &self.summaries);
                 let body = render(representation, items, cve.is_some(), list)?;
                 Ok(Ready::answer(body, representation.content_type()))
             })
@@ -330,7 +344,10 @@ impl FleetView {
         let inputs = self.inputs(Some(namespace), arch);
         let index = inputs.index();
         let plan = index.plan(&image, machines.iter().map(AsRef::as_ref));
-        let mut summaries = Summaries::default();
+        let mut summaries = Summaries {
+            here: BTreeMap::new(),
+            kept: &self.summaries,
+        };
         Ok(plan.to_object(image_meta(&image), |p| summaries.of(&inputs.channels, p)))
     }
 
@@ -367,7 +384,7 @@ impl FleetView {
         };
         let machines = self.stores.machines.list(None);
         let inputs = self.inputs(None, &arch);
-        for item in summarize(&inputs, &machines, None) {
+        for item in summarize(&inputs, &machines, None, &self.summaries) {
             let severity = item
                 .summary
                 .as_ref()
@@ -393,21 +410,35 @@ impl Inputs {
     }
 }
 
-/// Pending changelog summaries, each computed once per request.
-#[derive(Default)]
-struct Summaries(BTreeMap<Pending, Option<ChangelogSummary>>);
+/// Pending changelog summaries, each computed once per request, and kept across requests in
+/// the view's [`SummaryCache`] (by snapshot generation).
+struct Summaries<'a> {
+    here: BTreeMap<Pending, Option<ChangelogSummary>>,
+    kept: &'a SummaryCache,
+}
 
-impl Summaries {
+impl Summaries<'_> {
     fn of(&mut self, channels: &Channels, pending: &Pending) -> Option<ChangelogSummary> {
-        self.0
+        let kept = self.kept;
+        self.here
             .entry(pending.clone())
             .or_insert_with(|| {
                 let snapshot = channels.snapshot(&pending.namespace, &pending.channel)?;
-                snapshot
-                    .data
-                    .changelog(&pending.to, Some(&pending.from))
-                    .ok()
-                    .map(|c| c.summary)
+                let key = (
+                    snapshot.generation().get(),
+                    pending.from.clone(),
+                    pending.to.clone(),
+                );
+                kept.get_or_insert_with(&key, || {
+                    Ok::<_, std::convert::Infallible>(
+                        snapshot
+                            .data
+                            .changelog(&pending.to, Some(&pending.from))
+                            .ok()
+                            .map(|c| c.summary),
+                    )
+                })
+                .unwrap_or_else(|never| match never {})
             })
             .clone()
     }
@@ -418,9 +449,13 @@ fn summarize(
     inputs: &Inputs,
     machines: &[Arc<MachineInventory>],
     cve: Option<&str>,
+    kept: &SummaryCache,
 ) -> Vec<MachineInventoryChangelogSummary> {
     let index = inputs.index();
-    let mut summaries = Summaries::default();
+    let mut summaries = Summaries {
+        here: BTreeMap::new(),
+        kept,
+    };
     machines
         .iter()
         .map(|machine| {
