@@ -10,7 +10,7 @@ use bytes::Bytes;
 use flate2::{Compression, write::GzEncoder};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
-use quick_cache::{Weighter, sync::Cache};
+use quick_cache::{OptionsBuilder, Weighter, sync::Cache};
 use sha2::{Digest, Sha256};
 
 use super::HttpResponse;
@@ -30,6 +30,12 @@ use crate::metrics::Metrics;
 pub const GZIP_MIN_BYTES: usize = 128 * 1024;
 /// What a kept answer costs besides its bytes (the entry, its key, header values).
 const ENTRY_OVERHEAD: u64 = 512;
+/// Smallest part of the cache's bytes one of its shards holds: quick_cache splits its capacity
+/// among shards (4 per CPU by default) and never keeps an item larger than a shard, so with
+/// the default 32 MiB on 2 CPUs no answer of 4 MiB or more (the list of 5,000 machines) was
+/// ever kept. Shards of at least this size keep answers of several MiB (up to the shard's hot
+/// part, `hot_allocation` of it).
+const SHARD_MIN_BYTES: u64 = 16 << 20;
 /// `Cache-Control` of answers that depend on who asks (what kube-apiserver sends).
 const PRIVATE: HeaderValue = HeaderValue::from_static("no-cache, private");
 
@@ -224,10 +230,21 @@ impl<K: Eq + Hash + Clone + AnswerKeyBytes> ReadyCache<K> {
         let estimated = usize::try_from(capacity / 8192)
             .unwrap_or(usize::MAX)
             .max(16);
-        Self {
-            answers: (capacity > 0).then(|| Cache::with_weighter(estimated, capacity, ByBytes)),
-            metrics,
-        }
+        let shards = usize::try_from(capacity / SHARD_MIN_BYTES)
+            .unwrap_or(usize::MAX)
+            .clamp(1, 64);
+        let answers = (capacity > 0).then(|| {
+            OptionsBuilder::new()
+                .estimated_items_capacity(estimated)
+                .weight_capacity(capacity)
+                .shards(shards)
+                .build()
+                .map(|options| {
+                    Cache::with_options(options, ByBytes, Default::default(), Default::default())
+                })
+                .unwrap_or_else(|_| Cache::with_weighter(estimated, capacity, ByBytes))
+        });
+        Self { answers, metrics }
     }
 
     /// The answer kept for `key`, if any.
@@ -479,5 +496,21 @@ mod tests {
             assert_eq!(waiter.await.unwrap().body().as_ref(), b"{}");
         }
         assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// Answers as large as the list of 5,000 machines (4 MiB) and twice that are kept by the
+    /// default cache (32 MiB); with quick_cache's default shards (4 per CPU) nothing of 4 MiB
+    /// or more was.
+    #[test]
+    fn large_answers_are_kept() {
+        let cache = ReadyCache::new(32 << 20, Arc::new(Metrics::new()));
+        for (key, mib) in [(1u32, 1usize), (4, 4), (8, 8)] {
+            let body = vec![b'x'; mib << 20];
+            cache
+                .get_or_render::<()>(key, || Ok(Ready::answer(body, "application/json")))
+                .unwrap();
+            assert!(cache.contains(&key), "{mib} MiB not kept");
+        }
+        assert!(cache.weight() <= 32 << 20);
     }
 }
