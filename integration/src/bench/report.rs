@@ -23,7 +23,7 @@ pub fn fleet_section(w: &mut String, f: &FleetResults, seconds: u64) {
         w,
         "## Fleet view: {} machines\n\n{} MachineInventories in one namespace over {} channels of {} \
          versions (machine `i` on version `i / {}` of channel `i % {}`), as many ConfigMaps each \
-         holding one machine's answer as the baseline. `wrk`, HTTP/1.1, 2 threads, 10 connections, \
+         holding one machine's answer as the baseline. `wrk`, HTTP/1.1, 2 threads, 4 connections, \
          {seconds} s per cell, `Accept-Encoding: gzip` (as kubectl), the reader's bearer token. \
          Lists: machines {} (JSON), ConfigMaps {}.\n",
         f.machines,
@@ -45,7 +45,7 @@ pub fn fleet_section(w: &mut String, f: &FleetResults, seconds: u64) {
     let cm_table = find("(a) ConfigMap list, Table");
     let _ = writeln!(
         w,
-        "| request | req/s | p50 | p99 | bytes/response | p99 ÷ (a) of the same format | req/s ÷ (a) |\n|---|---|---|---|---|---|---|"
+        "| request | req/s | p50 | p99 | bytes/response | errors | p99 ÷ (a) of the same format | req/s ÷ (a) |\n|---|---|---|---|---|---|---|---|"
     );
     for c in &f.cells {
         let m = &c.measured;
@@ -67,12 +67,13 @@ pub fn fleet_section(w: &mut String, f: &FleetResults, seconds: u64) {
         };
         let _ = writeln!(
             w,
-            "| {} | {} | {:.2} ms | {:.2} ms | {} | {p99} | {rps} |",
+            "| {} | {} | {:.2} ms | {:.2} ms | {} | {} | {p99} | {rps} |",
             c.label,
             rate(m.requests_per_second),
             m.p50_ms,
             m.p99_ms,
-            bytes(m.bytes_per_response)
+            bytes(m.bytes_per_response),
+            m.errors
         );
     }
     let (uncached, cached) = (median(&f.uncached_ms), median(&f.cached_ms));
