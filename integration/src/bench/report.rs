@@ -81,7 +81,9 @@ pub fn fleet_section(w: &mut String, f: &FleetResults, seconds: u64) {
         w,
         "\nCached vs uncached, the same `?cve=` machine list directly (median of {}): the first \
          request renders it (every machine resolved, its pending summary and its exposure) in \
-         {uncached:.1} ms, the next is the kept answer in {cached:.1} ms ({:.1}× faster).\n",
+         {uncached:.1} ms; the third is the kept answer, in {cached:.1} ms ({:.1}× faster). (A full \
+         answer cache may drop a new answer at once and keep it when it is asked for again: the \
+         second request may render too.)\n",
         f.uncached_ms.len(),
         if cached > 0.0 { uncached / cached } else { 0.0 }
     );
