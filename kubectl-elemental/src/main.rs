@@ -138,9 +138,9 @@ async fn cve(
         Scope::All => format!("No ManagedOSVersion in any namespace fixes {}.", args.cve),
     };
     let mut out = summaries(api, &scope, &params, args.output, &none, warnings).await?;
-    // The machines still exposed, with the version that fixes it for each (issue 19). A
-    // user who may not list machines (or a cluster without the fleet view) gets the
-    // versions alone, and a note.
+    // The machines still exposed, with the version that fixes it for each (issue 19); nothing
+    // when none is (the output is then the versions alone, as before). A user who may not list
+    // machines (or a cluster without the fleet view) gets the versions and a note on stderr.
     match api.machines_table(&scope, &params).await {
         Ok(answer) => {
             warnings.print(&answer);
@@ -158,8 +158,6 @@ async fn cve(
                         with_namespace: scope == Scope::All,
                     },
                 ));
-            } else {
-                eprintln!("No machine you can read is exposed to {}.", args.cve);
             }
         }
         Err(error) => eprintln!("Machines not listed: {error}"),
