@@ -28,6 +28,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use backon::{BackoffBuilder as _, ExponentialBuilder};
 use elemental_changelog::data::FileError;
 use elemental_changelog_registry::{FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved};
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
@@ -878,14 +879,28 @@ fn grew(now: Option<&ChannelHistory>, seen: Option<&ChannelHistory>) -> bool {
 
 /// How long a worker waits before its next fetch after `failures`
 /// consecutive failed ones (0: the last succeeded): the refresh interval, or
-/// a backoff doubling from [`MIN_BACKOFF`] and capped by the interval.
-fn next_wait(failures: u32, interval: Duration) -> Duration {
+/// a backoff doubling from [`MIN_BACKOFF`] and capped by the interval. Also the
+/// wait before restarting a worker after `failures` panics in a row (capped by
+/// [`MAX_RESTART_BACKOFF`]). The delays are backon's exponential backoff, the
+/// server's one backoff implementation (auth reviews and kube-runtime's watchers
+/// use it too).
+fn next_wait(failures: u32, cap: Duration) -> Duration {
     if failures == 0 {
-        return interval;
+        return cap;
     }
-    MIN_BACKOFF
-        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
-        .min(interval)
+    // 2 s doubled 16 times (36 h) is past any cap worth having: no more steps than that.
+    let steps = failures.min(17) as usize;
+    ExponentialBuilder::new()
+        .with_min_delay(MIN_BACKOFF)
+        .with_factor(2.0)
+        .with_max_delay(cap)
+        .without_max_times()
+        .build()
+        .take(steps)
+        .last()
+        .unwrap_or(cap)
+        // backon's first delay is the minimum even past the cap.
+        .min(cap)
 }
 
 /// Fetches every architecture of a channel's image once, then serves the
