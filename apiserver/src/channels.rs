@@ -29,7 +29,6 @@ use std::{
 };
 
 use backon::{BackoffBuilder as _, ExponentialBuilder};
-use elemental_changelog::data::FileError;
 use elemental_changelog_registry::{FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved};
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
@@ -53,7 +52,7 @@ use self::{
 use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatuses, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
-    metrics::{FetchResult, Metrics},
+    metrics::{FetchResult, FileProblem, Metrics, WatchedResource},
     read_error::ReadErrorKind,
     telemetry::error_chain,
 };
@@ -422,11 +421,10 @@ where
         + Sync
         + 'static,
 {
-    let resource = K::plural(&()).into_owned();
-    let label: &'static str = if resource == "managedosversions" {
-        "managedosversions"
+    let label = if K::plural(&()) == "managedosversions" {
+        WatchedResource::Versions
     } else {
-        "managedosversionchannels"
+        WatchedResource::Channels
     };
     let mut all = None;
     let mut namespaced = BTreeMap::new();
@@ -450,7 +448,7 @@ where
         let on_event = on_event.clone();
         let span = info_span!(
             "watch",
-            resource = label,
+            resource = K::plural(&()).as_ref(),
             namespace = namespace.as_deref().unwrap_or("*")
         );
         let stream = reflector::reflector(writer, watcher(api, watch_config()).default_backoff());
@@ -1098,7 +1096,7 @@ impl Attempt<'_> {
                 compressed_bytes,
             } => {
                 for problem in parsed.data.problems() {
-                    metrics.file_problem(file_problem_kind(&problem.error));
+                    metrics.file_problem(FileProblem::from(&problem.error));
                     warn!(%image, arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
                 }
                 let seconds = self.seconds();
@@ -1154,18 +1152,6 @@ impl Attempt<'_> {
             rejected,
             ..old
         }
-    }
-}
-
-/// The bounded metric label of a rejected file.
-fn file_problem_kind(error: &FileError) -> &'static str {
-    match error {
-        FileError::Updates(_) => "updates_log",
-        FileError::Packages(_) => "packages",
-        FileError::UpdateInfo(_) => "updateinfo",
-        FileError::UnknownVersion { .. } => "unknown_version",
-        FileError::NotAContainer { .. } => "not_a_container",
-        FileError::DuplicateUpdateInfo { .. } => "duplicate_updateinfo",
     }
 }
 
