@@ -29,7 +29,10 @@ use std::{
 };
 
 use backon::{BackoffBuilder as _, ExponentialBuilder};
-use elemental_changelog_registry::{FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved};
+use elemental_changelog_apiservice::Arch;
+use elemental_changelog_registry::{
+    Digest, FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved,
+};
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
@@ -198,7 +201,7 @@ pub struct RefreshSettings {
     /// Periodic digest check interval.
     pub interval: Duration,
     /// Architectures whose data is read.
-    pub architectures: Vec<String>,
+    pub architectures: Vec<Arch>,
     /// The channel history in the cluster; `None`: off (retained versions
     /// then live only in this replica's memory).
     pub history: Option<Arc<ConfigMapHistory>>,
@@ -214,38 +217,38 @@ pub struct RefreshSettings {
 /// already (unchanged, or parsed for another channel) is not pulled.
 trait ImageSource: Send + Sync {
     /// The manifest digest `image` points at now (see [`Fetcher::resolve`](elemental_changelog_registry::Fetcher::resolve)).
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>>;
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>>;
 
     /// Pulls `image` at `digest` for `arch` (see [`Fetcher::pull`](elemental_changelog_registry::Fetcher::pull)).
     fn pull<'a>(
         &'a self,
         image: &'a str,
-        digest: &'a str,
-        arch: &'a str,
+        digest: &'a Digest,
+        arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
 }
 
 impl ImageSource for ReloadingFetcher {
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>> {
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>> {
         let fetcher = self.current();
         Box::pin(async move {
             let image: ImageRef = image.parse()?;
-            Ok(fetcher.resolve(&image).await?.digest().to_string())
+            Ok(fetcher.resolve(&image).await?.digest().clone())
         })
     }
 
     fn pull<'a>(
         &'a self,
         image: &'a str,
-        digest: &'a str,
-        arch: &'a str,
+        digest: &'a Digest,
+        arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
         let fetcher = self.current();
         let span = info_span!("fetch", %image, %arch);
         Box::pin(
             async move {
-                let resolved = Resolved::new(image.parse()?, digest.parse()?);
-                fetcher.pull(&resolved, &images::oci_arch(arch)).await
+                let resolved = Resolved::new(image.parse()?, digest.clone());
+                fetcher.pull(&resolved, arch.oci()).await
             }
             .instrument(span),
         )
@@ -975,7 +978,7 @@ async fn refresh(
 async fn refresh_arch<'a>(
     key: &ChannelKey,
     image: &str,
-    arch: &str,
+    arch: &Arch,
     old: ArchState,
     ctx: &'a Context,
     refusals: &mut Refusals,
@@ -986,7 +989,7 @@ async fn refresh_arch<'a>(
         started: Instant::now(),
         ctx,
     };
-    debug!(image, arch, "resolving");
+    debug!(image, %arch, "resolving");
     let digest = match ctx.fetcher.resolve(image).await {
         Ok(digest) => digest,
         Err(error) => return (attempt.failed(None, &ReadError::Fetch(error), old), None),
@@ -1010,13 +1013,13 @@ async fn refresh_arch<'a>(
             return (attempt.failed(Some(digest), &error, old), None);
         }
     }
-    debug!(image, arch, %digest, "reading");
+    debug!(image, %arch, %digest, "reading");
     let read = match images::read(image, &digest, arch, ctx).await {
         Ok(read) => read,
         Err(error) => return (attempt.failed(Some(digest), &error, old), None),
     };
     let parsed = read.parsed();
-    let id = ImageId::new(image, &digest, parsed.platform.as_deref());
+    let id = ImageId::new(image, digest.as_str(), parsed.platform.as_deref());
     let bytes = parsed.data.parsed_bytes();
     match ctx.kept.admit(&ctx.cache, key, id.clone(), bytes, turn) {
         Ok(claim) => {
@@ -1039,7 +1042,7 @@ async fn refresh_arch<'a>(
 /// architecture's next state, counted and logged.
 struct Attempt<'a> {
     image: &'a str,
-    arch: &'a str,
+    arch: &'a Arch,
     started: Instant,
     ctx: &'a Context,
 }
@@ -1053,27 +1056,27 @@ impl Attempt<'_> {
     /// served (confirmed) or of the unusable image (still failing, not
     /// pulled again: the same bytes would fail the same way); `None` when
     /// it is another digest.
-    fn unchanged(&self, digest: &str, old: &ArchState) -> Option<ArchState> {
+    fn unchanged(&self, digest: &Digest, old: &ArchState) -> Option<ArchState> {
         let (image, arch, metrics) = (self.image, self.arch, &self.ctx.metrics);
         if old
             .rejected
             .as_ref()
-            .is_some_and(|(i, d)| i == image && d == digest)
+            .is_some_and(|(i, d)| i == image && digest == d)
         {
             let kind = old
                 .last_error
                 .as_ref()
                 .map_or(ReadErrorKind::InvalidChannelJson, |e| e.kind);
             metrics.fetch(FetchResult::Failed(kind), self.seconds(), 0);
-            debug!(%image, arch, %digest, %kind, "image still the unusable one; not pulled again");
+            debug!(%image, %arch, %digest, %kind, "image still the unusable one; not pulled again");
             return Some(old.clone());
         }
         let served = old.snapshot.as_ref()?;
-        if served.image != image || served.digest != digest {
+        if served.image != image || *digest != served.digest {
             return None;
         }
         metrics.fetch(FetchResult::Unchanged, self.seconds(), 0);
-        debug!(%image, arch, %digest, "image unchanged");
+        debug!(%image, %arch, %digest, "image unchanged");
         Some(ArchState {
             snapshot: old.snapshot.clone(),
             confirmed_at: Some(Timestamp::now()),
@@ -1083,12 +1086,12 @@ impl Attempt<'_> {
     }
 
     /// The state once the image at `digest` was read.
-    fn read(&self, digest: String, read: Read) -> ArchState {
+    fn read(&self, digest: Digest, read: Read) -> ArchState {
         let (image, arch, metrics) = (self.image, self.arch, &self.ctx.metrics);
         let parsed = match read {
             Read::Shared(parsed) => {
                 metrics.fetch(FetchResult::Shared, self.seconds(), 0);
-                info!(%image, arch, %digest, versions = parsed.data.versions().len(), "channel image already read for another channel; sharing its data");
+                info!(%image, %arch, %digest, versions = parsed.data.versions().len(), "channel image already read for another channel; sharing its data");
                 parsed
             }
             Read::Pulled {
@@ -1097,16 +1100,22 @@ impl Attempt<'_> {
             } => {
                 for problem in parsed.data.problems() {
                     metrics.file_problem(FileProblem::from(&problem.error));
-                    warn!(%image, arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
+                    warn!(%image, %arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
                 }
                 let seconds = self.seconds();
                 metrics.fetch(FetchResult::Pulled, seconds, compressed_bytes);
-                info!(%image, arch, %digest, versions = parsed.data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
+                info!(%image, %arch, %digest, versions = parsed.data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
                 parsed
             }
         };
         let now = Timestamp::now();
-        let snapshot = Snapshot::read(image.to_owned(), digest, parsed.platform, parsed.data, now);
+        let snapshot = Snapshot::read(
+            image.to_owned(),
+            digest.to_string(),
+            parsed.platform,
+            parsed.data,
+            now,
+        );
         ArchState {
             snapshot: Some(Arc::new(snapshot)),
             confirmed_at: Some(now),
@@ -1117,7 +1126,7 @@ impl Attempt<'_> {
 
     /// The state after a failure: the last good data kept, the error
     /// recorded, and an unusable image (at `digest`) remembered as such.
-    fn failed(&self, digest: Option<String>, error: &ReadError, old: ArchState) -> ArchState {
+    fn failed(&self, digest: Option<Digest>, error: &ReadError, old: ArchState) -> ArchState {
         let (image, arch) = (self.image, self.arch);
         let (kind, message) = (error.kind(), error.message());
         self.ctx.metrics.fetch(
@@ -1127,19 +1136,19 @@ impl Attempt<'_> {
         );
         let rejected = match error {
             ReadError::Fetch(_) => {
-                warn!(%image, arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
+                warn!(%image, %arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
                 old.rejected
             }
             ReadError::Unusable { .. } => {
-                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "channel image is unusable; keeping the last good data");
-                digest.map(|d| (image.to_owned(), d))
+                warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "channel image is unusable; keeping the last good data");
+                digest.map(|d| (image.to_owned(), d.to_string()))
             }
             ReadError::Internal { .. } => {
-                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "reading the channel image failed; keeping the last good data");
+                warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "reading the channel image failed; keeping the last good data");
                 old.rejected
             }
             ReadError::OverKeptTotal { .. } => {
-                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "channel image refused: its data does not fit under --max-kept-total; keeping the last good data");
+                warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "channel image refused: its data does not fit under --max-kept-total; keeping the last good data");
                 old.rejected
             }
         };

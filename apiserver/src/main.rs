@@ -75,7 +75,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         &health,
         RefreshSettings {
             interval: args.refresh_interval,
-            architectures: args.architectures.iter().map(ToString::to_string).collect(),
+            architectures: args.architectures.clone(),
             history: history(&args, &client, &metrics, &health),
             max_kept_total: args.max_kept_total,
         },

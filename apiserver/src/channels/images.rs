@@ -36,7 +36,9 @@ use elemental_changelog::{
     updateinfo,
 };
 use elemental_changelog_apiservice::{Arch, types::Advisory};
-use elemental_changelog_registry::{FetchError, Fetched, ImageKey, KeepFiles, ParseAllowance};
+use elemental_changelog_registry::{
+    Digest, FetchError, Fetched, ImageKey, KeepFiles, ParseAllowance,
+};
 use sha2::{Digest as _, Sha256};
 
 use super::{Context, kept::Refused};
@@ -62,21 +64,10 @@ pub fn parse_limits(allowance: ParseAllowance) -> data::Limits {
     }
 }
 
-/// The OCI name (`amd64`) of an architecture the channel settings name by its
-/// RPM name (`x86_64`), as [`Arch::oci`] translates it.
-pub(super) fn oci_arch(arch: &str) -> String {
-    arch.parse::<Arch>()
-        .map_or_else(|_| arch.to_owned(), |arch| arch.oci().to_owned())
-}
-
-/// The key of `image` at `digest` for `arch` (any spelling); `None` when
-/// `image` is not a valid reference (its pull fails anyway).
-fn image_key(image: &str, digest: &str, arch: &str) -> Option<ImageKey> {
-    Some(ImageKey::new(
-        &image.parse().ok()?,
-        &digest.parse().ok()?,
-        &oci_arch(arch),
-    ))
+/// The key of `image` at `digest` for `arch`; `None` when `image` is not a valid reference
+/// (its pull fails anyway).
+fn image_key(image: &str, digest: &Digest, arch: &Arch) -> Option<ImageKey> {
+    Some(ImageKey::new(&image.parse().ok()?, digest, arch.oci()))
 }
 
 /// An image's parsed data and the platform it was read for.
@@ -325,8 +316,8 @@ impl ReadError {
 /// the pull reserved for it.
 pub(super) async fn read(
     image: &str,
-    digest: &str,
-    arch: &str,
+    digest: &Digest,
+    arch: &Arch,
     ctx: &Context,
 ) -> Result<Read, ReadError> {
     let key = image_key(image, digest, arch);
@@ -337,7 +328,7 @@ pub(super) async fn read(
     if let Some(parsed) = key.as_ref().and_then(|k| ctx.images.get(k)) {
         return Ok(Read::Shared(parsed));
     }
-    tracing::debug!(image, arch, "pulling");
+    tracing::debug!(image, %arch, "pulling");
     let fetched = ctx
         .fetcher
         .pull(image, digest, arch)
@@ -358,7 +349,7 @@ pub(super) async fn read(
     };
     // Parsed in the memory the pull reserved for it (held until the parse is done; this read
     // is the pull's only reader: the image store reads each key once at a time).
-    tracing::debug!(image, arch, "parsing");
+    tracing::debug!(image, %arch, "parsing");
     // A bug that panics in the parse costs this read, not the process.
     let built = tokio::task::spawn_blocking(move || {
         let limits = memory
@@ -401,6 +392,11 @@ pub(super) async fn read(
 mod tests {
     use super::*;
 
+    /// [`image_key`] of a digest and an architecture as written.
+    fn key(image: &str, digest: &str, arch: &str) -> Option<ImageKey> {
+        image_key(image, &digest.parse().unwrap(), &arch.parse().unwrap())
+    }
+
     fn parsed(names: &[&str]) -> Parsed {
         let entries: Vec<_> = names
             .iter()
@@ -418,7 +414,6 @@ mod tests {
 
     #[test]
     fn the_key_is_the_repository_digest_and_normalised_architecture() {
-        let key = image_key;
         assert_eq!(
             key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
             key("registry.example.com/os/channel:v2", "sha256:a", "amd64"),
@@ -443,8 +438,8 @@ mod tests {
     #[test]
     fn entries_never_keep_data_alive_and_dead_ones_are_pruned() {
         let images = ParsedImages::default();
-        let a = image_key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = image_key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
         let held = parsed(&["v1"]);
         images.insert(a.clone(), &held);
         let got = images.get(&a).unwrap();
@@ -536,8 +531,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_read_of_an_image_at_a_time_and_nothing_left_behind() {
         let images = ParsedImages::default();
-        let a = image_key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = image_key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
         let first = images.turn(&a).await;
         let other = images.turn(&b).await;
         let second = images.turn(&a);
