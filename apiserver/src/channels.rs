@@ -13,6 +13,20 @@
 //! history maps to an older image, pulling that image by digest when this
 //! replica has not read it itself (after a restart, or as a new replica).
 //! Workers are supervised: one that panics is restarted with backoff.
+//!
+//! Each worker runs a reconcile function (`reconcile`: one refresh of the
+//! channel, then an `Action` decided by `error_policy`: requeue after the
+//! interval or the backoff, and on kept-data changes when refused), as
+//! kube-runtime's `Controller` would, but with its own small runtime
+//! (`controller`, `supervise`, `worker`). kube-runtime's `Controller`
+//! does not fit this server: it reconciles objects of one reflector store,
+//! while a server watching several namespaces keeps one store per namespace
+//! (one store fed by several watches is wiped by each watch's re-list); it
+//! learns of deletions only through finalizers, which a read-only server must
+//! not add, and a deleted channel's fetch must be stopped (aborted) so that
+//! nothing resurrects its data; a panic in a reconcile would end its whole
+//! stream, not one channel's worker; and readiness waits for the first fetch
+//! of every channel present at start, which its scheduler does not report.
 
 pub mod crd;
 pub mod history;
@@ -772,8 +786,76 @@ async fn supervise(
     }
 }
 
-/// Refreshes one channel until the controller aborts it (channel deleted),
-/// and again whenever the channel history of this channel changes.
+/// What a channel's worker keeps from one reconcile to the next.
+#[derive(Default)]
+struct ChannelMemory {
+    /// Older images pulled for retained versions that had no data for them.
+    retained: retained::Memory,
+    /// Images refused for the kept-data limit.
+    refusals: Refusals,
+    /// Failed reconciles in a row (the backoff's step).
+    failures: u32,
+}
+
+/// When a channel is reconciled next, besides a change of the channel or of its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Action {
+    /// At the latest after this long: the refresh interval, or the backoff after a failure.
+    requeue_after: Duration,
+    /// Also as soon as kept channel data is stored or dropped (the image was refused for the
+    /// kept-data limit and may fit then).
+    on_kept_data_change: bool,
+}
+
+/// The reconcile function of a channel: brings the cache's data of `key` to what the channel
+/// wants now (`image`; `sync`, the operator's sync key the data is read for) with one
+/// [`refresh`], records what the refresh was made for, and says when to reconcile again.
+async fn reconcile(
+    key: &ChannelKey,
+    image: Option<&str>,
+    sync: SyncKey,
+    ctx: &Context,
+    memory: &mut ChannelMemory,
+) -> Action {
+    debug!(image = image.unwrap_or(""), "refreshing");
+    let versions = Arc::new(
+        ctx.versions
+            .list(Some(&key.namespace))
+            .iter()
+            .filter(|v| v.channel_name() == Some(key.name.as_str()))
+            .map(|v| v.name_any())
+            .collect(),
+    );
+    let ok = refresh(key, image, ctx, &mut memory.retained, &mut memory.refusals).await;
+    // Versions the data lacks are "not read yet" until this point.
+    ctx.cache
+        .set_refreshed(key, crate::cache::Refreshed { sync, versions });
+    error_policy(ok, ctx.cache.get(key).as_deref(), ctx, memory)
+}
+
+/// When to reconcile again after a refresh that succeeded (`ok`) or not, the channel's state
+/// being `state` now: the refresh interval after a success, else the backoff
+/// ([`next_wait`]); and, refused for the kept-data limit, as soon as kept data changes.
+fn error_policy(
+    ok: bool,
+    state: Option<&ChannelState>,
+    ctx: &Context,
+    memory: &mut ChannelMemory,
+) -> Action {
+    memory.failures = if ok {
+        0
+    } else {
+        memory.failures.saturating_add(1)
+    };
+    Action {
+        requeue_after: next_wait(memory.failures, ctx.settings.interval),
+        on_kept_data_change: state.is_some_and(kept::refused),
+    }
+}
+
+/// Runs the reconciles of one channel until the controller aborts it (channel deleted): at
+/// start, when the channel changes or is re-synced by the operator, when the channel
+/// history of this channel changes, and when its [`Action`] says.
 async fn worker(
     key: ChannelKey,
     mut trigger: watch::Receiver<(Option<String>, SyncKey)>,
@@ -786,10 +868,8 @@ async fn worker(
         // serves retained versions from the start.
         let _ = history.wait_for(|(_, loaded)| *loaded).await;
     }
-    let mut memory = retained::Memory::default();
-    let mut refusals = Refusals::default();
+    let mut memory = ChannelMemory::default();
     let mut kept_changes = ctx.kept.changes();
-    let mut failures: u32 = 0;
     loop {
         let (image, sync) = trigger.borrow_and_update().clone();
         let seen = history
@@ -797,25 +877,9 @@ async fn worker(
             .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
         // The versions known now: the registry is read after they existed.
         ctx.versions.wait_until_ready().await;
-        debug!(image = image.as_deref().unwrap_or(""), "refreshing");
-        let versions = Arc::new(
-            ctx.versions
-                .list(Some(&key.namespace))
-                .iter()
-                .filter(|v| v.channel_name() == Some(key.name.as_str()))
-                .map(|v| v.name_any())
-                .collect(),
-        );
         // Kept data stored or dropped from now on wakes a refused refresh.
         kept_changes.mark_unchanged();
-        let ok = refresh(&key, image.as_deref(), &ctx, &mut memory, &mut refusals).await;
-        // Versions the data lacks are "not read yet" until this point.
-        ctx.cache
-            .set_refreshed(&key, crate::cache::Refreshed { sync, versions });
-        // Refused for the kept-data limit: try again as soon as data goes.
-        let refused = ctx.cache.get(&key).is_some_and(|s| kept::refused(&s));
-        failures = if ok { 0 } else { failures.saturating_add(1) };
-        let wait = next_wait(failures, ctx.settings.interval);
+        let action = reconcile(&key, image.as_deref(), sync, &ctx, &mut memory).await;
         tokio::select! {
             changed = trigger.changed() => {
                 if changed.is_err() {
@@ -827,10 +891,10 @@ async fn worker(
             () = history_changed(history.as_mut(), &key, seen) => {
                 debug!("channel history changed");
             }
-            Ok(()) = kept_changes.changed(), if refused => {
+            Ok(()) = kept_changes.changed(), if action.on_kept_data_change => {
                 debug!("kept channel data changed; trying the refused image again");
             }
-            () = tokio::time::sleep(wait) => {}
+            () = tokio::time::sleep(action.requeue_after) => {}
         }
     }
 }

@@ -508,6 +508,53 @@ fn backoff_doubles_from_the_minimum_up_to_the_interval() {
     assert_eq!(next_wait(3, Duration::from_secs(5)), Duration::from_secs(5));
 }
 
+#[tokio::test]
+async fn the_error_policy_backs_off_and_waits_for_kept_data_only_when_refused() {
+    let (_fake, _calls, _objects, _writers, ctx, _attempted) = context(&["x86_64"], None, 0);
+    let mut memory = ChannelMemory::default();
+    let failed = |kind| ChannelState {
+        image: Some("registry/channel:6.1".to_owned()),
+        attempted: true,
+        archs: BTreeMap::from([(
+            Arch::x86_64(),
+            ArchState {
+                last_error: Some(FetchFailure {
+                    kind,
+                    message: String::new(),
+                    at: Timestamp::now(),
+                }),
+                ..ArchState::default()
+            },
+        )]),
+    };
+    let timeout = failed(ReadErrorKind::Fetch(FetchErrorKind::Timeout));
+    let refused = failed(ReadErrorKind::OverKeptTotal);
+    let action = |ok, state, memory: &mut ChannelMemory| error_policy(ok, state, &ctx, memory);
+    let backoff = |requeue_after, on_kept_data_change| Action {
+        requeue_after,
+        on_kept_data_change,
+    };
+    assert_eq!(
+        action(false, Some(&timeout), &mut memory),
+        backoff(MIN_BACKOFF, false)
+    );
+    assert_eq!(
+        action(false, Some(&refused), &mut memory),
+        backoff(MIN_BACKOFF * 2, true),
+        "refused for the kept-data limit: also woken when data goes"
+    );
+    assert_eq!(
+        action(true, None, &mut memory),
+        backoff(INTERVAL, false),
+        "a success starts the backoff over"
+    );
+    assert_eq!(memory.failures, 0);
+    assert_eq!(
+        action(false, None, &mut memory),
+        backoff(MIN_BACKOFF, false)
+    );
+}
+
 #[test]
 fn watch_events_the_controller_hears() {
     let c = channel(
