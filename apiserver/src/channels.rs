@@ -99,7 +99,7 @@ pub fn watch_config() -> watcher::Config {
 /// watched namespace (a store fed by several watches would be wiped by each
 /// watch's re-list).
 ///
-/// Any number of tasks may wait for them to sync ([`Stores::wait_until_ready`]). kube-runtime's
+/// Any number of tasks may wait for them to sync (`Stores::wait_until_ready`). kube-runtime's
 /// own `Store::wait_until_ready` wakes only the task that polled it last (its `DelayedInit`
 /// shares one oneshot receiver, which keeps one waker), so a channel worker and the
 /// controller waiting at once left one of them asleep forever: a restarted server never
