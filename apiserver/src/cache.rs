@@ -24,6 +24,7 @@ use std::{
 
 use dashmap::DashMap;
 use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
+use elemental_changelog_apiservice::Arch;
 use jiff::Timestamp;
 
 use crate::{channels::crd::SyncKey, read_error::ReadErrorKind};
@@ -170,7 +171,7 @@ pub struct ChannelState {
     /// Whether a fetch has been attempted since the channel was seen.
     pub attempted: bool,
     /// Per architecture.
-    pub archs: BTreeMap<String, ArchState>,
+    pub archs: BTreeMap<Arch, ArchState>,
 }
 
 impl ChannelState {
@@ -208,7 +209,7 @@ pub enum RetainedStatus {
 }
 
 /// Retained versions in rebuild, by architecture, then version name.
-pub type RetainedStatuses = BTreeMap<String, BTreeMap<String, RetainedStatus>>;
+pub type RetainedStatuses = BTreeMap<Arch, BTreeMap<String, RetainedStatus>>;
 
 /// A completed refresh of a channel: what it was made for, and the versions
 /// it was made for.

@@ -13,6 +13,20 @@
 //! history maps to an older image, pulling that image by digest when this
 //! replica has not read it itself (after a restart, or as a new replica).
 //! Workers are supervised: one that panics is restarted with backoff.
+//!
+//! Each worker runs a reconcile function (`reconcile`: one refresh of the
+//! channel, then an `Action` decided by `error_policy`: requeue after the
+//! interval or the backoff, and on kept-data changes when refused), as
+//! kube-runtime's `Controller` would, but with its own small runtime
+//! (`controller`, `supervise`, `worker`). kube-runtime's `Controller`
+//! does not fit this server: it reconciles objects of one reflector store,
+//! while a server watching several namespaces keeps one store per namespace
+//! (one store fed by several watches is wiped by each watch's re-list); it
+//! learns of deletions only through finalizers, which a read-only server must
+//! not add, and a deleted channel's fetch must be stopped (aborted) so that
+//! nothing resurrects its data; a panic in a reconcile would end its whole
+//! stream, not one channel's worker; and readiness waits for the first fetch
+//! of every channel present at start, which its scheduler does not report.
 
 pub mod crd;
 pub mod history;
@@ -28,8 +42,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use elemental_changelog::data::FileError;
-use elemental_changelog_registry::{FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved};
+use backon::{BackoffBuilder as _, ExponentialBuilder};
+use elemental_changelog_apiservice::Arch;
+use elemental_changelog_registry::{
+    Digest, FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved,
+};
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
 use kube::{
@@ -52,7 +69,7 @@ use self::{
 use crate::{
     cache::{ArchState, Cache, ChannelKey, ChannelState, FetchFailure, RetainedStatuses, Snapshot},
     health::{Health, Heartbeat, ReadyFlag},
-    metrics::{FetchResult, Metrics},
+    metrics::{FetchResult, FileProblem, Metrics, WatchedResource},
     read_error::ReadErrorKind,
     telemetry::error_chain,
 };
@@ -82,7 +99,7 @@ pub fn watch_config() -> watcher::Config {
 /// watched namespace (a store fed by several watches would be wiped by each
 /// watch's re-list).
 ///
-/// Any number of tasks may wait for them to sync (`wait_until_ready`). kube-runtime's
+/// Any number of tasks may wait for them to sync (`Stores::wait_until_ready`). kube-runtime's
 /// own `Store::wait_until_ready` wakes only the task that polled it last (its `DelayedInit`
 /// shares one oneshot receiver, which keeps one waker), so a channel worker and the
 /// controller waiting at once left one of them asleep forever: a restarted server never
@@ -197,7 +214,7 @@ pub struct RefreshSettings {
     /// Periodic digest check interval.
     pub interval: Duration,
     /// Architectures whose data is read.
-    pub architectures: Vec<String>,
+    pub architectures: Vec<Arch>,
     /// The channel history in the cluster; `None`: off (retained versions
     /// then live only in this replica's memory).
     pub history: Option<Arc<ConfigMapHistory>>,
@@ -213,38 +230,38 @@ pub struct RefreshSettings {
 /// already (unchanged, or parsed for another channel) is not pulled.
 trait ImageSource: Send + Sync {
     /// The manifest digest `image` points at now (see [`Fetcher::resolve`](elemental_changelog_registry::Fetcher::resolve)).
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>>;
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>>;
 
     /// Pulls `image` at `digest` for `arch` (see [`Fetcher::pull`](elemental_changelog_registry::Fetcher::pull)).
     fn pull<'a>(
         &'a self,
         image: &'a str,
-        digest: &'a str,
-        arch: &'a str,
+        digest: &'a Digest,
+        arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
 }
 
 impl ImageSource for ReloadingFetcher {
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>> {
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>> {
         let fetcher = self.current();
         Box::pin(async move {
             let image: ImageRef = image.parse()?;
-            Ok(fetcher.resolve(&image).await?.digest().to_string())
+            Ok(fetcher.resolve(&image).await?.digest().clone())
         })
     }
 
     fn pull<'a>(
         &'a self,
         image: &'a str,
-        digest: &'a str,
-        arch: &'a str,
+        digest: &'a Digest,
+        arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
         let fetcher = self.current();
         let span = info_span!("fetch", %image, %arch);
         Box::pin(
             async move {
-                let resolved = Resolved::new(image.parse()?, digest.parse()?);
-                fetcher.pull(&resolved, &images::oci_arch(arch)).await
+                let resolved = Resolved::new(image.parse()?, digest.clone());
+                fetcher.pull(&resolved, arch.oci()).await
             }
             .instrument(span),
         )
@@ -420,11 +437,10 @@ where
         + Sync
         + 'static,
 {
-    let resource = K::plural(&()).into_owned();
-    let label: &'static str = if resource == "managedosversions" {
-        "managedosversions"
+    let label = if K::plural(&()) == "managedosversions" {
+        WatchedResource::Versions
     } else {
-        "managedosversionchannels"
+        WatchedResource::Channels
     };
     let mut all = None;
     let mut namespaced = BTreeMap::new();
@@ -448,7 +464,7 @@ where
         let on_event = on_event.clone();
         let span = info_span!(
             "watch",
-            resource = label,
+            resource = K::plural(&()).as_ref(),
             namespace = namespace.as_deref().unwrap_or("*")
         );
         let stream = reflector::reflector(writer, watcher(api, watch_config()).default_backoff());
@@ -769,8 +785,76 @@ async fn supervise(
     }
 }
 
-/// Refreshes one channel until the controller aborts it (channel deleted),
-/// and again whenever the channel history of this channel changes.
+/// What a channel's worker keeps from one reconcile to the next.
+#[derive(Default)]
+struct ChannelMemory {
+    /// Older images pulled for retained versions that had no data for them.
+    retained: retained::Memory,
+    /// Images refused for the kept-data limit.
+    refusals: Refusals,
+    /// Failed reconciles in a row (the backoff's step).
+    failures: u32,
+}
+
+/// When a channel is reconciled next, besides a change of the channel or of its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Action {
+    /// At the latest after this long: the refresh interval, or the backoff after a failure.
+    requeue_after: Duration,
+    /// Also as soon as kept channel data is stored or dropped (the image was refused for the
+    /// kept-data limit and may fit then).
+    on_kept_data_change: bool,
+}
+
+/// The reconcile function of a channel: brings the cache's data of `key` to what the channel
+/// wants now (`image`; `sync`, the operator's sync key the data is read for) with one
+/// [`refresh`], records what the refresh was made for, and says when to reconcile again.
+async fn reconcile(
+    key: &ChannelKey,
+    image: Option<&str>,
+    sync: SyncKey,
+    ctx: &Context,
+    memory: &mut ChannelMemory,
+) -> Action {
+    debug!(image = image.unwrap_or(""), "refreshing");
+    let versions = Arc::new(
+        ctx.versions
+            .list(Some(&key.namespace))
+            .iter()
+            .filter(|v| v.channel_name() == Some(key.name.as_str()))
+            .map(|v| v.name_any())
+            .collect(),
+    );
+    let ok = refresh(key, image, ctx, &mut memory.retained, &mut memory.refusals).await;
+    // Versions the data lacks are "not read yet" until this point.
+    ctx.cache
+        .set_refreshed(key, crate::cache::Refreshed { sync, versions });
+    error_policy(ok, ctx.cache.get(key).as_deref(), ctx, memory)
+}
+
+/// When to reconcile again after a refresh that succeeded (`ok`) or not, the channel's state
+/// being `state` now: the refresh interval after a success, else the backoff
+/// ([`next_wait`]); and, refused for the kept-data limit, as soon as kept data changes.
+fn error_policy(
+    ok: bool,
+    state: Option<&ChannelState>,
+    ctx: &Context,
+    memory: &mut ChannelMemory,
+) -> Action {
+    memory.failures = if ok {
+        0
+    } else {
+        memory.failures.saturating_add(1)
+    };
+    Action {
+        requeue_after: next_wait(memory.failures, ctx.settings.interval),
+        on_kept_data_change: state.is_some_and(kept::refused),
+    }
+}
+
+/// Runs the reconciles of one channel until the controller aborts it (channel deleted): at
+/// start, when the channel changes or is re-synced by the operator, when the channel
+/// history of this channel changes, and when its [`Action`] says.
 async fn worker(
     key: ChannelKey,
     mut trigger: watch::Receiver<(Option<String>, SyncKey)>,
@@ -783,10 +867,8 @@ async fn worker(
         // serves retained versions from the start.
         let _ = history.wait_for(|(_, loaded)| *loaded).await;
     }
-    let mut memory = retained::Memory::default();
-    let mut refusals = Refusals::default();
+    let mut memory = ChannelMemory::default();
     let mut kept_changes = ctx.kept.changes();
-    let mut failures: u32 = 0;
     loop {
         let (image, sync) = trigger.borrow_and_update().clone();
         let seen = history
@@ -794,25 +876,9 @@ async fn worker(
             .and_then(|h| h.borrow_and_update().0.channel(&key).cloned());
         // The versions known now: the registry is read after they existed.
         ctx.versions.wait_until_ready().await;
-        debug!(image = image.as_deref().unwrap_or(""), "refreshing");
-        let versions = Arc::new(
-            ctx.versions
-                .list(Some(&key.namespace))
-                .iter()
-                .filter(|v| v.channel_name() == Some(key.name.as_str()))
-                .map(|v| v.name_any())
-                .collect(),
-        );
         // Kept data stored or dropped from now on wakes a refused refresh.
         kept_changes.mark_unchanged();
-        let ok = refresh(&key, image.as_deref(), &ctx, &mut memory, &mut refusals).await;
-        // Versions the data lacks are "not read yet" until this point.
-        ctx.cache
-            .set_refreshed(&key, crate::cache::Refreshed { sync, versions });
-        // Refused for the kept-data limit: try again as soon as data goes.
-        let refused = ctx.cache.get(&key).is_some_and(|s| kept::refused(&s));
-        failures = if ok { 0 } else { failures.saturating_add(1) };
-        let wait = next_wait(failures, ctx.settings.interval);
+        let action = reconcile(&key, image.as_deref(), sync, &ctx, &mut memory).await;
         tokio::select! {
             changed = trigger.changed() => {
                 if changed.is_err() {
@@ -824,10 +890,10 @@ async fn worker(
             () = history_changed(history.as_mut(), &key, seen) => {
                 debug!("channel history changed");
             }
-            Ok(()) = kept_changes.changed(), if refused => {
+            Ok(()) = kept_changes.changed(), if action.on_kept_data_change => {
                 debug!("kept channel data changed; trying the refused image again");
             }
-            () = tokio::time::sleep(wait) => {}
+            () = tokio::time::sleep(action.requeue_after) => {}
         }
     }
 }
@@ -877,14 +943,28 @@ fn grew(now: Option<&ChannelHistory>, seen: Option<&ChannelHistory>) -> bool {
 
 /// How long a worker waits before its next fetch after `failures`
 /// consecutive failed ones (0: the last succeeded): the refresh interval, or
-/// a backoff doubling from [`MIN_BACKOFF`] and capped by the interval.
-fn next_wait(failures: u32, interval: Duration) -> Duration {
+/// a backoff doubling from [`MIN_BACKOFF`] and capped by the interval. Also the
+/// wait before restarting a worker after `failures` panics in a row (capped by
+/// [`MAX_RESTART_BACKOFF`]). The delays are backon's exponential backoff, the
+/// server's one backoff implementation (auth reviews and kube-runtime's watchers
+/// use it too).
+fn next_wait(failures: u32, cap: Duration) -> Duration {
     if failures == 0 {
-        return interval;
+        return cap;
     }
-    MIN_BACKOFF
-        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
-        .min(interval)
+    // 2 s doubled 16 times (36 h) is past any cap worth having: no more steps than that.
+    let steps = failures.min(17) as usize;
+    ExponentialBuilder::new()
+        .with_min_delay(MIN_BACKOFF)
+        .with_factor(2.0)
+        .with_max_delay(cap)
+        .without_max_times()
+        .build()
+        .take(steps)
+        .last()
+        .unwrap_or(cap)
+        // backon's first delay is the minimum even past the cap.
+        .min(cap)
 }
 
 /// Fetches every architecture of a channel's image once, then serves the
@@ -961,7 +1041,7 @@ async fn refresh(
 async fn refresh_arch<'a>(
     key: &ChannelKey,
     image: &str,
-    arch: &str,
+    arch: &Arch,
     old: ArchState,
     ctx: &'a Context,
     refusals: &mut Refusals,
@@ -972,7 +1052,7 @@ async fn refresh_arch<'a>(
         started: Instant::now(),
         ctx,
     };
-    debug!(image, arch, "resolving");
+    debug!(image, %arch, "resolving");
     let digest = match ctx.fetcher.resolve(image).await {
         Ok(digest) => digest,
         Err(error) => return (attempt.failed(None, &ReadError::Fetch(error), old), None),
@@ -996,13 +1076,13 @@ async fn refresh_arch<'a>(
             return (attempt.failed(Some(digest), &error, old), None);
         }
     }
-    debug!(image, arch, %digest, "reading");
+    debug!(image, %arch, %digest, "reading");
     let read = match images::read(image, &digest, arch, ctx).await {
         Ok(read) => read,
         Err(error) => return (attempt.failed(Some(digest), &error, old), None),
     };
     let parsed = read.parsed();
-    let id = ImageId::new(image, &digest, parsed.platform.as_deref());
+    let id = ImageId::new(image, digest.as_str(), parsed.platform.as_deref());
     let bytes = parsed.data.parsed_bytes();
     match ctx.kept.admit(&ctx.cache, key, id.clone(), bytes, turn) {
         Ok(claim) => {
@@ -1025,7 +1105,7 @@ async fn refresh_arch<'a>(
 /// architecture's next state, counted and logged.
 struct Attempt<'a> {
     image: &'a str,
-    arch: &'a str,
+    arch: &'a Arch,
     started: Instant,
     ctx: &'a Context,
 }
@@ -1039,27 +1119,27 @@ impl Attempt<'_> {
     /// served (confirmed) or of the unusable image (still failing, not
     /// pulled again: the same bytes would fail the same way); `None` when
     /// it is another digest.
-    fn unchanged(&self, digest: &str, old: &ArchState) -> Option<ArchState> {
+    fn unchanged(&self, digest: &Digest, old: &ArchState) -> Option<ArchState> {
         let (image, arch, metrics) = (self.image, self.arch, &self.ctx.metrics);
         if old
             .rejected
             .as_ref()
-            .is_some_and(|(i, d)| i == image && d == digest)
+            .is_some_and(|(i, d)| i == image && digest == d)
         {
             let kind = old
                 .last_error
                 .as_ref()
                 .map_or(ReadErrorKind::InvalidChannelJson, |e| e.kind);
             metrics.fetch(FetchResult::Failed(kind), self.seconds(), 0);
-            debug!(%image, arch, %digest, %kind, "image still the unusable one; not pulled again");
+            debug!(%image, %arch, %digest, %kind, "image still the unusable one; not pulled again");
             return Some(old.clone());
         }
         let served = old.snapshot.as_ref()?;
-        if served.image != image || served.digest != digest {
+        if served.image != image || *digest != served.digest {
             return None;
         }
         metrics.fetch(FetchResult::Unchanged, self.seconds(), 0);
-        debug!(%image, arch, %digest, "image unchanged");
+        debug!(%image, %arch, %digest, "image unchanged");
         Some(ArchState {
             snapshot: old.snapshot.clone(),
             confirmed_at: Some(Timestamp::now()),
@@ -1069,12 +1149,12 @@ impl Attempt<'_> {
     }
 
     /// The state once the image at `digest` was read.
-    fn read(&self, digest: String, read: Read) -> ArchState {
+    fn read(&self, digest: Digest, read: Read) -> ArchState {
         let (image, arch, metrics) = (self.image, self.arch, &self.ctx.metrics);
         let parsed = match read {
             Read::Shared(parsed) => {
                 metrics.fetch(FetchResult::Shared, self.seconds(), 0);
-                info!(%image, arch, %digest, versions = parsed.data.versions().len(), "channel image already read for another channel; sharing its data");
+                info!(%image, %arch, %digest, versions = parsed.data.versions().len(), "channel image already read for another channel; sharing its data");
                 parsed
             }
             Read::Pulled {
@@ -1082,17 +1162,23 @@ impl Attempt<'_> {
                 compressed_bytes,
             } => {
                 for problem in parsed.data.problems() {
-                    metrics.file_problem(file_problem_kind(&problem.error));
-                    warn!(%image, arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
+                    metrics.file_problem(FileProblem::from(&problem.error));
+                    warn!(%image, %arch, %digest, file = %problem.path, error = %problem, "rejected a file of the channel image");
                 }
                 let seconds = self.seconds();
                 metrics.fetch(FetchResult::Pulled, seconds, compressed_bytes);
-                info!(%image, arch, %digest, versions = parsed.data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
+                info!(%image, %arch, %digest, versions = parsed.data.versions().len(), bytes = compressed_bytes, seconds, "channel image pulled");
                 parsed
             }
         };
         let now = Timestamp::now();
-        let snapshot = Snapshot::read(image.to_owned(), digest, parsed.platform, parsed.data, now);
+        let snapshot = Snapshot::read(
+            image.to_owned(),
+            digest.to_string(),
+            parsed.platform,
+            parsed.data,
+            now,
+        );
         ArchState {
             snapshot: Some(Arc::new(snapshot)),
             confirmed_at: Some(now),
@@ -1103,7 +1189,7 @@ impl Attempt<'_> {
 
     /// The state after a failure: the last good data kept, the error
     /// recorded, and an unusable image (at `digest`) remembered as such.
-    fn failed(&self, digest: Option<String>, error: &ReadError, old: ArchState) -> ArchState {
+    fn failed(&self, digest: Option<Digest>, error: &ReadError, old: ArchState) -> ArchState {
         let (image, arch) = (self.image, self.arch);
         let (kind, message) = (error.kind(), error.message());
         self.ctx.metrics.fetch(
@@ -1113,19 +1199,19 @@ impl Attempt<'_> {
         );
         let rejected = match error {
             ReadError::Fetch(_) => {
-                warn!(%image, arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
+                warn!(%image, %arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
                 old.rejected
             }
             ReadError::Unusable { .. } => {
-                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "channel image is unusable; keeping the last good data");
-                digest.map(|d| (image.to_owned(), d))
+                warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "channel image is unusable; keeping the last good data");
+                digest.map(|d| (image.to_owned(), d.to_string()))
             }
             ReadError::Internal { .. } => {
-                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "reading the channel image failed; keeping the last good data");
+                warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "reading the channel image failed; keeping the last good data");
                 old.rejected
             }
             ReadError::OverKeptTotal { .. } => {
-                warn!(%image, arch, digest = digest.as_deref(), error = %message, %kind, "channel image refused: its data does not fit under --max-kept-total; keeping the last good data");
+                warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "channel image refused: its data does not fit under --max-kept-total; keeping the last good data");
                 old.rejected
             }
         };
@@ -1138,18 +1224,6 @@ impl Attempt<'_> {
             rejected,
             ..old
         }
-    }
-}
-
-/// The bounded metric label of a rejected file.
-fn file_problem_kind(error: &FileError) -> &'static str {
-    match error {
-        FileError::Updates(_) => "updates_log",
-        FileError::Packages(_) => "packages",
-        FileError::UpdateInfo(_) => "updateinfo",
-        FileError::UnknownVersion { .. } => "unknown_version",
-        FileError::NotAContainer { .. } => "not_a_container",
-        FileError::DuplicateUpdateInfo { .. } => "duplicate_updateinfo",
     }
 }
 

@@ -138,13 +138,9 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
         return Ok(None);
     };
     // Parsed in the memory the pull reserved for it, as the server does.
-    let turn = match &memory {
-        Some(memory) => Some(memory.parse_turn().await),
-        None => None,
-    };
-    let limits = turn
+    let limits = memory
         .as_ref()
-        .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
+        .map_or_else(Default::default, |memory| parse_limits(memory.allowance()));
     let data =
         ChannelData::from_files_with_limits(files, limits).map_err(|source| CliError::Data {
             image: args.image.clone(),

@@ -11,7 +11,7 @@ use elemental_changelog_apiserver::{
     cli,
     config::{Cli, Command, ServeArgs},
     health::Health,
-    metrics::Metrics,
+    metrics::{CertReload, Metrics},
     routes::{App, fleet::FleetView, ready::ReadyCache, resources::Resources},
     server, telemetry,
 };
@@ -75,7 +75,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         &health,
         RefreshSettings {
             interval: args.refresh_interval,
-            architectures: args.architectures.iter().map(ToString::to_string).collect(),
+            architectures: args.architectures.clone(),
             history: history(&args, &client, &metrics, &health),
             max_kept_total: args.max_kept_total,
         },
@@ -326,10 +326,10 @@ async fn reload_certificates(resolver: Arc<serving::ReloadingResolver>, metrics:
         while status.changed().await.is_ok() {
             let now = status.borrow_and_update().clone();
             for _ in reloads..now.reloads {
-                metrics.cert_reload("loaded");
+                metrics.cert_reload(CertReload::Loaded);
             }
             for _ in failures..now.failures {
-                metrics.cert_reload("rejected");
+                metrics.cert_reload(CertReload::Rejected);
             }
             (reloads, failures) = (now.reloads, now.failures);
         }

@@ -4,6 +4,8 @@
 
 use std::time::Instant;
 
+use elemental_changelog_auth::{Authentication, Authorization};
+
 use crate::read_error::ReadErrorKind;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -48,6 +50,102 @@ impl RequestResource {
             Self::Health => "health",
             Self::Metrics => "metrics",
             Self::Other => "other",
+        }
+    }
+}
+
+/// What a watch watches: the `resource` label of watch metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchedResource {
+    /// The operator's `ManagedOSVersionChannel` objects.
+    Channels,
+    /// The operator's `ManagedOSVersion` objects.
+    Versions,
+    /// The ConfigMap of the channel history.
+    History,
+    /// `kube-system/extension-apiserver-authentication`.
+    AuthConfig,
+    /// The operator's `MachineInventory` objects (the fleet view).
+    MachineInventories,
+    /// The operator's `MachineInventorySelector` objects (the fleet view).
+    MachineInventorySelectors,
+    /// The operator's `ManagedOSImage` objects (the fleet view).
+    ManagedOsImages,
+}
+
+impl WatchedResource {
+    /// The `resource` label value: the plural of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MachineInventories => "machineinventories",
+            Self::MachineInventorySelectors => "machineinventoryselectors",
+            Self::ManagedOsImages => "managedosimages",
+            Self::Channels => "managedosversionchannels",
+            Self::Versions => "managedosversions",
+            Self::History => "configmaps",
+            Self::AuthConfig => "extension-apiserver-authentication",
+        }
+    }
+}
+
+/// How a reload of the serving certificate ended: the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertReload {
+    /// The new pair was loaded and is served.
+    Loaded,
+    /// The new pair was refused; the old one is kept.
+    Rejected,
+}
+
+impl CertReload {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Loaded => "loaded",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+/// Which file of a channel image was rejected, and why: the `file` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileProblem {
+    /// An `updates.log` that does not parse.
+    UpdatesLog,
+    /// A package list that does not parse.
+    Packages,
+    /// An `updateinfo.xml` that does not parse or is past its limits.
+    UpdateInfo,
+    /// A file named after a version `channel.json` does not list.
+    UnknownVersion,
+    /// A file named after an entry that is not a container.
+    NotAContainer,
+    /// A second `updateinfo.xml`.
+    DuplicateUpdateInfo,
+}
+
+impl FileProblem {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::UpdatesLog => "updates_log",
+            Self::Packages => "packages",
+            Self::UpdateInfo => "updateinfo",
+            Self::UnknownVersion => "unknown_version",
+            Self::NotAContainer => "not_a_container",
+            Self::DuplicateUpdateInfo => "duplicate_updateinfo",
+        }
+    }
+}
+
+impl From<&elemental_changelog::data::FileError> for FileProblem {
+    fn from(error: &elemental_changelog::data::FileError) -> Self {
+        use elemental_changelog::data::FileError;
+        match error {
+            FileError::Updates(_) => Self::UpdatesLog,
+            FileError::Packages(_) => Self::Packages,
+            FileError::UpdateInfo(_) => Self::UpdateInfo,
+            FileError::UnknownVersion { .. } => Self::UnknownVersion,
+            FileError::NotAContainer { .. } => Self::NotAContainer,
+            FileError::DuplicateUpdateInfo { .. } => Self::DuplicateUpdateInfo,
         }
     }
 }
@@ -407,8 +505,8 @@ impl Metrics {
     }
 
     /// Counts a rejected file of a channel image (`file` is its kind).
-    pub fn file_problem(&self, file: &'static str) {
-        self.file_problems.with_label_values(&[file]).inc();
+    pub fn file_problem(&self, file: FileProblem) {
+        self.file_problems.with_label_values(&[file.as_str()]).inc();
     }
 
     /// Sets the cache size gauges.
@@ -452,8 +550,10 @@ impl Metrics {
     }
 
     /// Counts a watch error of `resource`.
-    pub fn watch_error(&self, resource: &'static str) {
-        self.watch_errors.with_label_values(&[resource]).inc();
+    pub fn watch_error(&self, resource: WatchedResource) {
+        self.watch_errors
+            .with_label_values(&[resource.as_str()])
+            .inc();
     }
 
     /// Sets the machines gauge to `counts` (by namespace, state and severity); series not in
@@ -468,25 +568,31 @@ impl Metrics {
     }
 
     /// Records whether the watch of `resource` has synced.
-    pub fn watch_synced(&self, resource: &'static str, synced: bool) {
+    pub fn watch_synced(&self, resource: WatchedResource, synced: bool) {
         self.watch_ready
-            .with_label_values(&[resource])
+            .with_label_values(&[resource.as_str()])
             .set(i64::from(synced));
     }
 
     /// Counts an authentication result.
-    pub fn authentication(&self, result: &'static str) {
-        self.authentications.with_label_values(&[result]).inc();
+    pub fn authentication(&self, result: Authentication) {
+        self.authentications
+            .with_label_values(&[result.as_str()])
+            .inc();
     }
 
     /// Counts an authorization decision.
-    pub fn authorization(&self, decision: &'static str) {
-        self.authorizations.with_label_values(&[decision]).inc();
+    pub fn authorization(&self, decision: Authorization) {
+        self.authorizations
+            .with_label_values(&[decision.as_str()])
+            .inc();
     }
 
     /// Counts a serving certificate reload.
-    pub fn cert_reload(&self, result: &'static str) {
-        self.cert_reloads.with_label_values(&[result]).inc();
+    pub fn cert_reload(&self, result: CertReload) {
+        self.cert_reloads
+            .with_label_values(&[result.as_str()])
+            .inc();
     }
 
     /// Counts a write of the channel history.
@@ -572,24 +678,21 @@ fn bounded_verb(verb: &str) -> &'static str {
     }
 }
 
-/// The `resource` label of watch metrics for the authentication ConfigMap.
-const AUTH_CONFIG_WATCH: &str = "extension-apiserver-authentication";
-
 impl elemental_changelog_auth::AuthMetrics for Metrics {
-    fn authentication(&self, result: &'static str) {
+    fn authentication(&self, result: Authentication) {
         Metrics::authentication(self, result);
     }
 
-    fn authorization(&self, decision: &'static str) {
+    fn authorization(&self, decision: Authorization) {
         Metrics::authorization(self, decision);
     }
 
     fn config_watch_synced(&self) {
-        self.watch_synced(AUTH_CONFIG_WATCH, true);
+        self.watch_synced(WatchedResource::AuthConfig, true);
     }
 
     fn config_watch_failed(&self) {
-        self.watch_error(AUTH_CONFIG_WATCH);
+        self.watch_error(WatchedResource::AuthConfig);
     }
 }
 

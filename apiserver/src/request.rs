@@ -30,7 +30,7 @@ use elemental_changelog::updates;
 use elemental_changelog_apiservice::{
     Arch, GROUP, RESOURCE, SUBRESOURCE, VERSION,
     content::IncludeObject,
-    status::{StatusCause, StatusDetails, StatusError},
+    status::{CauseReason, StatusCause, StatusDetails, StatusError},
 };
 use std::{net::SocketAddr, sync::Arc};
 
@@ -520,7 +520,7 @@ fn invalid_value(field: &str, value: &str, why: &str) -> StatusError {
     let mut error = StatusError::bad_request(message.clone());
     error.details = Some(Box::new(StatusDetails {
         causes: vec![StatusCause {
-            reason: "FieldValueInvalid".to_owned(),
+            reason: CauseReason::FieldValueInvalid,
             message,
             field: field.to_owned(),
         }],

@@ -2,7 +2,7 @@
 //! users use, with the OCI/Go names (`amd64`, `arm64`) and the kernel's accepted as aliases.
 //! Flags, requests, the OCI platform choice and the CLI all parse through [`Arch`].
 
-use std::{fmt, str::FromStr};
+use std::{borrow::Borrow, fmt, str::FromStr};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -79,6 +79,14 @@ impl FromStr for Arch {
         } else {
             Err(InvalidArch(raw.to_owned()))
         }
+    }
+}
+
+/// Maps keyed by [`Arch`] are looked up by RPM name (`map.get("x86_64")`): an `Arch` orders,
+/// compares and hashes as its RPM name does.
+impl Borrow<str> for Arch {
+    fn borrow(&self) -> &str {
+        &self.0
     }
 }
 

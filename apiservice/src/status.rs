@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{GROUP, RESOURCE};
+use crate::{GROUP, RESOURCE, types::UnavailableReason};
 
 /// `Status.reason`: why a request failed, machine readable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -71,12 +71,82 @@ impl Reason {
     }
 }
 
+/// `Status.details.causes[].reason`: why, machine readable (kube-apiserver's `CauseType`, and
+/// this server's own reasons a changelog is not available).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CauseReason {
+    /// No reason given (written as nothing).
+    #[default]
+    Unknown,
+    /// `FieldValueInvalid`: a parameter's value is invalid (the cause's `field` names it).
+    FieldValueInvalid,
+    /// Why a version's changelog is not available (`NoChannel`, `NotFetched`, …).
+    Unavailable(UnavailableReason),
+    /// Another reason, as read from another server's `Status`.
+    Other(String),
+}
+
+impl CauseReason {
+    /// The reason as written (`""` when unknown).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Unknown => "",
+            Self::FieldValueInvalid => "FieldValueInvalid",
+            Self::Unavailable(reason) => reason.as_str(),
+            Self::Other(other) => other,
+        }
+    }
+
+    /// Whether no reason is given.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, Self::Unknown)
+    }
+}
+
+impl From<&str> for CauseReason {
+    fn from(raw: &str) -> Self {
+        if raw.is_empty() {
+            return Self::Unknown;
+        }
+        if raw == "FieldValueInvalid" {
+            return Self::FieldValueInvalid;
+        }
+        UnavailableReason::ALL
+            .into_iter()
+            .find(|r| r.as_str() == raw)
+            .map_or_else(|| Self::Other(raw.to_owned()), Self::Unavailable)
+    }
+}
+
+impl fmt::Display for CauseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for CauseReason {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for CauseReason {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Ok(Self::from(raw.as_str()))
+    }
+}
+
 /// `Status.details.causes[]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusCause {
-    /// Machine-readable cause (`FieldValueInvalid`, ...); empty when unknown.
-    #[serde(default, rename = "reason", skip_serializing_if = "String::is_empty")]
-    pub reason: String,
+    /// Machine-readable cause; not written when unknown.
+    #[serde(
+        default,
+        rename = "reason",
+        skip_serializing_if = "CauseReason::is_unknown"
+    )]
+    pub reason: CauseReason,
     /// Human-readable description.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -441,6 +511,45 @@ mod tests {
 
     fn body(e: &StatusError) -> Value {
         serde_json::from_slice(&e.to_json()).unwrap()
+    }
+
+    #[test]
+    fn cause_reasons_are_written_and_read_as_kube_apiserver_writes_them() {
+        for (reason, raw) in [
+            (CauseReason::FieldValueInvalid, "FieldValueInvalid"),
+            (
+                CauseReason::Unavailable(UnavailableReason::NotFetched),
+                "NotFetched",
+            ),
+            (
+                CauseReason::Other("FieldValueRequired".into()),
+                "FieldValueRequired",
+            ),
+        ] {
+            let cause = StatusCause {
+                reason: reason.clone(),
+                ..StatusCause::default()
+            };
+            let json = serde_json::to_value(&cause).unwrap();
+            assert_eq!(json, serde_json::json!({ "reason": raw }));
+            assert_eq!(serde_json::from_value::<StatusCause>(json).unwrap(), cause);
+        }
+        for reason in UnavailableReason::ALL {
+            let json = serde_json::to_value(reason).unwrap();
+            assert_eq!(
+                json,
+                reason.as_str(),
+                "the summary's reason and the cause agree"
+            );
+            assert_eq!(
+                CauseReason::from(reason.as_str()),
+                CauseReason::Unavailable(reason)
+            );
+        }
+        let unknown = serde_json::to_value(StatusCause::default()).unwrap();
+        assert_eq!(unknown, serde_json::json!({}), "no reason, nothing written");
+        let read: StatusCause = serde_json::from_str(r#"{"message":"m"}"#).unwrap();
+        assert!(read.reason.is_unknown());
     }
 
     #[test]

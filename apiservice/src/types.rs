@@ -296,6 +296,28 @@ pub enum UnavailableReason {
     FetchFailed,
 }
 
+impl UnavailableReason {
+    /// Every reason.
+    pub const ALL: [Self; 5] = [
+        Self::NoChannel,
+        Self::ChannelHasNoImage,
+        Self::NotFetched,
+        Self::NoChangelogData,
+        Self::FetchFailed,
+    ];
+
+    /// The name, as serialized (`NoChannel`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoChannel => "NoChannel",
+            Self::ChannelHasNoImage => "ChannelHasNoImage",
+            Self::NotFetched => "NotFetched",
+            Self::NoChangelogData => "NoChangelogData",
+            Self::FetchFailed => "FetchFailed",
+        }
+    }
+}
+
 /// `ManagedOSVersionChangelogSummary`: a version, whether its changelog is
 /// available, and its counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

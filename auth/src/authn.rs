@@ -51,8 +51,8 @@ pub use self::{
     watch::{WatchError, watch_config},
 };
 use self::{request_header::HeaderNames, token::TokenAuthenticator};
-use crate::AuthMetrics;
 pub use crate::review::ReviewError;
+use crate::{AuthMetrics, Authentication};
 
 /// The user of requests that carry no credentials.
 pub const ANONYMOUS_USER: &str = "system:anonymous";
@@ -153,26 +153,6 @@ impl Default for AuthnArgs {
     fn default() -> Self {
         Self {
             token_cache_ttl: Duration::from_secs(10),
-        }
-    }
-}
-
-/// How a request was authenticated; the `result` label of the authentication metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Method {
-    RequestHeader,
-    X509,
-    Token,
-    Anonymous,
-}
-
-impl Method {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::RequestHeader => "requestheader",
-            Self::X509 => "x509",
-            Self::Token => "token",
-            Self::Anonymous => "anonymous",
         }
     }
 }
@@ -328,8 +308,8 @@ impl Authenticator {
             .authenticate_with(&config, headers, chain, tokens)
             .await;
         self.metrics.authentication(match &result {
-            Ok((_, method)) => method.as_str(),
-            Err(_) => "failed",
+            Ok((_, method)) => *method,
+            Err(_) => Authentication::Failed,
         });
         let result = result.map(|(user, _)| user);
         STANDARD_HEADERS.strip(headers);
@@ -348,12 +328,12 @@ impl Authenticator {
         headers: &HeaderMap,
         chain: Option<&[CertificateDer<'static>]>,
         tokens: Tokens,
-    ) -> Result<(UserInfo, Method), AuthnError> {
+    ) -> Result<(UserInfo, Authentication), AuthnError> {
         let now = UnixTime::now();
         let mut errors = Vec::new();
         if let (Some(front_proxy), Some(chain)) = (&config.request_header, chain) {
             match front_proxy.authenticate(headers, chain, now) {
-                Ok(Some(user)) => return Ok((user.authenticated(), Method::RequestHeader)),
+                Ok(Some(user)) => return Ok((user.authenticated(), Authentication::RequestHeader)),
                 Ok(None) => {}
                 Err(error) => errors.push(error),
             }
@@ -369,20 +349,20 @@ impl Authenticator {
                         groups: client.organizations,
                         extra: BTreeMap::new(),
                     };
-                    return Ok((user.authenticated(), Method::X509));
+                    return Ok((user.authenticated(), Authentication::X509));
                 }
                 Err(error) => errors.push(AuthnError::ClientCertificate(error)),
             }
         }
         if let (Tokens::Review, Some(token)) = (tokens, token::bearer_token(headers)) {
             match self.tokens.authenticate(&token).await {
-                Ok(user) => return Ok((user.authenticated(), Method::Token)),
+                Ok(user) => return Ok((user.authenticated(), Authentication::Token)),
                 Err(error) => errors.push(error),
             }
         }
         let mut errors = errors.into_iter();
         match errors.next() {
-            None => Ok((UserInfo::anonymous(), Method::Anonymous)),
+            None => Ok((UserInfo::anonymous(), Authentication::Anonymous)),
             Some(first) => {
                 for other in errors {
                     tracing::debug!(

@@ -30,7 +30,7 @@ use kube::{Api, Client, api::PostParams};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    Attributes, AuthMetrics,
+    Attributes, AuthMetrics, Authorization,
     authn::UserInfo,
     review::{
         CACHE_CAPACITY, DEFAULT_BACKOFF, REVIEW_TIMEOUT, ReviewCache, ReviewError, with_backoff,
@@ -232,9 +232,9 @@ impl Authorizer {
     ) -> Result<Decision, AuthzError> {
         let decision = self.decide(user, attributes).await;
         self.metrics.authorization(match &decision {
-            Ok(Decision::Allow) => "allowed",
-            Ok(Decision::Deny { .. }) => "denied",
-            Err(_) => "error",
+            Ok(Decision::Allow) => Authorization::Allowed,
+            Ok(Decision::Deny { .. }) => Authorization::Denied,
+            Err(_) => Authorization::Error,
         });
         decision
     }

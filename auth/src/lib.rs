@@ -19,14 +19,64 @@ mod singleflight;
 
 pub use self::attributes::{Attributes, ResourceAttributes};
 
+/// How a request was authenticated, or that it was not: the `result` label of the
+/// authentication metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Authentication {
+    /// Front-proxy request headers, with a verified front-proxy certificate.
+    RequestHeader,
+    /// A client certificate.
+    X509,
+    /// A bearer token (TokenReview).
+    Token,
+    /// Nothing offered: the anonymous user.
+    Anonymous,
+    /// Refused (401), or the review failed.
+    Failed,
+}
+
+impl Authentication {
+    /// The label value (`requestheader`, `x509`, `token`, `anonymous`, `failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RequestHeader => "requestheader",
+            Self::X509 => "x509",
+            Self::Token => "token",
+            Self::Anonymous => "anonymous",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// An authorization decision: the `decision` label of the authorization metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Authorization {
+    /// Allowed.
+    Allowed,
+    /// Denied (403).
+    Denied,
+    /// The review failed.
+    Error,
+}
+
+impl Authorization {
+    /// The label value (`allowed`, `denied`, `error`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Error => "error",
+        }
+    }
+}
+
 /// What the authenticator and the authorizer count. The server's metrics implement it; tests
 /// use [`NoMetrics`].
 pub trait AuthMetrics: Send + Sync {
-    /// A request was authenticated (`requestheader`, `x509`, `token`, `anonymous`) or not
-    /// (`failed`).
-    fn authentication(&self, result: &'static str);
-    /// An authorization decision: `allowed`, `denied` or `error`.
-    fn authorization(&self, decision: &'static str);
+    /// A request was authenticated, or not.
+    fn authentication(&self, result: Authentication);
+    /// An authorization decision.
+    fn authorization(&self, decision: Authorization);
     /// The authentication ConfigMap was listed (or found missing).
     fn config_watch_synced(&self);
     /// Watching the authentication ConfigMap failed (it is retried).
@@ -38,8 +88,8 @@ pub trait AuthMetrics: Send + Sync {
 pub struct NoMetrics;
 
 impl AuthMetrics for NoMetrics {
-    fn authentication(&self, _: &'static str) {}
-    fn authorization(&self, _: &'static str) {}
+    fn authentication(&self, _: Authentication) {}
+    fn authorization(&self, _: Authorization) {}
     fn config_watch_synced(&self) {}
     fn config_watch_failed(&self) {}
 }

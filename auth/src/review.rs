@@ -14,6 +14,7 @@ use std::{
     time::Duration,
 };
 
+use backon::{ExponentialBuilder, Retryable as _};
 use tokio::time::Instant;
 
 use crate::singleflight::SingleFlight;
@@ -43,24 +44,15 @@ impl ReviewError {
     }
 }
 
-/// Exponential backoff between attempts, as Go's `wait.Backoff` (without jitter).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Backoff {
-    /// Delay after the first failed attempt.
-    pub(crate) initial: Duration,
-    /// Growth of the delay after each attempt.
-    pub(crate) factor: f64,
-    /// Attempts in all (not retries).
-    pub(crate) steps: u32,
-}
-
-/// k8s.io/apiserver's `DefaultAuthWebhookRetryBackoff()`: 500 ms, ×1.5, 5 attempts. Its 0.2
-/// jitter is left out: a handful of replicas do not synchronise their retries in a harmful way.
-pub(crate) const DEFAULT_BACKOFF: Backoff = Backoff {
-    initial: Duration::from_millis(500),
-    factor: 1.5,
-    steps: 5,
-};
+/// k8s.io/apiserver's `DefaultAuthWebhookRetryBackoff()`: 500 ms, ×1.5, 5 attempts (4 retries).
+/// Its 0.2 jitter is left out: a handful of replicas do not synchronise their retries in a
+/// harmful way. The server's one backoff implementation is backon's (kube-runtime's watchers
+/// back off with it too).
+pub(crate) const DEFAULT_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(500))
+    .with_factor(1.5)
+    .without_max_delay()
+    .with_max_times(4);
 
 /// Overall time allowed for one review, retries included (k8s.io/apiserver: 10 s).
 pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,41 +85,32 @@ pub(crate) fn should_retry(error: &kube::Error) -> bool {
     }
 }
 
-/// Runs `call` until it succeeds, fails for good, or `backoff` runs out of attempts, all within
+/// Runs `call` until it succeeds, fails for good, or `backoff` runs out of retries, all within
 /// `timeout`.
 pub(crate) async fn with_backoff<T, F, Fut>(
-    backoff: Backoff,
+    backoff: ExponentialBuilder,
     timeout: Duration,
-    mut call: F,
+    call: F,
 ) -> Result<T, ReviewError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let attempts = async {
-        let mut delay = backoff.initial;
-        let mut attempt = 1;
-        loop {
-            match call().await {
-                Ok(answer) => return Ok(answer),
-                Err(error) if attempt < backoff.steps && should_retry(&error) => {
-                    tracing::debug!(
-                        error = &error as &dyn std::error::Error,
-                        attempt,
-                        ?delay,
-                        "review failed, retrying"
-                    );
-                    tokio::time::sleep(delay).await;
-                    delay = delay.mul_f64(backoff.factor);
-                    attempt += 1;
-                }
-                Err(error) => return Err(ReviewError::Request(error)),
-            }
-        }
-    };
-    tokio::time::timeout(timeout, attempts)
-        .await
-        .unwrap_or(Err(ReviewError::TimedOut(timeout)))
+    let attempts = call
+        .retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(should_retry)
+        .notify(|error, delay| {
+            tracing::debug!(
+                error = error as &dyn std::error::Error,
+                ?delay,
+                "review failed, retrying"
+            );
+        });
+    match tokio::time::timeout(timeout, attempts).await {
+        Ok(answer) => answer.map_err(ReviewError::Request),
+        Err(_) => Err(ReviewError::TimedOut(timeout)),
+    }
 }
 
 /// The outcome of a review as its waiters see it.

@@ -4,10 +4,9 @@
 //! The work runs in its own task, so a caller that goes away does not cancel
 //! it for the others, and a run that panics is reported to every caller as a
 //! [`tokio::task::JoinError`]. A key is in flight from the first call until
-//! its task ends; the next call after that starts a new run. Used by the OCI
-//! fetcher (one pull per image digest and architecture) and by the review
-//! cache of the kube API webhooks (one TokenReview or SubjectAccessReview per
-//! key).
+//! its task ends; the next call after that starts a new run. Used by the
+//! review cache of the kube API webhooks (one TokenReview or
+//! SubjectAccessReview per key).
 
 use std::{
     collections::HashMap,

@@ -115,6 +115,8 @@ impl VersionData {
 pub struct ChannelData {
     versions: BTreeMap<String, Arc<VersionData>>,
     updateinfo: Option<Arc<Vec<Advisory>>>,
+    /// The path of the `updateinfo.xml` file [`ChannelData::updateinfo`] was parsed from.
+    updateinfo_path: Option<String>,
     problems: Vec<FileProblem>,
     /// See [`ChannelData::parsed_bytes`].
     parsed_bytes: u64,
@@ -127,6 +129,7 @@ impl Clone for ChannelData {
         Self {
             versions: self.versions.clone(),
             updateinfo: self.updateinfo.clone(),
+            updateinfo_path: self.updateinfo_path.clone(),
             problems: Vec::new(),
             parsed_bytes: self.parsed_bytes,
         }
@@ -152,6 +155,12 @@ fn classify(path: &str) -> Option<ChangelogFile<'_>> {
         return Some(ChangelogFile::Updates(name));
     }
     rest.strip_suffix(".packages").map(ChangelogFile::Packages)
+}
+
+/// Whether `path` (as given to [`ChannelData::from_files`]) is an `updateinfo.xml` file that
+/// [`ChannelData::from_files`] would parse.
+pub fn is_updateinfo(path: &str) -> bool {
+    matches!(classify(clean_path(path)), Some(ChangelogFile::UpdateInfo))
 }
 
 /// A path in an image without a leading `/` or `./`.
@@ -316,12 +325,9 @@ impl ChannelData {
         let parsed_bytes = entry_bytes
             .saturating_add(parsed.parsed_bytes())
             .saturating_add(updateinfo_bytes);
-        let mut data = Self::from_parts(
-            entries,
-            parsed.advisories,
-            parsed.packages,
-            parsed.updateinfo.map(|(_, a)| a),
-        );
+        let (updateinfo_path, updateinfo) = parsed.updateinfo.unzip();
+        let mut data = Self::from_parts(entries, parsed.advisories, parsed.packages, updateinfo);
+        data.updateinfo_path = updateinfo_path;
         data.problems = parsed.problems;
         data.parsed_bytes = parsed_bytes;
         Ok(data)
@@ -354,6 +360,7 @@ impl ChannelData {
         Self {
             versions,
             updateinfo: updateinfo.map(Arc::new),
+            updateinfo_path: None,
             problems: Vec::new(),
             parsed_bytes: 0,
         }
@@ -381,6 +388,34 @@ impl ChannelData {
     /// The advisories of the image's `updateinfo.xml`, when it has one.
     pub fn updateinfo(&self) -> Option<&Arc<Vec<Advisory>>> {
         self.updateinfo.as_ref()
+    }
+
+    /// The path of the `updateinfo.xml` file (as given to [`ChannelData::from_files`]) whose
+    /// advisories [`ChannelData::updateinfo`] holds; `None` for data built
+    /// [`from_parts`](ChannelData::from_parts).
+    pub fn updateinfo_path(&self) -> Option<&str> {
+        self.updateinfo_path.as_deref()
+    }
+
+    /// Lets `share` replace the `updateinfo.xml` advisories with an equal copy held elsewhere
+    /// (the parse of a byte-identical file of another image), so that they are kept once. Does
+    /// nothing without an `updateinfo.xml`.
+    ///
+    /// # Panics
+    ///
+    /// In debug builds, when `share` returns advisories that are not equal to these.
+    pub fn share_updateinfo(
+        &mut self,
+        share: impl FnOnce(&Arc<Vec<Advisory>>) -> Arc<Vec<Advisory>>,
+    ) {
+        if let Some(own) = &mut self.updateinfo {
+            let shared = share(own);
+            debug_assert!(
+                Arc::ptr_eq(&shared, own) || shared == *own,
+                "shared updateinfo advisories differ from the parsed ones"
+            );
+            *own = shared;
+        }
     }
 
     /// Files that were not used, and why.

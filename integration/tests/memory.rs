@@ -104,18 +104,15 @@ async fn channel(fetcher: Fetcher, image: String) -> Outcome {
     loop {
         match fetcher.fetch(&reference, "amd64", None).await {
             Ok(Fetched::Pulled { files, memory, .. }) => {
-                let turn = match &memory {
-                    Some(memory) => Some(memory.parse_turn().await),
-                    None => None,
-                };
                 let parsed = tokio::task::spawn_blocking(move || {
-                    let limits = turn
+                    let limits = memory
                         .as_ref()
-                        .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
-                    ChannelData::from_files_with_limits(files, limits)
+                        .map_or_else(Default::default, |memory| parse_limits(memory.allowance()));
+                    let parsed = ChannelData::from_files_with_limits(files, limits);
+                    drop(memory);
+                    parsed
                 })
                 .await;
-                drop(memory);
                 return match parsed {
                     Ok(Ok(data)) => Outcome::Served {
                         advisories: data

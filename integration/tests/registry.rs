@@ -279,8 +279,11 @@ async fn index_resolves_the_architecture() -> Result<()> {
     Ok(())
 }
 
+/// Each call is one pull: coalescing reads of one image is the caller's (the server's image
+/// store, `apiserver/src/channels/images.rs`, reads each image key once at a time; its unit
+/// tests and `shared_images.rs` prove one pull for channels that start together).
 #[tokio::test(flavor = "current_thread")]
-async fn concurrent_pulls_of_one_image_share_one_download() -> Result<()> {
+async fn each_pull_is_one_download() -> Result<()> {
     let registry = Registry::start_plain().await?;
     let fetcher = plain_fetcher(&registry)?;
     image::push(
@@ -297,15 +300,15 @@ async fn concurrent_pulls_of_one_image_share_one_download() -> Result<()> {
         fetcher.pull(&resolved, amd64.oci())
     );
     assert_eq!(files(&a?), files(&b?));
-    assert_eq!(fetcher.pulls_started(), 1);
-    // Another architecture is another pull; a later call pulls again.
+    assert_eq!(fetcher.pulls_started(), 2);
+    // Another architecture, or a later call, is another pull.
     let (c, d) = tokio::join!(
         fetcher.pull(&resolved, "arm64"),
         fetcher.pull(&resolved, "amd64")
     );
     c?;
     d?;
-    assert_eq!(fetcher.pulls_started(), 3);
+    assert_eq!(fetcher.pulls_started(), 4);
     Ok(())
 }
 

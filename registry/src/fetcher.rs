@@ -1,7 +1,8 @@
 //! [`Fetcher`]: resolve a tag to a digest, pull the manifest (for an index,
-//! the `linux/<arch>` one) and stream the layers through the extractor, one
-//! pull per [`ImageKey`] at a time ([`SingleFlight`]), under the memory
-//! budget ([`Budget`]) as its [`MemoryPlan`] says.
+//! the `linux/<arch>` one) and stream the layers through the extractor, under
+//! the memory budget ([`Budget`]) as its [`MemoryPlan`] says. Coalescing reads
+//! of one image is the caller's (the server's image store reads each image key
+//! once at a time), so every pull here has one caller.
 
 use std::{
     fmt,
@@ -18,7 +19,7 @@ use oci_client::{
         OCI_IMAGE_MEDIA_TYPE, OciImageManifest, OciManifest,
     },
 };
-use tokio::sync::{Mutex, OwnedMutexGuard, mpsc};
+use tokio::sync::mpsc;
 
 use crate::{
     budget::{Budget, MemoryPlan, Reservation},
@@ -29,7 +30,6 @@ use crate::{
     layer::{self, Extractor, LayerError},
     limits::Limit,
     platform,
-    singleflight::SingleFlight,
     stream::{self, ChunkReader},
 };
 
@@ -114,13 +114,12 @@ impl fmt::Debug for Fetched {
     }
 }
 
-/// The part of the memory budget a pulled image holds until every caller
-/// has parsed its files: the files, what parsing them takes, and the
-/// `updateinfo.xml` allowance ([`MemoryPlan::parse`]). Callers sharing one
-/// pull parse in turn.
+/// The part of the memory budget a pulled image holds until its files are
+/// parsed (drop it then): the files, what parsing them takes, and the
+/// `updateinfo.xml` allowance ([`MemoryPlan::parse`]).
 #[derive(Debug)]
 pub struct PulledMemory {
-    reservation: Arc<Mutex<Reservation>>,
+    _reservation: Reservation,
     allowance: ParseAllowance,
 }
 
@@ -134,25 +133,7 @@ pub struct ParseAllowance {
     pub parse_bytes: u64,
 }
 
-/// The right to parse a pulled image's files now, with the allowance that
-/// fits the memory held; dropped when the parse is done.
-#[derive(Debug)]
-pub struct ParseTurn {
-    _held: OwnedMutexGuard<Reservation>,
-    allowance: ParseAllowance,
-}
-
 impl PulledMemory {
-    /// Waits for the turn to parse (callers of one shared pull take turns).
-    pub async fn parse_turn(&self) -> ParseTurn {
-        ParseTurn {
-            _held: Arc::clone(&self.reservation).lock_owned().await,
-            allowance: self.allowance,
-        }
-    }
-}
-
-impl ParseTurn {
     /// The memory caps of the parse: the `updateinfo.xml` share, and the parse
     /// bytes reserved for the other kept files.
     pub fn allowance(&self) -> ParseAllowance {
@@ -206,7 +187,6 @@ struct Inner {
     client: RegistryClient,
     config: FetchConfig,
     budget: Budget,
-    in_flight: SingleFlight<ImageKey, Result<Fetched, FetchError>>,
     pulls_started: AtomicU64,
 }
 
@@ -215,7 +195,6 @@ impl fmt::Debug for Fetcher {
         f.debug_struct("Fetcher")
             .field("config", &self.inner.config)
             .field("budget", &self.inner.budget)
-            .field("in_flight", &self.inner.in_flight.len())
             .finish_non_exhaustive()
     }
 }
@@ -242,7 +221,6 @@ impl Fetcher {
                 client,
                 config,
                 budget,
-                in_flight: SingleFlight::new(),
                 pulls_started: AtomicU64::new(0),
             }),
         })
@@ -301,34 +279,16 @@ impl Fetcher {
     }
 
     /// Pulls a resolved image for `arch` (its OCI name: `amd64`; the answer
-    /// is always [`Fetched::Pulled`]). Concurrent calls for the same
-    /// [`ImageKey`] share one pull; the pull runs in its own task, so it
-    /// completes (and is bounded by the fetch timeout) even if every caller
-    /// goes away.
+    /// is always [`Fetched::Pulled`]), within the fetch timeout. Each call is
+    /// one pull: callers that want one read per image coalesce them (the
+    /// server's image store does, by [`ImageKey`]); a caller that goes away
+    /// ends its pull.
     pub async fn pull(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
-        let key = resolved.key(arch);
-        if self.inner.in_flight.in_flight(&key) {
-            tracing::debug!(digest = %resolved.digest, "joining a running pull");
-        }
-        let inner = Arc::clone(&self.inner);
-        let resolved = resolved.clone();
-        let arch = arch.to_owned();
-        // Logs in the span of the fetch that started it (which names the image).
-        let pull = tracing::Instrument::instrument(
-            async move {
-                inner.pulls_started.fetch_add(1, Ordering::Relaxed);
-                let timeout = inner.config.fetch_timeout;
-                tokio::time::timeout(timeout, inner.pull_image(&resolved, &arch))
-                    .await
-                    .unwrap_or(Err(FetchError::Timeout { after: timeout }))
-            },
-            tracing::Span::current(),
-        );
-        self.inner
-            .in_flight
-            .run(key, pull)
+        self.inner.pulls_started.fetch_add(1, Ordering::Relaxed);
+        let timeout = self.inner.config.fetch_timeout;
+        tokio::time::timeout(timeout, self.inner.pull_image(resolved, arch))
             .await
-            .unwrap_or_else(|source| Err(FetchError::Task { source }))
+            .unwrap_or(Err(FetchError::Timeout { after: timeout }))
     }
 }
 
@@ -390,7 +350,7 @@ impl Inner {
                     memory.shrink_to(parse.total);
                 }
                 Some(Arc::new(PulledMemory {
-                    reservation: Arc::new(Mutex::new(memory)),
+                    _reservation: memory,
                     allowance: ParseAllowance {
                         updateinfo_bytes: parse.updateinfo_bytes,
                         parse_bytes: parse.parse_bytes,
@@ -565,22 +525,18 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn callers_of_one_pull_parse_in_turn() {
+    async fn pulled_memory_is_held_until_dropped() {
         let budget = Budget::new(8 << 20);
         let memory = PulledMemory {
-            reservation: Arc::new(Mutex::new(budget.reserve("a pull", 4 << 20).await.unwrap())),
+            _reservation: budget.reserve("a pull", 4 << 20).await.unwrap(),
             allowance: ParseAllowance {
                 updateinfo_bytes: 1 << 20,
                 parse_bytes: 2 << 20,
             },
         };
-        let turn = memory.parse_turn().await;
-        assert_eq!(turn.allowance().updateinfo_bytes, 1 << 20);
-        assert_eq!(turn.allowance().parse_bytes, 2 << 20);
-        let second = tokio::time::timeout(std::time::Duration::from_secs(60), memory.parse_turn());
-        assert!(second.await.is_err(), "the second caller waits");
-        drop(turn);
-        drop(memory.parse_turn().await);
+        assert_eq!(memory.allowance().updateinfo_bytes, 1 << 20);
+        assert_eq!(memory.allowance().parse_bytes, 2 << 20);
+        assert_eq!(budget.available(), 4 << 20);
         drop(memory);
         assert_eq!(budget.available(), 8 << 20);
     }

@@ -24,8 +24,7 @@
 //! | [`layer`] | the layer reader: decompression, tar, whiteouts, limits | `budget`, `limits` |
 //! | [`error`] | [`FetchError`] and its bounded [`FetchErrorKind`] | `budget`, `client`, `image`, `layer`, `limits` |
 //! | [`stream`] | a layer blob streamed, counted and hashed into the blocking layer reader | `client`, `digest`, `error`, `limits` |
-//! | [`singleflight`] | one pull per image at a time | |
-//! | [`fetcher`] | [`Fetcher`]: resolve, pull (single flight per image key, under the memory budget), manifest checks | all the above |
+//! | [`fetcher`] | [`Fetcher`]: resolve, pull (under the memory budget; one pull per call: coalescing is the caller's), manifest checks | all the above |
 //! | [`reload`] | settings reloaded without a restart | `budget`, `config`, `error`, `fetcher` |
 //!
 //! Several images may be pulled at once with limits in the hundreds of
@@ -43,14 +42,13 @@ pub mod layer;
 pub mod limits;
 pub mod platform;
 pub mod reload;
-pub mod singleflight;
 pub mod stream;
 
 pub use self::{
     budget::{Budget, BudgetError, MemoryPlan, Reservation},
     config::{FetchConfig, RegistryArgs},
     error::{FetchError, FetchErrorKind, ManifestError},
-    fetcher::{Fetched, Fetcher, ParseAllowance, ParseTurn, PulledMemory, Resolved},
+    fetcher::{Fetched, Fetcher, ParseAllowance, PulledMemory, Resolved},
     image::{Digest, ImageKey, ImageRef, InvalidDigest, InvalidImageRef},
     limits::{FetchLimits, KeepFiles, Limit},
     reload::ReloadingFetcher,

@@ -28,7 +28,7 @@ use tracing::{debug, error, info, warn};
 use crate::{
     cache::ChannelKey,
     health::ReadyFlag,
-    metrics::{HistoryWrite, Metrics},
+    metrics::{HistoryWrite, Metrics, WatchedResource},
 };
 
 /// Most images recorded per channel; the oldest go first beyond it.
@@ -383,7 +383,7 @@ impl ConfigMapHistory {
                     self.publish(History::default());
                 }
                 Err(error) => {
-                    self.metrics.watch_error("configmaps");
+                    self.metrics.watch_error(WatchedResource::History);
                     if matches!(&error, watcher::Error::InitialListFailed(kube::Error::Api(status)) | watcher::Error::WatchStartFailed(kube::Error::Api(status)) if status.code == 403)
                     {
                         // Not readable by this ServiceAccount: serving without the history beats

@@ -1,10 +1,23 @@
-//! Channel images read once per process. A channel whose image resolves to a
+//! The image store: channel images read once per process. It is the one place that
+//! coalesces reads (one read per [`ImageKey`] at a time; the registry's fetcher pulls once per
+//! call), shares parsed images between channels, and parses each pull in the memory the pull
+//! reserved.
+//!
+//! A channel whose image resolves to a
 //! digest that another channel already pulled and parsed (the same image
 //! used in two namespaces, or an older image a retained version comes from)
 //! serves that parse, shared through an [`Arc`]: no pull, no parse, no
 //! memory budget taken, and one copy of the data in memory. A channel that
 //! starts reading an image while another channel reads it waits for that
 //! read and shares its parse (or, if it failed, reads the image itself).
+//!
+//! Parsed files that are byte-identical across images are kept once: channels of one OS
+//! release built from the same repositories carry the same `updateinfo.xml`, whose advisories
+//! are most of an image's parsed data. A new parse whose `updateinfo.xml` has the SHA-256 of
+//! one a held image was parsed from serves that image's advisories and drops its own copy.
+//! (The kept-data total, `kept.rs`, still counts each image's
+//! [`parsed_bytes`](ChannelData::parsed_bytes) whole: it may count shared advisories more
+//! than once, never less.)
 //!
 //! [`ParsedImages`] holds [`Weak`] references only: it never keeps data alive
 //! by itself. An entry lives as long as a snapshot built from it (see
@@ -22,8 +35,11 @@ use elemental_changelog::{
     data::{self, ChannelData, DataError},
     updateinfo,
 };
-use elemental_changelog_apiservice::Arch;
-use elemental_changelog_registry::{FetchError, Fetched, ImageKey, KeepFiles, ParseAllowance};
+use elemental_changelog_apiservice::{Arch, types::Advisory};
+use elemental_changelog_registry::{
+    Digest, FetchError, Fetched, ImageKey, KeepFiles, ParseAllowance,
+};
+use sha2::{Digest as _, Sha256};
 
 use super::{Context, kept::Refused};
 use crate::read_error::ReadErrorKind;
@@ -48,21 +64,10 @@ pub fn parse_limits(allowance: ParseAllowance) -> data::Limits {
     }
 }
 
-/// The OCI name (`amd64`) of an architecture the channel settings name by its
-/// RPM name (`x86_64`), as [`Arch::oci`] translates it.
-pub(super) fn oci_arch(arch: &str) -> String {
-    arch.parse::<Arch>()
-        .map_or_else(|_| arch.to_owned(), |arch| arch.oci().to_owned())
-}
-
-/// The key of `image` at `digest` for `arch` (any spelling); `None` when
-/// `image` is not a valid reference (its pull fails anyway).
-fn image_key(image: &str, digest: &str, arch: &str) -> Option<ImageKey> {
-    Some(ImageKey::new(
-        &image.parse().ok()?,
-        &digest.parse().ok()?,
-        &oci_arch(arch),
-    ))
+/// The key of `image` at `digest` for `arch`; `None` when `image` is not a valid reference
+/// (its pull fails anyway).
+fn image_key(image: &str, digest: &Digest, arch: &Arch) -> Option<ImageKey> {
+    Some(ImageKey::new(&image.parse().ok()?, digest, arch.oci()))
 }
 
 /// An image's parsed data and the platform it was read for.
@@ -79,6 +84,18 @@ struct Entry {
     platform: Option<String>,
 }
 
+/// The SHA-256 of a file's bytes, as read from an image.
+type FileDigest = [u8; 32];
+
+/// The SHA-256 of each `updateinfo.xml` file among an image's `files`, by path.
+fn updateinfo_digests(files: &[(String, Vec<u8>)]) -> HashMap<String, FileDigest> {
+    files
+        .iter()
+        .filter(|(path, _)| data::is_updateinfo(path))
+        .map(|(path, bytes)| (path.clone(), Sha256::digest(bytes).into()))
+        .collect()
+}
+
 /// The images parsed by this process that some channel still holds, by
 /// [`ImageKey`], and the images being read.
 #[derive(Default)]
@@ -87,6 +104,9 @@ pub(super) struct ParsedImages {
     /// One read per image at a time: a channel that starts reading an image
     /// another channel is reading waits, then shares its parse.
     reading: Mutex<HashMap<ImageKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Parsed `updateinfo.xml` advisories that some held image serves, by the SHA-256 of the
+    /// file they were parsed from.
+    updateinfo: Mutex<HashMap<FileDigest, Weak<Vec<Advisory>>>>,
 }
 
 /// The right to read an image, held while reading it (see [`ParsedImages::turn`]).
@@ -134,6 +154,27 @@ impl ParsedImages {
                 platform: parsed.platform.clone(),
             },
         );
+    }
+
+    /// Makes `data` serve the `updateinfo.xml` advisories a held image parsed from the same
+    /// bytes (`digests`: the SHA-256 of each `updateinfo.xml` file of `data`'s image, by path),
+    /// or offers its own to the next parses; forgets advisories no image holds any more.
+    fn share_files(&self, data: &mut ChannelData, digests: &HashMap<String, FileDigest>) {
+        let Some(digest) = data.updateinfo_path().and_then(|path| digests.get(path)) else {
+            return;
+        };
+        let mut shared = self
+            .updateinfo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        shared.retain(|_, advisories| advisories.strong_count() > 0);
+        data.share_updateinfo(|own| match shared.get(digest).and_then(Weak::upgrade) {
+            Some(held) => held,
+            None => {
+                shared.insert(*digest, Arc::downgrade(own));
+                Arc::clone(own)
+            }
+        });
     }
 
     /// Waits until no other channel reads `key`, then holds the turn to
@@ -275,8 +316,8 @@ impl ReadError {
 /// the pull reserved for it.
 pub(super) async fn read(
     image: &str,
-    digest: &str,
-    arch: &str,
+    digest: &Digest,
+    arch: &Arch,
     ctx: &Context,
 ) -> Result<Read, ReadError> {
     let key = image_key(image, digest, arch);
@@ -287,7 +328,7 @@ pub(super) async fn read(
     if let Some(parsed) = key.as_ref().and_then(|k| ctx.images.get(k)) {
         return Ok(Read::Shared(parsed));
     }
-    tracing::debug!(image, arch, "pulling");
+    tracing::debug!(image, %arch, "pulling");
     let fetched = ctx
         .fetcher
         .pull(image, digest, arch)
@@ -306,24 +347,23 @@ pub(super) async fn read(
             compressed_bytes: 0,
         });
     };
-    // Parsed in the memory the pull reserved for it.
-    let turn = match &memory {
-        Some(memory) => Some(memory.parse_turn().await),
-        None => None,
-    };
-    tracing::debug!(image, arch, "parsing");
+    // Parsed in the memory the pull reserved for it (held until the parse is done; this read
+    // is the pull's only reader: the image store reads each key once at a time).
+    tracing::debug!(image, %arch, "parsing");
     // A bug that panics in the parse costs this read, not the process.
     let built = tokio::task::spawn_blocking(move || {
-        let limits = turn
+        let limits = memory
             .as_ref()
-            .map_or_else(Default::default, |turn| parse_limits(turn.allowance()));
+            .map_or_else(Default::default, |memory| parse_limits(memory.allowance()));
+        let digests = updateinfo_digests(&files);
         let data = ChannelData::from_files_with_limits(files, limits);
-        drop(turn);
-        data
+        drop(memory);
+        data.map(|data| (data, digests))
     })
     .await;
     match built {
-        Ok(Ok(data)) => {
+        Ok(Ok((mut data, digests))) => {
+            ctx.images.share_files(&mut data, &digests);
             let parsed = Parsed {
                 data: Arc::new(data),
                 platform,
@@ -352,6 +392,11 @@ pub(super) async fn read(
 mod tests {
     use super::*;
 
+    /// [`image_key`] of a digest and an architecture as written.
+    fn key(image: &str, digest: &str, arch: &str) -> Option<ImageKey> {
+        image_key(image, &digest.parse().unwrap(), &arch.parse().unwrap())
+    }
+
     fn parsed(names: &[&str]) -> Parsed {
         let entries: Vec<_> = names
             .iter()
@@ -369,7 +414,6 @@ mod tests {
 
     #[test]
     fn the_key_is_the_repository_digest_and_normalised_architecture() {
-        let key = image_key;
         assert_eq!(
             key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
             key("registry.example.com/os/channel:v2", "sha256:a", "amd64"),
@@ -394,8 +438,8 @@ mod tests {
     #[test]
     fn entries_never_keep_data_alive_and_dead_ones_are_pruned() {
         let images = ParsedImages::default();
-        let a = image_key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = image_key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
         let held = parsed(&["v1"]);
         images.insert(a.clone(), &held);
         let got = images.get(&a).unwrap();
@@ -415,11 +459,80 @@ mod tests {
         assert!(images.get(&b).is_some());
     }
 
+    const UPDATEINFO: &[u8] =
+        include_bytes!("../../../changelog/tests/fixtures/updateinfo-sample.xml");
+
+    /// The files of an image listing `names`, with `updateinfo` at `path`.
+    fn image_files(names: &[&str], path: &str, updateinfo: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let entries: Vec<_> = names
+            .iter()
+            .map(|n| serde_json::json!({"metadata": {"name": n}, "spec": {"version": n, "type": "container"}}))
+            .collect();
+        vec![
+            (
+                "channel.json".to_owned(),
+                serde_json::to_vec(&entries).unwrap(),
+            ),
+            (path.to_owned(), updateinfo.to_vec()),
+        ]
+    }
+
+    /// Parses `files` as [`read`] does, sharing files through `images`.
+    fn parse(images: &ParsedImages, files: Vec<(String, Vec<u8>)>) -> ChannelData {
+        let digests = updateinfo_digests(&files);
+        let mut data = ChannelData::from_files(files).unwrap();
+        images.share_files(&mut data, &digests);
+        data
+    }
+
+    #[test]
+    fn byte_identical_updateinfo_is_kept_once_across_images() {
+        let images = ParsedImages::default();
+        let path = "changelogs/updateinfo.xml";
+        let a = parse(&images, image_files(&["v1"], path, UPDATEINFO));
+        // Another image (other versions, the file at another accepted path): same bytes.
+        let b = parse(
+            &images,
+            image_files(&["v1", "v2"], "/changelogs/updateinfo.xml", UPDATEINFO),
+        );
+        let (a_info, b_info) = (a.updateinfo().unwrap(), b.updateinfo().unwrap());
+        assert!(!a_info.is_empty());
+        assert!(Arc::ptr_eq(a_info, b_info), "one copy of the advisories");
+
+        // Other bytes (even if they parse the same) are their own parse.
+        let mut other = UPDATEINFO.to_vec();
+        other.extend_from_slice(b"\n");
+        let c = parse(&images, image_files(&["v1"], path, &other));
+        assert_eq!(c.updateinfo().unwrap(), a_info);
+        assert!(!Arc::ptr_eq(c.updateinfo().unwrap(), a_info));
+
+        // The table never keeps advisories alive: once no image holds them, a parse of the
+        // same bytes is new, and dead entries go.
+        drop((a, b));
+        let d = parse(&images, image_files(&["v3"], path, UPDATEINFO));
+        assert_eq!(Arc::strong_count(d.updateinfo().unwrap()), 1);
+        drop(c);
+        let held = images.updateinfo.lock().unwrap().len();
+        assert_eq!(held, 2, "c's entry is dead but waits for the next share");
+        let e = parse(&images, image_files(&["v4"], path, UPDATEINFO));
+        assert!(Arc::ptr_eq(
+            e.updateinfo().unwrap(),
+            d.updateinfo().unwrap()
+        ));
+        assert_eq!(images.updateinfo.lock().unwrap().len(), 1, "pruned");
+
+        // An image without updateinfo.xml shares nothing and records nothing.
+        let files = image_files(&["v5"], "changelogs/v5.packages", b"");
+        let f = parse(&images, files);
+        assert!(f.updateinfo().is_none());
+        assert_eq!(images.updateinfo.lock().unwrap().len(), 1);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn one_read_of_an_image_at_a_time_and_nothing_left_behind() {
         let images = ParsedImages::default();
-        let a = image_key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = image_key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
+        let b = key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
         let first = images.turn(&a).await;
         let other = images.turn(&b).await;
         let second = images.turn(&a);

@@ -31,6 +31,8 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
+use elemental_changelog_apiservice::Arch;
+use elemental_changelog_registry::Digest;
 use tokio::sync::watch;
 
 use crate::{
@@ -91,13 +93,13 @@ pub(super) struct Refused {
 /// of the channel's current image and digest.
 #[derive(Default)]
 pub(super) struct Refusals {
-    images: HashMap<Option<String>, (String, String, ImageId, u64)>,
+    images: HashMap<Option<Arch>, (String, Digest, ImageId, u64)>,
 }
 
 impl Refusals {
     /// The refused parse of `image` at `digest` for `arch`, and its bytes.
-    pub(super) fn get(&self, image: &str, digest: &str, arch: &str) -> Option<(&ImageId, u64)> {
-        [Some(arch.to_owned()), None]
+    pub(super) fn get(&self, image: &str, digest: &Digest, arch: &Arch) -> Option<(&ImageId, u64)> {
+        [Some(arch.clone()), None]
             .iter()
             .filter_map(|a| self.images.get(a))
             .find(|(i, d, _, _)| i == image && d == digest)
@@ -108,21 +110,21 @@ impl Refusals {
     pub(super) fn insert(
         &mut self,
         image: &str,
-        digest: &str,
-        arch: &str,
+        digest: &Digest,
+        arch: &Arch,
         id: ImageId,
         bytes: u64,
     ) {
         self.images
             .retain(|_, (i, d, _, _)| i == image && d == digest);
-        let arch = id.platform.is_some().then(|| arch.to_owned());
+        let arch = id.platform.is_some().then(|| arch.clone());
         self.images
-            .insert(arch, (image.to_owned(), digest.to_owned(), id, bytes));
+            .insert(arch, (image.to_owned(), digest.clone(), id, bytes));
     }
 
     /// Forgets the refusals of `arch` (and of a single-platform image): admitted.
-    pub(super) fn forget(&mut self, arch: &str) {
-        self.images.remove(&Some(arch.to_owned()));
+    pub(super) fn forget(&mut self, arch: &Arch) {
+        self.images.remove(&Some(arch.clone()));
         self.images.remove(&None);
     }
 }
@@ -352,7 +354,7 @@ mod tests {
                 .iter()
                 .map(|(arch, s)| {
                     (
-                        (*arch).to_owned(),
+                        arch.parse().unwrap(),
                         ArchState {
                             snapshot: Some(s.clone()),
                             ..ArchState::default()

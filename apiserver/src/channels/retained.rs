@@ -10,6 +10,7 @@ use std::{
 };
 
 use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
+use elemental_changelog_apiservice::Arch;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use tracing::{debug, info, warn};
@@ -34,7 +35,7 @@ use crate::{
 /// changelog data for it, so they are not pulled again.
 #[derive(Default)]
 pub(super) struct Memory {
-    no_data: HashSet<(String, String, String)>,
+    no_data: HashSet<(String, Arch, String)>,
 }
 
 /// Where the data of a retained version comes from.
@@ -48,12 +49,12 @@ enum Source {
 }
 
 /// Older images pulled during one refresh, by (digest, architecture).
-type Pulled = BTreeMap<(String, String), Result<Arc<ChannelData>, FetchFailure>>;
+type Pulled = BTreeMap<(String, Arch), Result<Arc<ChannelData>, FetchFailure>>;
 
 /// A snapshot to serve retained versions with (shared by the architectures a
 /// single-platform image serves), the architecture it was planned for, and
 /// where each retained version's data comes from.
-type Group = (Arc<Snapshot>, String, BTreeMap<String, Source>);
+type Group = (Arc<Snapshot>, Arch, BTreeMap<String, Source>);
 
 /// The image a version's held data came from.
 fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
@@ -76,7 +77,7 @@ fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
 #[allow(clippy::too_many_arguments)] // every input of the decision, none derivable from another
 fn plan(
     key: &ChannelKey,
-    arch: &str,
+    arch: &Arch,
     repository: &str,
     snapshot: &Snapshot,
     previous: Option<&Snapshot>,
@@ -107,11 +108,10 @@ fn plan(
         let origin = history.and_then(|h| h.origin_in(key, name, repository));
         let source = match origin {
             Some(record) => held(Some(&record.digest)).or_else(|| {
-                let known_empty = memory.no_data.contains(&(
-                    record.digest.clone(),
-                    arch.to_owned(),
-                    name.clone(),
-                ));
+                let known_empty =
+                    memory
+                        .no_data
+                        .contains(&(record.digest.clone(), arch.clone(), name.clone()));
                 (!known_empty).then(|| Source::Pulled {
                     reference: record.reference(),
                     digest: record.digest.clone(),
@@ -135,7 +135,7 @@ pub(super) async fn retain_and_store(
     key: &ChannelKey,
     image: &str,
     mut expected: Option<Arc<ChannelState>>,
-    archs: &BTreeMap<String, ArchState>,
+    archs: &BTreeMap<Arch, ArchState>,
     ctx: &Context,
     memory: &mut Memory,
 ) -> bool {
@@ -220,7 +220,7 @@ pub(super) async fn retain_and_store(
 async fn pull_retained(
     key: &ChannelKey,
     groups: &[Group],
-    archs: &BTreeMap<String, ArchState>,
+    archs: &BTreeMap<Arch, ArchState>,
     ctx: &Context,
     memory: &mut Memory,
     pulled: &mut Pulled,
@@ -260,12 +260,12 @@ async fn pull_retained(
                                 .insert((digest.clone(), arch.clone(), name.clone()));
                         }
                     }
-                    info!(image = %reference, arch, "older image read for retained versions");
+                    info!(image = %reference, %arch, "older image read for retained versions");
                 }
                 Err(failure) => {
                     ok = false;
                     ctx.metrics.retained_pull(RetainedPull::Failed);
-                    warn!(image = %reference, arch, kind = %failure.kind, error = %failure.message, "pulling an older image for retained versions failed; retrying with backoff");
+                    warn!(image = %reference, %arch, kind = %failure.kind, error = %failure.message, "pulling an older image for retained versions failed; retrying with backoff");
                 }
             }
             pulled.insert(slot, result);
@@ -280,7 +280,7 @@ async fn pull_retained(
 /// not pulled yet) and which could not be, per architecture.
 fn retained_statuses(
     groups: &[Group],
-    archs: &BTreeMap<String, ArchState>,
+    archs: &BTreeMap<Arch, ArchState>,
     pulled: &Pulled,
 ) -> RetainedStatuses {
     let mut out = RetainedStatuses::new();
@@ -317,7 +317,7 @@ fn retained_statuses(
 
 /// Reads `reference` (`repository@digest`) for `arch`: another channel's
 /// parse of it, or pulled and parsed.
-async fn read_by_digest(reference: &str, arch: &str, ctx: &Context) -> Result<Read, FetchFailure> {
+async fn read_by_digest(reference: &str, arch: &Arch, ctx: &Context) -> Result<Read, FetchFailure> {
     let failure = |kind: ReadErrorKind, message: String| FetchFailure {
         kind,
         message,
@@ -451,7 +451,7 @@ fn repository_of(image: &str) -> Option<String> {
 pub(super) async fn record_history(
     key: &ChannelKey,
     image: &str,
-    archs: &BTreeMap<String, ArchState>,
+    archs: &BTreeMap<Arch, ArchState>,
     ctx: &Context,
 ) {
     let Some(history) = &ctx.history else {

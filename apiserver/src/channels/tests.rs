@@ -176,7 +176,7 @@ impl Fake {
 }
 
 impl ImageSource for Fake {
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, FetchError>> {
+    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>> {
         let call = Call {
             image: image.to_owned(),
             at: Instant::now(),
@@ -197,7 +197,7 @@ impl ImageSource for Fake {
             .get(image)
             .map(|i| i.digest.clone());
         let answer = match found {
-            Some(digest) if !failing => Ok(digest),
+            Some(digest) if !failing => Ok(digest.parse().expect("the fake's digests are digests")),
             _ => Err(FetchError::Timeout {
                 after: Duration::from_secs(60),
             }),
@@ -220,20 +220,20 @@ impl ImageSource for Fake {
     fn pull<'a>(
         &'a self,
         image: &'a str,
-        digest: &'a str,
-        arch: &'a str,
+        digest: &'a Digest,
+        arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
         self.pulls.lock().unwrap_or_else(|e| e.into_inner()).push((
             image.to_owned(),
-            digest.to_owned(),
-            arch.to_owned(),
+            digest.to_string(),
+            arch.to_string(),
         ));
         let found = self
             .images
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .find(|i| i.digest == digest)
+            .find(|i| *digest == i.digest)
             .cloned();
         let answer = match found {
             Some(found) => Ok(Fetched::Pulled {
@@ -343,7 +343,7 @@ fn context(
         versions: objects.versions.clone(),
         settings: RefreshSettings {
             interval: INTERVAL,
-            architectures: archs.iter().map(|a| (*a).to_owned()).collect(),
+            architectures: archs.iter().map(|a| a.parse().unwrap()).collect(),
             history: None,
             max_kept_total: kept_limit,
         },
@@ -506,6 +506,53 @@ fn backoff_doubles_from_the_minimum_up_to_the_interval() {
     assert_eq!(next_wait(12, hour), hour, "capped by the interval");
     assert_eq!(next_wait(u32::MAX, hour), hour, "no overflow");
     assert_eq!(next_wait(3, Duration::from_secs(5)), Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn the_error_policy_backs_off_and_waits_for_kept_data_only_when_refused() {
+    let (_fake, _calls, _objects, _writers, ctx, _attempted) = context(&["x86_64"], None, 0);
+    let mut memory = ChannelMemory::default();
+    let failed = |kind| ChannelState {
+        image: Some("registry/channel:6.1".to_owned()),
+        attempted: true,
+        archs: BTreeMap::from([(
+            Arch::x86_64(),
+            ArchState {
+                last_error: Some(FetchFailure {
+                    kind,
+                    message: String::new(),
+                    at: Timestamp::now(),
+                }),
+                ..ArchState::default()
+            },
+        )]),
+    };
+    let timeout = failed(ReadErrorKind::Fetch(FetchErrorKind::Timeout));
+    let refused = failed(ReadErrorKind::OverKeptTotal);
+    let action = |ok, state, memory: &mut ChannelMemory| error_policy(ok, state, &ctx, memory);
+    let backoff = |requeue_after, on_kept_data_change| Action {
+        requeue_after,
+        on_kept_data_change,
+    };
+    assert_eq!(
+        action(false, Some(&timeout), &mut memory),
+        backoff(MIN_BACKOFF, false)
+    );
+    assert_eq!(
+        action(false, Some(&refused), &mut memory),
+        backoff(MIN_BACKOFF * 2, true),
+        "refused for the kept-data limit: also woken when data goes"
+    );
+    assert_eq!(
+        action(true, None, &mut memory),
+        backoff(INTERVAL, false),
+        "a success starts the backoff over"
+    );
+    assert_eq!(memory.failures, 0);
+    assert_eq!(
+        action(false, None, &mut memory),
+        backoff(MIN_BACKOFF, false)
+    );
 }
 
 #[test]
@@ -1084,10 +1131,7 @@ async fn cache_totals_and_pruning() {
     cache.update(&key, |_| ChannelState {
         image: Some("registry/channel:v2".to_owned()),
         attempted: true,
-        archs: BTreeMap::from([
-            ("x86_64".to_owned(), arch.clone()),
-            ("aarch64".to_owned(), arch),
-        ]),
+        archs: BTreeMap::from([(Arch::x86_64(), arch.clone()), (Arch::aarch64(), arch)]),
     });
     // A channel that was attempted but has no data does not count as one.
     cache.update(&ChannelKey::new(NS, "empty"), |_| ChannelState {

@@ -28,7 +28,7 @@ use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage};
 use crate::{
     channels::{Stores, watch_config},
     health::{Health, ReadyFlag},
-    metrics::Metrics,
+    metrics::{Metrics, WatchedResource},
 };
 
 /// Pause before listing again a kind whose CRD is missing. The watcher's own backoff restarts
@@ -114,7 +114,7 @@ pub fn start(
     let machines = watch_trimmed(
         client,
         namespaces,
-        "machineinventories",
+        WatchedResource::MachineInventories,
         trim_machine,
         &Ctx::new(metrics, &syncing, &tx),
         &mut drivers,
@@ -122,7 +122,7 @@ pub fn start(
     let selectors = watch_trimmed(
         client,
         namespaces,
-        "machineinventoryselectors",
+        WatchedResource::MachineInventorySelectors,
         trim_selector,
         &Ctx::new(metrics, &syncing, &tx),
         &mut drivers,
@@ -130,7 +130,7 @@ pub fn start(
     let images = watch_trimmed(
         client,
         namespaces,
-        "managedosimages",
+        WatchedResource::ManagedOsImages,
         trim_image,
         &Ctx::new(metrics, &syncing, &tx),
         &mut drivers,
@@ -176,7 +176,7 @@ impl Ctx {
 fn watch_trimmed<K>(
     client: &Client,
     namespaces: &[String],
-    label: &'static str,
+    label: WatchedResource,
     trim: fn(&mut K),
     ctx: &Ctx,
     drivers: &mut Vec<BoxFuture<'static, ()>>,
@@ -211,7 +211,7 @@ where
         let ctx = ctx.clone();
         let span = info_span!(
             "watch",
-            resource = label,
+            resource = label.as_str(),
             namespace = namespace.as_deref().unwrap_or("*")
         );
         let stream = reflector::reflector(
@@ -246,7 +246,7 @@ where
                             // No CRD: nothing of this kind exists. Ready, and retried every
                             // 30 s so the objects appear once it is installed.
                             if !missing_logged {
-                                warn!("the {label} CRD is not installed (the list answers 404); the fleet view treats it as empty and lists it again every 30 s");
+                                warn!(resource = label.as_str(), "the CRD is not installed (the list answers 404); the fleet view treats it as empty and lists it again every 30 s");
                                 missing_logged = true;
                             }
                             mark_synced();

@@ -27,7 +27,7 @@ use elemental_changelog_apiservice::{
     fleet::{
         MachineInventoryChangelogSummary, MachineInventoryChangelogSummaryList, MachineReason,
     },
-    status::{StatusCause, StatusError},
+    status::{CauseReason, StatusCause, StatusError},
     types::{ChangelogSummary, ObjectMeta},
 };
 use kube::{Resource as _, ResourceExt};
@@ -582,7 +582,7 @@ fn with_cause(mut error: StatusError, message: String, reason: MachineReason) ->
     error.message = message.clone();
     let details = error.details.get_or_insert_with(Box::default);
     details.causes.push(StatusCause {
-        reason: wire(&reason),
+        reason: CauseReason::from(wire(&reason).as_str()),
         message,
         field: String::new(),
     });

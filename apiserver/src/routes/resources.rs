@@ -12,7 +12,7 @@ use elemental_changelog_apiservice::{
     Arch, RESOURCE, content,
     content::{IncludeObject, Representation},
     render,
-    status::{StatusCause, StatusDetails, StatusError},
+    status::{CauseReason, StatusCause, StatusDetails, StatusError},
     table,
     types::{
         ManagedOSVersionChangelogSummary, ManagedOSVersionChangelogSummaryList, ObjectMeta,
@@ -852,7 +852,7 @@ impl Lookup {
         reason: UnavailableReason,
         message: String,
     ) -> Self {
-        let error = not_found_because(name, reason_str(reason), message);
+        let error = not_found_because(name, reason, message);
         Self::Unavailable {
             channel_name,
             image,
@@ -871,7 +871,7 @@ impl Lookup {
         retry_after: Option<u32>,
     ) -> Self {
         let mut error = StatusError::service_unavailable(message, retry_after);
-        add_cause(&mut error, name, reason_str(reason));
+        add_cause(&mut error, name, reason);
         Self::Unavailable {
             channel_name: Some(channel_name.to_owned()),
             image,
@@ -882,16 +882,6 @@ impl Lookup {
 }
 
 /// The `reason` of a `Status` cause for an unavailable version.
-fn reason_str(reason: UnavailableReason) -> &'static str {
-    match reason {
-        UnavailableReason::NoChannel => "NoChannel",
-        UnavailableReason::ChannelHasNoImage => "ChannelHasNoImage",
-        UnavailableReason::NotFetched => "NotFetched",
-        UnavailableReason::NoChangelogData => "NoChangelogData",
-        UnavailableReason::FetchFailed => "FetchFailed",
-    }
-}
-
 /// The summary of a version, from where its data stands.
 fn summary(version: &ManagedOSVersion, lookup: &Lookup) -> ManagedOSVersionChangelogSummary {
     match lookup {
@@ -1034,14 +1024,14 @@ fn object_meta(version: &ManagedOSVersion) -> ObjectMeta {
     }
 }
 
-fn not_found_because(name: &str, reason: &str, message: String) -> StatusError {
+fn not_found_because(name: &str, reason: UnavailableReason, message: String) -> StatusError {
     let mut error = StatusError::not_found(RESOURCE, name);
     error.message = message;
     add_cause(&mut error, name, reason);
     error
 }
 
-fn add_cause(error: &mut StatusError, name: &str, reason: &str) {
+fn add_cause(error: &mut StatusError, name: &str, reason: UnavailableReason) {
     let details = error.details.get_or_insert_with(Box::default);
     if details.name.is_empty() {
         details.name = name.to_owned();
@@ -1049,7 +1039,7 @@ fn add_cause(error: &mut StatusError, name: &str, reason: &str) {
         details.kind = RESOURCE.to_owned();
     }
     details.causes.push(StatusCause {
-        reason: reason.to_owned(),
+        reason: CauseReason::Unavailable(reason),
         message: error.message.clone(),
         field: String::new(),
     });
@@ -1068,14 +1058,14 @@ fn query_error(name: &str, source: Source<'_>, error: &QueryError) -> StatusErro
     match error {
         QueryError::UnknownVersion { .. } | QueryError::NoData { .. } => not_found_because(
             name,
-            "NoChangelogData",
+            UnavailableReason::NoChangelogData,
             objects::no_data_message(source, name, error),
         ),
         _ => {
             let mut e = StatusError::bad_request(error.to_string());
             e.details = Some(Box::new(StatusDetails {
                 causes: vec![StatusCause {
-                    reason: "FieldValueInvalid".into(),
+                    reason: CauseReason::FieldValueInvalid,
                     message: error.to_string(),
                     field: "from".into(),
                 }],

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
-use elemental_changelog_apiservice::content;
+use elemental_changelog_apiservice::{Arch, content};
 use futures::executor::block_on;
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
@@ -127,7 +127,7 @@ fn fetched(image: &str, snapshot: Option<Arc<Snapshot>>, error: Option<&str>) ->
         attempted: true,
         archs: ARCHS
             .iter()
-            .map(|a| ((*a).to_owned(), arch.clone()))
+            .map(|a| (a.parse().unwrap(), arch.clone()))
             .collect(),
     }
 }
@@ -707,10 +707,7 @@ fn architectures_configured_with_oci_names_still_find_their_data() {
         .update(&ChannelKey::new(NS, "sl-micro"), |_| ChannelState {
             image: Some(IMAGE.to_owned()),
             attempted: true,
-            archs: BTreeMap::from([
-                ("x86_64".to_owned(), arch.clone()),
-                ("aarch64".to_owned(), arch),
-            ]),
+            archs: BTreeMap::from([(Arch::x86_64(), arch.clone()), (Arch::aarch64(), arch)]),
         });
     assert_eq!(w.changelog_json(NS, NEWEST, "")["arch"], "x86_64");
     assert_eq!(
@@ -935,7 +932,7 @@ fn an_image_without_the_architecture_is_404_not_503() {
         .update(&ChannelKey::new(NS, "x86-only"), |_| ChannelState {
             image: Some(image.to_owned()),
             attempted: true,
-            archs: BTreeMap::from([("x86_64".to_owned(), x86), ("aarch64".to_owned(), arm)]),
+            archs: BTreeMap::from([(Arch::x86_64(), x86), (Arch::aarch64(), arm)]),
         });
     assert_eq!(
         w.changelog_json(NS, "x86-v1", "")["advisories"][0]["id"],
@@ -962,7 +959,7 @@ fn retained_versions_being_rebuilt_are_not_fetched_yet_never_not_found() {
     let older = format!("registry.example.com/channels/sl-micro@{OLD_DIGEST}");
     let statuses = |status: crate::cache::RetainedStatus| {
         BTreeMap::from([(
-            "x86_64".to_owned(),
+            Arch::x86_64(),
             BTreeMap::from([(rebuilt.to_owned(), status)]),
         )])
     };
