@@ -262,12 +262,23 @@ fn row(
                 .map_or(Value::Null, |d| json!(short_digest(d))),
         ]);
     }
-    let object = match include_object {
-        IncludeObject::None => None,
-        IncludeObject::Metadata => Some(partial_object_metadata(version, &item.metadata)),
-        IncludeObject::Object => serde_json::to_value(item).ok(),
-    };
+    let object = row_object(include_object, version, &item.metadata, item);
     Row { cells, object }
+}
+
+/// The `object` of a Table row, as `includeObject` asks: none, its metadata as a
+/// `PartialObjectMetadata`, or the whole `item`.
+pub(crate) fn row_object(
+    include_object: IncludeObject,
+    version: TableVersion,
+    metadata: &ObjectMeta,
+    item: &impl serde::Serialize,
+) -> Option<Value> {
+    match include_object {
+        IncludeObject::None => None,
+        IncludeObject::Metadata => Some(partial_object_metadata(version, metadata)),
+        IncludeObject::Object => serde_json::to_value(item).ok(),
+    }
 }
 
 /// A `meta.k8s.io/v1` Table of `items` for `kubectl get`; `wide` adds the

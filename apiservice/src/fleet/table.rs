@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::MachineInventoryChangelogSummary;
 use crate::content::{IncludeObject, TableVersion};
-use crate::table::{ColumnDefinition, Row, Table, TableMeta, column, partial_object_metadata};
+use crate::table::{ColumnDefinition, Row, Table, TableMeta, column, row_object};
 
 const COLUMNS: [ColumnDefinition; 8] = [
     column("Name", "string", "name", "Name of the MachineInventory.", 0),
@@ -154,11 +154,7 @@ fn row(
             wire(item.reason),
         ]);
     }
-    let object = match include_object {
-        IncludeObject::None => None,
-        IncludeObject::Metadata => Some(partial_object_metadata(version, &item.metadata)),
-        IncludeObject::Object => serde_json::to_value(item).ok(),
-    };
+    let object = row_object(include_object, version, &item.metadata, item);
     Row { cells, object }
 }
 
