@@ -49,14 +49,7 @@ use elemental_changelog_registry::{
 };
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
-use kube::{
-    Api, Client, ResourceExt,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
-        watcher,
-    },
-};
+use kube::{Client, ResourceExt, runtime::watcher};
 use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
@@ -71,6 +64,7 @@ use crate::{
     health::{Health, Heartbeat, ReadyFlag},
     metrics::{FetchResult, FileProblem, Metrics, WatchedResource},
     read_error::ReadErrorKind,
+    reflect::{self, Kind, Stores},
     telemetry::error_chain,
 };
 
@@ -83,121 +77,6 @@ const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
 /// Attempts to swap a worker's result into the cache while others (pruning)
 /// change the channel's state meanwhile; the next refresh tries again.
 const SWAP_ATTEMPTS: u32 = 4;
-
-/// Seconds a watch lasts before it is renewed. kube-rs ends a watch whose connection
-/// went silent only after its timeout (290 s by default) plus a margin; a shorter one
-/// bounds how long a half-open connection (peer or NAT state lost, no reset) can hide
-/// changes, at the cost of one watch request per minute per kind.
-pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
-
-/// The watch settings of every watch of this server.
-pub fn watch_config() -> watcher::Config {
-    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
-}
-
-/// Reflector stores for one kind: one store for all namespaces, or one per
-/// watched namespace (a store fed by several watches would be wiped by each
-/// watch's re-list).
-///
-/// Any number of tasks may wait for them to sync (`Stores::wait_until_ready`). kube-runtime's
-/// own `Store::wait_until_ready` wakes only the task that polled it last (its `DelayedInit`
-/// shares one oneshot receiver, which keeps one waker), so a channel worker and the
-/// controller waiting at once left one of them asleep forever: a restarted server never
-/// became ready. Here one bridge task is the only waiter of each store's readiness, and
-/// publishes it on a `watch` channel, which wakes every waiter.
-#[derive(Clone)]
-pub struct Stores<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
-    all: Option<Store<K>>,
-    namespaced: BTreeMap<String, Store<K>>,
-    /// True once every store has listed (see [`readiness`]).
-    synced: watch::Receiver<bool>,
-}
-
-impl<K> Stores<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    /// The object `namespace/name`, if watched and present.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        let store = self
-            .all
-            .as_ref()
-            .or_else(|| self.namespaced.get(namespace))?;
-        store.get(&ObjectRef::new(name).within(namespace))
-    }
-
-    /// Every object, in `namespace` or in all watched namespaces.
-    pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<K>> {
-        let mut out: Vec<Arc<K>> = match (&self.all, namespace) {
-            (Some(all), Some(ns)) => all
-                .state()
-                .into_iter()
-                .filter(|o| o.meta().namespace.as_deref() == Some(ns))
-                .collect(),
-            (Some(all), None) => all.state(),
-            (None, Some(ns)) => self
-                .namespaced
-                .get(ns)
-                .map(Store::state)
-                .unwrap_or_default(),
-            (None, None) => self.namespaced.values().flat_map(Store::state).collect(),
-        };
-        out.sort_by(|a, b| {
-            (a.meta().namespace.as_deref(), a.meta().name.as_deref())
-                .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
-        });
-        out
-    }
-
-    /// Stores fed by the caller (tests, and the fleet view's reflectors):
-    /// one for all namespaces, or one per namespace.
-    pub(crate) fn from_stores(
-        all: Option<Store<K>>,
-        namespaced: BTreeMap<String, Store<K>>,
-    ) -> Self {
-        let (synced, bridge) = readiness(all.iter().chain(namespaced.values()).cloned().collect());
-        // Synchronous tests never wait for readiness (it is async): no runtime, no bridge.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(bridge);
-        }
-        Self {
-            all,
-            namespaced,
-            synced,
-        }
-    }
-
-    /// Whether `namespace` is watched at all.
-    pub fn watches(&self, namespace: &str) -> bool {
-        self.all.is_some() || self.namespaced.contains_key(namespace)
-    }
-
-    /// Waits until every store has listed; any number of tasks may wait at once.
-    async fn wait_until_ready(&self) {
-        let mut synced = self.synced.clone();
-        // The bridge lives as long as the process; an error means it is gone.
-        let _ = synced.wait_for(|synced| *synced).await;
-    }
-}
-
-/// The readiness of `stores` as a `watch` channel, and the bridge that sets it: the only
-/// waiter of each store's own readiness (see [`Stores`]). The bridge then waits forever,
-/// as every driver of [`start`] does, so that it ends only with the process.
-fn readiness<K>(stores: Vec<Store<K>>) -> (watch::Receiver<bool>, BoxFuture<'static, ()>)
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    let (tx, rx) = watch::channel(false);
-    let bridge = async move {
-        for store in &stores {
-            // The writer lives as long as the process; an error means it is gone.
-            let _ = store.wait_until_ready().await;
-        }
-        tx.send_replace(true);
-        std::future::pending::<()>().await;
-    };
-    (rx, Box::pin(bridge))
-}
 
 /// The read side shared with request handlers.
 #[derive(Clone)]
@@ -313,23 +192,36 @@ pub fn start(
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
 
-    let channels =
-        watch_kind::<ManagedOSVersionChannel>(&client, namespaces, &metrics, &mut drivers, {
+    let channels = reflect::watch(
+        &client,
+        namespaces,
+        Kind::required(WatchedResource::Channels),
+        &metrics,
+        &mut drivers,
+        {
             let tx = events_tx.clone();
             move |event| {
                 if let Some(event) = channel_event(event) {
                     let _ = tx.send(event);
                 }
             }
-        });
-    let versions = watch_kind::<ManagedOSVersion>(&client, namespaces, &metrics, &mut drivers, {
-        let tx = events_tx.clone();
-        move |event| {
-            if let Some(event) = version_event(event) {
-                let _ = tx.send(event);
+        },
+    );
+    let versions = reflect::watch(
+        &client,
+        namespaces,
+        Kind::required(WatchedResource::Versions),
+        &metrics,
+        &mut drivers,
+        {
+            let tx = events_tx.clone();
+            move |event| {
+                if let Some(event) = version_event(event) {
+                    let _ = tx.send(event);
+                }
             }
-        }
-    });
+        },
+    );
     drop(events_tx);
 
     let objects = Objects {
@@ -421,86 +313,6 @@ fn version_event(event: &watcher::Event<ManagedOSVersion>) -> Option<ChannelEven
 
 /// Starts the watches of one kind (one per namespace, or one for all),
 /// feeding stores, counting errors, and passing events to `on_event`.
-fn watch_kind<K>(
-    client: &Client,
-    namespaces: &[String],
-    metrics: &Arc<Metrics>,
-    drivers: &mut Vec<BoxFuture<'static, ()>>,
-    on_event: impl Fn(&watcher::Event<K>) + Clone + Send + Sync + 'static,
-) -> Stores<K>
-where
-    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let label = if K::plural(&()) == "managedosversions" {
-        WatchedResource::Versions
-    } else {
-        WatchedResource::Channels
-    };
-    let mut all = None;
-    let mut namespaced = BTreeMap::new();
-    let apis: Vec<(Option<String>, Api<K>)> = if namespaces.is_empty() {
-        vec![(None, Api::all(client.clone()))]
-    } else {
-        namespaces
-            .iter()
-            .map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns)))
-            .collect()
-    };
-    for (namespace, api) in apis {
-        let (store, writer) = reflector::store();
-        match &namespace {
-            Some(ns) => {
-                namespaced.insert(ns.clone(), store);
-            }
-            None => all = Some(store),
-        }
-        let metrics = metrics.clone();
-        let on_event = on_event.clone();
-        let span = info_span!(
-            "watch",
-            resource = K::plural(&()).as_ref(),
-            namespace = namespace.as_deref().unwrap_or("*")
-        );
-        let stream = reflector::reflector(writer, watcher(api, watch_config()).default_backoff());
-        drivers.push(Box::pin(
-            async move {
-                metrics.watch_synced(label, false);
-                let mut stream = std::pin::pin!(stream);
-                while let Some(item) = stream.next().await {
-                    match item {
-                        Ok(event) => {
-                            if matches!(event, watcher::Event::InitDone) {
-                                metrics.watch_synced(label, true);
-                                debug!("initial list done");
-                            }
-                            on_event(&event);
-                        }
-                        Err(error) => {
-                            metrics.watch_error(label);
-                            warn!(%error, "watch failed; retrying with backoff");
-                        }
-                    }
-                }
-                warn!("watch stream ended");
-            }
-            .instrument(span),
-        ));
-    }
-    let (synced, bridge) = readiness(all.iter().chain(namespaced.values()).cloned().collect());
-    drivers.push(bridge);
-    Stores {
-        all,
-        namespaced,
-        synced,
-    }
-}
-
 struct Worker {
     trigger: watch::Sender<(Option<String>, SyncKey)>,
     task: tokio::task::JoinHandle<()>,

@@ -16,6 +16,7 @@ pub mod health;
 pub mod metrics;
 pub mod objects;
 pub mod read_error;
+pub mod reflect;
 pub mod request;
 pub mod routes;
 pub mod server;

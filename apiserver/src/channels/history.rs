@@ -359,7 +359,7 @@ impl ConfigMapHistory {
     /// Watches the ConfigMap forever, publishing each version of the history;
     /// sets `ready` once it has been read.
     pub async fn run(self: Arc<Self>, ready: ReadyFlag) {
-        let config = super::watch_config().fields(&format!("metadata.name={}", self.name));
+        let config = crate::reflect::watch_config().fields(&format!("metadata.name={}", self.name));
         let stream = watcher(self.api.clone(), config).default_backoff();
         let mut stream = std::pin::pin!(stream);
         let mut seen: Option<ConfigMap> = None;

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use kube::runtime::reflector::store::Writer;
+use crate::reflect::Feeder;
 use serde_json::json;
 use tokio::time::{Instant, timeout, timeout_at};
 
@@ -257,8 +257,8 @@ impl ImageSource for Fake {
 
 /// The controller running on fake watches and a fake registry.
 struct Harness {
-    channels: Writer<ManagedOSVersionChannel>,
-    versions: Writer<ManagedOSVersion>,
+    channels: Feeder<ManagedOSVersionChannel>,
+    versions: Feeder<ManagedOSVersion>,
     events: mpsc::UnboundedSender<ChannelEvent>,
     calls: mpsc::UnboundedReceiver<Call>,
     fake: Arc<Fake>,
@@ -327,11 +327,11 @@ fn context(
         calls: calls_tx,
         pulls: Mutex::default(),
     });
-    let (channel_store, channels) = reflector::store();
-    let (version_store, versions) = reflector::store();
+    let (channel_stores, channels) = Stores::single();
+    let (version_stores, versions) = Stores::single();
     let objects = Objects {
-        channels: Stores::from_stores(Some(channel_store), BTreeMap::new()),
-        versions: Stores::from_stores(Some(version_store), BTreeMap::new()),
+        channels: channel_stores,
+        versions: version_stores,
     };
     let (attempted_tx, attempted) = mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
@@ -361,8 +361,8 @@ fn context(
 }
 
 struct Writers {
-    channels: Writer<ManagedOSVersionChannel>,
-    versions: Writer<ManagedOSVersion>,
+    channels: Feeder<ManagedOSVersionChannel>,
+    versions: Feeder<ManagedOSVersion>,
 }
 
 impl Harness {
@@ -2028,36 +2028,4 @@ async fn a_version_the_last_read_did_not_know_is_read_for_at_once() {
     h.until("v2 known", |h| knows(h, "v2")).await;
     h.version(watcher::Event::Apply(version("v1", "sl-micro")));
     h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
-}
-
-/// Every task waiting for the stores to sync wakes when they do: a channel worker and the
-/// controller wait at once at start (kube-runtime's own `Store::wait_until_ready` woke only
-/// the last of them, and a restarted server never became ready).
-#[tokio::test(start_paused = true)]
-async fn every_waiter_wakes_when_the_stores_sync() {
-    let (store, mut writer) = reflector::store::<ManagedOSVersion>();
-    let stores = Stores::from_stores(Some(store), BTreeMap::new());
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let stores = stores.clone();
-            tokio::spawn(async move { stores.wait_until_ready().await })
-        })
-        .collect();
-    // Every waiter is parked before the list ends.
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    assert!(
-        waiters.iter().all(|w| !w.is_finished()),
-        "nothing listed yet"
-    );
-    writer.apply_watcher_event(&watcher::Event::Init);
-    writer.apply_watcher_event(&watcher::Event::InitApply(version("v1", "c")));
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    for (index, waiter) in waiters.into_iter().enumerate() {
-        timeout(NEVER, waiter)
-            .await
-            .unwrap_or_else(|_| panic!("waiter {index} never woke"))
-            .unwrap_or_else(|e| panic!("waiter {index}: {e}"));
-    }
 }

@@ -10,16 +10,13 @@ use futures::executor::block_on;
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
 use jiff::Timestamp;
-use kube::runtime::{
-    reflector::{self, store::Writer},
-    watcher,
-};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::{
     cache::{ArchState, FetchFailure},
-    channels::Stores,
+    reflect::{Feeder, Stores},
 };
 
 const SL_MICRO_61: &[u8] =
@@ -160,8 +157,8 @@ fn sl_micro_data() -> ChannelData {
 }
 
 struct World {
-    channels: Writer<ManagedOSVersionChannel>,
-    versions: Writer<ManagedOSVersion>,
+    channels: Feeder<ManagedOSVersionChannel>,
+    versions: Feeder<ManagedOSVersion>,
     cache: Arc<Cache>,
     resources: Arc<Resources>,
 }
@@ -170,11 +167,11 @@ const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 
 impl World {
     fn empty(default_arch: &str, archs: &[&str]) -> Self {
-        let (channel_store, channels) = reflector::store();
-        let (version_store, versions) = reflector::store();
+        let (channel_stores, channels) = Stores::single();
+        let (version_stores, versions) = Stores::single();
         let objects = Objects {
-            channels: Stores::from_stores(Some(channel_store), BTreeMap::new()),
-            versions: Stores::from_stores(Some(version_store), BTreeMap::new()),
+            channels: channel_stores,
+            versions: version_stores,
         };
         let cache = Arc::new(Cache::default());
         let arch = |a: &str| a.parse::<Arch>().unwrap_or_else(|e| panic!("{e}"));

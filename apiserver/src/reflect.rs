@@ -1,0 +1,414 @@
+//! Reflectors: every watch of this server (channels and versions; the fleet view's machines,
+//! selectors and images) runs through one driver, [`watch`], into [`Stores`].
+//!
+//! A kind is watched with one watch for all namespaces, or one per watched namespace, each
+//! feeding its own store (one store fed by several watches would be wiped by each watch's
+//! re-list). Each watch is renewed every [`WATCH_TIMEOUT_SECONDS`], retried with kube-runtime's
+//! default backoff, counted in the watch metrics, and its objects may be trimmed before they
+//! are stored. A kind marked [`Kind::optional`] whose CRD is not installed (its list answers
+//! 404) counts as empty and synced, and is listed again every [`CRD_RECHECK`], so its objects
+//! appear once the CRD does; any other kind stays unsynced until its list succeeds.
+//!
+//! Readiness is published on a tokio `watch` channel that any number of tasks may wait on
+//! ([`Stores::wait_until_ready`]). kube-runtime's own `Store::wait_until_ready` wakes only the
+//! task that polled it last (its `DelayedInit` shares one oneshot receiver, which keeps one
+//! waker), so a channel worker and the controller waiting at once left one of them asleep
+//! forever and a restarted server never became ready; it is not used.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::{StreamExt, TryStreamExt as _, future::BoxFuture};
+use kube::{
+    Api, Client,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store, store::Writer},
+        watcher,
+    },
+};
+use tokio::sync::watch;
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::metrics::{Metrics, WatchedResource};
+
+/// Seconds a watch lasts before it is renewed. kube-rs ends a watch whose connection
+/// went silent only after its timeout (290 s by default) plus a margin; a shorter one
+/// bounds how long a half-open connection (peer or NAT state lost, no reset) can hide
+/// changes, at the cost of one watch request per minute per kind.
+pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
+
+/// Pause before listing again an optional kind whose CRD is missing. The watcher's own
+/// backoff restarts at each attempt (each emits `Init` before its list fails), which would
+/// list every second.
+pub const CRD_RECHECK: Duration = Duration::from_secs(30);
+
+/// The watch settings of every watch of this server.
+pub fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
+}
+
+/// Reflector stores for one kind: one store for all namespaces, or one per watched
+/// namespace, and whether every one of them has listed.
+#[derive(Clone)]
+pub struct Stores<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
+    all: Option<Store<K>>,
+    namespaced: BTreeMap<String, Store<K>>,
+    /// True once every store has listed (or, for an optional kind, found its CRD missing).
+    synced: watch::Receiver<bool>,
+}
+
+impl<K> Stores<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    /// Empty stores for `namespaces` (none: one store for all namespaces), with the feeder of
+    /// each store.
+    pub fn new(namespaces: &[String]) -> (Self, Vec<Feeder<K>>) {
+        let wanted: Vec<Option<String>> = if namespaces.is_empty() {
+            vec![None]
+        } else {
+            namespaces.iter().cloned().map(Some).collect()
+        };
+        let (tx, synced) = watch::channel(false);
+        let sync = Arc::new(SyncCount {
+            left: AtomicUsize::new(wanted.len()),
+            synced: tx,
+        });
+        let mut all = None;
+        let mut namespaced = BTreeMap::new();
+        let mut feeders = Vec::new();
+        for namespace in wanted {
+            let (store, writer) = reflector::store();
+            match &namespace {
+                Some(ns) => {
+                    namespaced.insert(ns.clone(), store);
+                }
+                None => all = Some(store),
+            }
+            feeders.push(Feeder {
+                namespace,
+                writer,
+                sync: sync.clone(),
+                counted: false,
+            });
+        }
+        let stores = Self {
+            all,
+            namespaced,
+            synced,
+        };
+        (stores, feeders)
+    }
+
+    /// One empty store for all namespaces and its feeder (tests feed it by hand).
+    pub fn single() -> (Self, Feeder<K>) {
+        let (stores, mut feeders) = Self::new(&[]);
+        let feeder = feeders
+            .pop()
+            .unwrap_or_else(|| unreachable!("Stores::new(&[]) makes one store"));
+        (stores, feeder)
+    }
+
+    /// The object `namespace/name`, if watched and present.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let store = self
+            .all
+            .as_ref()
+            .or_else(|| self.namespaced.get(namespace))?;
+        store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Every object, in `namespace` or in all watched namespaces, by namespace and name.
+    pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<K>> {
+        let mut out: Vec<Arc<K>> = match (&self.all, namespace) {
+            (Some(all), Some(ns)) => all
+                .state()
+                .into_iter()
+                .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+                .collect(),
+            (Some(all), None) => all.state(),
+            (None, Some(ns)) => self
+                .namespaced
+                .get(ns)
+                .map(Store::state)
+                .unwrap_or_default(),
+            (None, None) => self.namespaced.values().flat_map(Store::state).collect(),
+        };
+        out.sort_by(|a, b| {
+            (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+                .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+        });
+        out
+    }
+
+    /// Whether `namespace` is watched at all.
+    pub fn watches(&self, namespace: &str) -> bool {
+        self.all.is_some() || self.namespaced.contains_key(namespace)
+    }
+
+    /// Waits until every store has listed; any number of tasks may wait at once.
+    pub async fn wait_until_ready(&self) {
+        let mut synced = self.synced.clone();
+        // The feeders' counter lives as long as the stores; an error means they are gone.
+        let _ = synced.wait_for(|synced| *synced).await;
+    }
+}
+
+/// How many stores of one kind have not listed yet.
+struct SyncCount {
+    left: AtomicUsize,
+    synced: watch::Sender<bool>,
+}
+
+/// The write side of one store: applies watch events, and counts the store synced at its
+/// first completed list.
+pub struct Feeder<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
+    /// The namespace of the store; `None`: all namespaces.
+    namespace: Option<String>,
+    writer: Writer<K>,
+    sync: Arc<SyncCount>,
+    /// Whether this store was counted synced already (re-lists are not counted again).
+    counted: bool,
+}
+
+impl<K> Feeder<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// Applies `event` to the store; the end of its first list makes it synced.
+    pub fn apply_watcher_event(&mut self, event: &watcher::Event<K>) {
+        self.writer.apply_watcher_event(event);
+        if matches!(event, watcher::Event::InitDone) {
+            self.mark_synced();
+        }
+    }
+
+    /// Counts the store synced (once).
+    fn mark_synced(&mut self) {
+        if !std::mem::replace(&mut self.counted, true)
+            && self.sync.left.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            self.sync.synced.send_replace(true);
+        }
+    }
+}
+
+/// What is watched of one kind.
+pub struct Kind<K> {
+    /// The kind's label in the watch metrics and logs.
+    pub resource: WatchedResource,
+    /// Applied to every object before it is stored (drops what is never read).
+    pub trim: fn(&mut K),
+    /// Whether the kind's CRD may be missing (see the module documentation).
+    pub optional: bool,
+}
+
+impl<K> Kind<K> {
+    /// A required kind, stored whole.
+    pub fn required(resource: WatchedResource) -> Self {
+        Self {
+            resource,
+            trim: |_| {},
+            optional: false,
+        }
+    }
+
+    /// An optional kind, trimmed by `trim`.
+    pub fn optional(resource: WatchedResource, trim: fn(&mut K)) -> Self {
+        Self {
+            resource,
+            trim,
+            optional: true,
+        }
+    }
+}
+
+/// Starts watching `kind` in `namespaces` (none: all): pushes one driver per watch onto
+/// `drivers` (each ends only if its watch stream does, which the caller treats as fatal) and
+/// returns the stores they feed. `on_event` sees every event after it is stored.
+pub fn watch<K>(
+    client: &Client,
+    namespaces: &[String],
+    kind: Kind<K>,
+    metrics: &Arc<Metrics>,
+    drivers: &mut Vec<BoxFuture<'static, ()>>,
+    on_event: impl Fn(&watcher::Event<K>) + Clone + Send + Sync + 'static,
+) -> Stores<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let Kind {
+        resource,
+        trim,
+        optional,
+    } = kind;
+    let (stores, feeders) = Stores::new(namespaces);
+    for mut feeder in feeders {
+        let namespace = feeder.namespace.clone();
+        let api: Api<K> = match &namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let metrics = metrics.clone();
+        let on_event = on_event.clone();
+        let span = info_span!(
+            "watch",
+            resource = resource.as_str(),
+            namespace = namespace.as_deref().unwrap_or("*")
+        );
+        let stream = watcher(api, watch_config())
+            .default_backoff()
+            .map_ok(move |event| event.modify(trim));
+        drivers.push(Box::pin(
+            async move {
+                metrics.watch_synced(resource, false);
+                let mut missing_logged = false;
+                let mut stream = std::pin::pin!(stream);
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(event) => {
+                            feeder.apply_watcher_event(&event);
+                            if matches!(event, watcher::Event::InitDone) {
+                                metrics.watch_synced(resource, true);
+                                debug!("initial list done");
+                                missing_logged = false;
+                            }
+                            on_event(&event);
+                        }
+                        Err(error) if optional && crd_missing(&error) => {
+                            // No CRD: nothing of this kind exists. Synced, and listed again
+                            // every 30 s so the objects appear once it is installed.
+                            if !missing_logged {
+                                warn!(
+                                    resource = resource.as_str(),
+                                    "the CRD is not installed (the list answers 404); treated as empty and listed again every 30 s"
+                                );
+                                missing_logged = true;
+                            }
+                            feeder.mark_synced();
+                            tokio::time::sleep(CRD_RECHECK).await;
+                        }
+                        Err(error) => {
+                            metrics.watch_error(resource);
+                            warn!(%error, "watch failed; retrying with backoff");
+                        }
+                    }
+                }
+                warn!("watch stream ended");
+            }
+            .instrument(span),
+        ));
+    }
+    stores
+}
+
+/// Whether a watch error says the kind does not exist (its CRD is not installed).
+fn crd_missing(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => {
+            // An unknown resource answers a bare `404 page not found`, without a Status.
+            status.code == 404
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::core::Status;
+    use tokio::time::timeout;
+
+    use super::*;
+
+    fn object(name: &str) -> ConfigMap {
+        let mut object = ConfigMap::default();
+        object.metadata.name = Some(name.to_owned());
+        object.metadata.namespace = Some("ns".to_owned());
+        object
+    }
+
+    /// Every task waiting for the stores to sync wakes when they do: a channel worker and the
+    /// controller wait at once at start (kube-runtime's own `Store::wait_until_ready` woke only
+    /// the last of them, and a restarted server never became ready).
+    #[tokio::test(start_paused = true)]
+    async fn every_waiter_wakes_when_the_stores_sync() {
+        let (stores, mut feeder) = Stores::<ConfigMap>::single();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let stores = stores.clone();
+                tokio::spawn(async move { stores.wait_until_ready().await })
+            })
+            .collect();
+        // Every waiter is parked before the list ends.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "nothing listed yet"
+        );
+        feeder.apply_watcher_event(&watcher::Event::Init);
+        feeder.apply_watcher_event(&watcher::Event::InitApply(object("a")));
+        feeder.apply_watcher_event(&watcher::Event::InitDone);
+        for (index, waiter) in waiters.into_iter().enumerate() {
+            timeout(Duration::from_secs(3600), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("waiter {index} never woke"))
+                .unwrap_or_else(|e| panic!("waiter {index}: {e}"));
+        }
+        assert!(stores.get("ns", "a").is_some());
+    }
+
+    /// Stores of several namespaces are synced when every one has listed, once each: a
+    /// re-list of one does not count for another.
+    #[tokio::test(start_paused = true)]
+    async fn synced_when_every_namespace_listed() {
+        let (stores, mut feeders) = Stores::<ConfigMap>::new(&["a".to_owned(), "b".to_owned()]);
+        assert_eq!(feeders[1].namespace.as_deref(), Some("b"));
+        for _ in 0..2 {
+            feeders[0].apply_watcher_event(&watcher::Event::Init);
+            feeders[0].apply_watcher_event(&watcher::Event::InitDone);
+        }
+        assert!(!*stores.synced.borrow(), "b has not listed");
+        feeders[1].apply_watcher_event(&watcher::Event::Init);
+        feeders[1].apply_watcher_event(&watcher::Event::InitDone);
+        assert!(*stores.synced.borrow());
+        assert!(stores.watches("a") && stores.watches("b") && !stores.watches("c"));
+    }
+
+    #[test]
+    fn a_missing_crd_is_a_bare_404_on_list_or_watch() {
+        let api = |code: u16, reason: &str| {
+            kube::Error::Api(Box::new(
+                Status::failure("404 page not found", reason).with_code(code),
+            ))
+        };
+        assert!(crd_missing(&watcher::Error::InitialListFailed(api(
+            404, ""
+        ))));
+        assert!(crd_missing(&watcher::Error::WatchStartFailed(api(
+            404, "NotFound"
+        ))));
+        assert!(!crd_missing(&watcher::Error::InitialListFailed(api(
+            403,
+            "Forbidden"
+        ))));
+        assert!(!crd_missing(&watcher::Error::WatchFailed(api(404, ""))));
+    }
+}
