@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
 use quick_xml::events::{BytesRef, BytesStart, Event};
 
-use crate::updates::{normalize_epoch, parse_issued_str, with_cves_and_bugs};
+use crate::updates::{self, normalize_epoch, parse_issued_str, with_cves_and_bugs};
 
 /// File names an `updateinfo` may have in `/changelogs/`.
 pub const FILE_NAMES: [&str; 3] = ["updateinfo.xml", "updateinfo.xml.gz", "updateinfo.xml.zst"];
@@ -666,6 +666,12 @@ pub fn parse(reader: impl BufRead, limits: Limits) -> Result<Vec<Advisory>, Erro
         hasher: RandomState::new(),
     }
     .parse()
+    .map(|mut advisories| {
+        // Kept for as long as the image is served: without the room they were grown with.
+        advisories.shrink_to_fit();
+        advisories.iter_mut().for_each(updates::compact);
+        advisories
+    })
 }
 
 #[cfg(test)]

@@ -204,7 +204,8 @@ pub fn parse_within(bytes: &[u8], max_bytes: u64) -> Result<(Vec<Advisory>, u64)
     // while it grows.
     let mut advisories = Vec::with_capacity(items.len());
     for (index, item) in items.into_iter().enumerate() {
-        let advisory = advisory(index, item)?;
+        let mut advisory = advisory(index, item)?;
+        compact(&mut advisory);
         used = used.saturating_add(heap_bytes(&advisory));
         if used > max_bytes {
             return Err(Error::TooLarge { index, max_bytes });
@@ -212,6 +213,36 @@ pub fn parse_within(bytes: &[u8], max_bytes: u64) -> Result<(Vec<Advisory>, u64)
         advisories.push(advisory);
     }
     Ok((advisories, used))
+}
+
+/// Gives back the room an advisory's text and lists were grown with (a vector grown by
+/// doubling holds up to twice its items), so that it holds what [`heap_bytes`] counts.
+pub(crate) fn compact(a: &mut Advisory) {
+    let text = |s: &mut String| s.shrink_to_fit();
+    text(&mut a.id);
+    text(&mut a.type_);
+    text(&mut a.title);
+    text(&mut a.description);
+    for r in &mut a.references {
+        text(&mut r.id);
+        text(&mut r.type_);
+        text(&mut r.href);
+        text(&mut r.title);
+    }
+    a.references.shrink_to_fit();
+    for p in &mut a.packages {
+        text(&mut p.name);
+        if let Some(epoch) = &mut p.epoch {
+            text(epoch);
+        }
+        text(&mut p.version);
+        text(&mut p.release);
+        text(&mut p.arch);
+    }
+    a.packages.shrink_to_fit();
+    a.cves.iter_mut().chain(&mut a.bugs).for_each(text);
+    a.cves.shrink_to_fit();
+    a.bugs.shrink_to_fit();
 }
 
 /// Heap memory of an advisory besides its structure: its text and lists, and an allocation
