@@ -25,6 +25,7 @@ use std::{
 use dashmap::DashMap;
 use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 use elemental_changelog_apiservice::Arch;
+use elemental_changelog_registry::{Digest, ImageRef};
 use jiff::Timestamp;
 
 use crate::{channels::crd::SyncKey, read_error::ReadErrorKind};
@@ -77,10 +78,10 @@ impl Generation {
 #[derive(Debug)]
 pub struct Snapshot {
     generation: Generation,
-    /// Image reference it was read from.
-    pub image: String,
+    /// Image reference it was read from (as the channel writes it).
+    pub image: ImageRef,
     /// Manifest digest the reference resolved to.
-    pub digest: String,
+    pub digest: Digest,
     /// Platform chosen from an image index; `None` for a single-platform
     /// image, whose data serves every architecture.
     pub platform: Option<String>,
@@ -99,8 +100,8 @@ impl Snapshot {
     /// The data `parsed` from `image` at `digest` (for `platform` of an index), read at
     /// `fetched_at`, served as it is.
     pub fn read(
-        image: String,
-        digest: String,
+        image: ImageRef,
+        digest: Digest,
         platform: Option<String>,
         parsed: Arc<ChannelData>,
         fetched_at: Timestamp,
@@ -160,13 +161,15 @@ pub struct ArchState {
     /// Image reference and digest whose content was unusable (no or an
     /// invalid `channel.json`): not pulled again while the reference still
     /// resolves to that digest, since the same bytes would fail the same way.
-    pub rejected: Option<(String, String)>,
+    pub rejected: Option<(ImageRef, Digest)>,
 }
 
 /// The state of one channel.
 #[derive(Clone, Debug, Default)]
 pub struct ChannelState {
-    /// Image the channel names now (`None` for channels without an image).
+    /// Image the channel names now, as its spec writes it (`None` for channels
+    /// without an image). Text, not an [`ImageRef`]: it may be no valid
+    /// reference (every architecture's last error then says so).
     pub image: Option<String>,
     /// Whether a fetch has been attempted since the channel was seen.
     pub attempted: bool,
@@ -196,13 +199,13 @@ pub enum RetainedStatus {
     /// The image is being pulled: answer as not fetched yet (503 with `Retry-After`).
     Rebuilding {
         /// `repository@digest` being pulled.
-        image: String,
+        image: ImageRef,
     },
     /// Pulling it failed (a registry that garbage-collected the digest
     /// answers not found); retried with backoff.
     Failed {
         /// `repository@digest` that could not be pulled.
-        image: String,
+        image: ImageRef,
         /// Why.
         failure: FetchFailure,
     },

@@ -45,7 +45,7 @@ use std::{
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 use elemental_changelog_apiservice::Arch;
 use elemental_changelog_registry::{
-    Digest, FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved,
+    Digest, FetchError, Fetched, ImageRef, InvalidImageRef, ReloadingFetcher, Resolved,
 };
 use futures::{FutureExt as _, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use jiff::Timestamp;
@@ -109,29 +109,26 @@ pub struct RefreshSettings {
 /// already (unchanged, or parsed for another channel) is not pulled.
 trait ImageSource: Send + Sync {
     /// The manifest digest `image` points at now (see [`Fetcher::resolve`](elemental_changelog_registry::Fetcher::resolve)).
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>>;
+    fn resolve<'a>(&'a self, image: &'a ImageRef) -> BoxFuture<'a, Result<Digest, FetchError>>;
 
     /// Pulls `image` at `digest` for `arch` (see [`Fetcher::pull`](elemental_changelog_registry::Fetcher::pull)).
     fn pull<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageRef,
         digest: &'a Digest,
         arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
 }
 
 impl ImageSource for ReloadingFetcher {
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>> {
+    fn resolve<'a>(&'a self, image: &'a ImageRef) -> BoxFuture<'a, Result<Digest, FetchError>> {
         let fetcher = self.current();
-        Box::pin(async move {
-            let image: ImageRef = image.parse()?;
-            Ok(fetcher.resolve(&image).await?.digest().clone())
-        })
+        Box::pin(async move { Ok(fetcher.resolve(image).await?.digest().clone()) })
     }
 
     fn pull<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageRef,
         digest: &'a Digest,
         arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
@@ -139,7 +136,7 @@ impl ImageSource for ReloadingFetcher {
         let span = info_span!("fetch", %image, %arch);
         Box::pin(
             async move {
-                let resolved = Resolved::new(image.parse()?, digest.clone());
+                let resolved = Resolved::new(image.clone(), digest.clone());
                 fetcher.pull(&resolved, arch.oci()).await
             }
             .instrument(span),
@@ -790,7 +787,7 @@ async fn refresh(
     memory: &mut retained::Memory,
     refusals: &mut Refusals,
 ) -> bool {
-    let Some(image) = image else {
+    let Some(text) = image else {
         ctx.cache.update(key, |_| ChannelState {
             image: None,
             attempted: true,
@@ -801,6 +798,8 @@ async fn refresh(
         let _ = ctx.attempted.send(key.clone());
         return true;
     };
+    // A reference that does not parse fails every architecture, as its resolve would.
+    let image = text.parse::<ImageRef>();
     let previous = ctx.cache.get(key);
     let mut all_ok = true;
     let mut archs = BTreeMap::new();
@@ -818,7 +817,10 @@ async fn refresh(
             .and_then(|p| p.archs.get(arch))
             .cloned()
             .unwrap_or_default();
-        let (state, claim) = refresh_arch(key, image, arch, old, ctx, refusals).await;
+        let (state, claim) = match &image {
+            Ok(image) => refresh_arch(key, image, arch, old, ctx, refusals).await,
+            Err(invalid) => (unparsable(invalid, arch, old, ctx), None),
+        };
         claims.extend(claim);
         // An index without this architecture is not a failure to retry soon.
         all_ok &= state
@@ -826,10 +828,9 @@ async fn refresh(
             .as_ref()
             .is_none_or(|e| e.kind == ReadErrorKind::NO_MATCHING_PLATFORM);
         if state.last_error.is_none()
-            && state
-                .snapshot
-                .as_ref()
-                .is_some_and(|s| s.image == image && s.platform.is_none())
+            && state.snapshot.as_ref().is_some_and(|s| {
+                image.as_ref().is_ok_and(|i| s.image == *i) && s.platform.is_none()
+            })
         {
             single_platform = Some(state.clone());
         }
@@ -839,10 +840,22 @@ async fn refresh(
     // rebuild of retained versions, which answer "not fetched yet" meanwhile.
     let _ = ctx.attempted.send(key.clone());
     ctx.versions.wait_until_ready().await;
-    all_ok &= retained::retain_and_store(key, image, previous, &archs, ctx, memory).await;
+    let repository = image.as_ref().ok().map(ImageRef::repository);
+    all_ok &= retained::retain_and_store(
+        key,
+        text,
+        repository.as_ref(),
+        previous,
+        &archs,
+        ctx,
+        memory,
+    )
+    .await;
     // Stored: the cache counts them now.
     drop(claims);
-    retained::record_history(key, image, &archs, ctx).await;
+    if let Ok(image) = &image {
+        retained::record_history(key, image, &archs, ctx).await;
+    }
     update_totals(ctx);
     all_ok
 }
@@ -852,7 +865,7 @@ async fn refresh(
 /// claim that counts new data under the kept-data limit until it is stored.
 async fn refresh_arch<'a>(
     key: &ChannelKey,
-    image: &str,
+    image: &ImageRef,
     arch: &Arch,
     old: ArchState,
     ctx: &'a Context,
@@ -864,7 +877,7 @@ async fn refresh_arch<'a>(
         started: Instant::now(),
         ctx,
     };
-    debug!(image, %arch, "resolving");
+    debug!(image = image.as_str(), %arch, "resolving");
     let digest = match ctx.fetcher.resolve(image).await {
         Ok(digest) => digest,
         Err(error) => return (attempt.failed(None, &ReadError::Fetch(error), old), None),
@@ -888,13 +901,13 @@ async fn refresh_arch<'a>(
             return (attempt.failed(Some(digest), &error, old), None);
         }
     }
-    debug!(image, %arch, %digest, "reading");
+    debug!(image = image.as_str(), %arch, %digest, "reading");
     let read = match images::read(image, &digest, arch, ctx).await {
         Ok(read) => read,
         Err(error) => return (attempt.failed(Some(digest), &error, old), None),
     };
     let parsed = read.parsed();
-    let id = ImageId::new(image, digest.as_str(), parsed.platform.as_deref());
+    let id = ImageId::new(image, &digest, parsed.platform.as_deref());
     let bytes = parsed.data.parsed_bytes();
     match ctx.kept.admit(&ctx.cache, key, id.clone(), bytes, turn) {
         Ok(claim) => {
@@ -913,10 +926,33 @@ async fn refresh_arch<'a>(
     }
 }
 
+/// The state of an architecture when the channel's image is no valid
+/// reference: a failed fetch, counted and logged as the registry's resolve of
+/// it would fail; the last good data kept.
+fn unparsable(invalid: &InvalidImageRef, arch: &Arch, old: ArchState, ctx: &Context) -> ArchState {
+    let started = Instant::now();
+    let error = ReadError::Fetch(invalid.clone().into());
+    let (image, kind, message) = (&invalid.image, error.kind(), error.message());
+    ctx.metrics.fetch(
+        FetchResult::Failed(kind),
+        started.elapsed().as_secs_f64(),
+        0,
+    );
+    warn!(%image, %arch, error = %message, %kind, "fetching the channel image failed; keeping the last good data");
+    ArchState {
+        last_error: Some(FetchFailure {
+            kind,
+            message,
+            at: Timestamp::now(),
+        }),
+        ..old
+    }
+}
+
 /// One architecture's fetch of a channel image, whose outcome becomes the
 /// architecture's next state, counted and logged.
 struct Attempt<'a> {
-    image: &'a str,
+    image: &'a ImageRef,
     arch: &'a Arch,
     started: Instant,
     ctx: &'a Context,
@@ -947,7 +983,7 @@ impl Attempt<'_> {
             return Some(old.clone());
         }
         let served = old.snapshot.as_ref()?;
-        if served.image != image || *digest != served.digest {
+        if served.image != *image || *digest != served.digest {
             return None;
         }
         metrics.fetch(FetchResult::Unchanged, self.seconds(), 0);
@@ -984,13 +1020,7 @@ impl Attempt<'_> {
             }
         };
         let now = Timestamp::now();
-        let snapshot = Snapshot::read(
-            image.to_owned(),
-            digest.to_string(),
-            parsed.platform,
-            parsed.data,
-            now,
-        );
+        let snapshot = Snapshot::read(image.clone(), digest, parsed.platform, parsed.data, now);
         ArchState {
             snapshot: Some(Arc::new(snapshot)),
             confirmed_at: Some(now),
@@ -1016,7 +1046,7 @@ impl Attempt<'_> {
             }
             ReadError::Unusable { .. } => {
                 warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "channel image is unusable; keeping the last good data");
-                digest.map(|d| (image.to_owned(), d.to_string()))
+                digest.map(|d| (image.clone(), d))
             }
             ReadError::Internal { .. } => {
                 warn!(%image, %arch, digest = digest.as_ref().map(Digest::as_str), error = %message, %kind, "reading the channel image failed; keeping the last good data");

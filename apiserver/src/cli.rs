@@ -20,7 +20,9 @@ use crate::{
     objects::{self, Source},
     telemetry,
 };
-use elemental_changelog_registry::{FetchError, Fetched, Fetcher, config::ConfigError};
+use elemental_changelog_registry::{
+    Digest, FetchError, Fetched, Fetcher, ImageRef, config::ConfigError,
+};
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +92,7 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
     };
     let source = Source {
         channel: "",
-        image: &args.image,
+        image: &image.image,
         digest: &image.digest,
     };
     match &args.version {
@@ -101,7 +103,8 @@ pub async fn inspect(args: InspectArgs) -> Result<(), CliError> {
 
 /// An image `inspect` pulled and parsed.
 struct Inspected {
-    digest: String,
+    image: ImageRef,
+    digest: Digest,
     platform: Option<String>,
     compressed_bytes: u64,
     data: IndexedChannel,
@@ -118,7 +121,7 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
         .to_config(CHANNEL_FILES)
         .map_err(CliError::Registry)?;
     let fetcher = Fetcher::new(config).map_err(fetch_error)?;
-    let image = args
+    let image: ImageRef = args
         .image
         .parse()
         .map_err(|error| fetch_error(FetchError::from(error)))?;
@@ -147,7 +150,8 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
             source,
         })?;
     Ok(Some(Inspected {
-        digest: digest.to_string(),
+        image,
+        digest,
         platform,
         compressed_bytes,
         data: IndexedChannel::new(data),
@@ -210,7 +214,7 @@ fn print_summaries(
         OutputFormat::Json => {
             let out = serde_json::json!({
                 "image": args.image,
-                "digest": image.digest,
+                "digest": image.digest.as_str(),
                 "platform": image.platform,
                 "compressedBytes": image.compressed_bytes,
                 "problems": problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -225,7 +229,7 @@ fn print_summaries(
             "{}",
             inspect_text(
                 &args.image,
-                &image.digest,
+                image.digest.as_str(),
                 image.platform.as_deref(),
                 problems,
                 &summaries

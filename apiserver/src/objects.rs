@@ -9,6 +9,7 @@ use elemental_changelog_apiservice::{
         UnavailableReason,
     },
 };
+use elemental_changelog_registry::{Digest, ImageRef};
 
 /// Longest warning text sent in a `Warning` header (k8s.io/apiserver truncates at 4 KiB).
 const MAX_WARNING_BYTES: usize = 4096;
@@ -61,21 +62,22 @@ pub fn warning_header(text: &str) -> String {
 pub struct Source<'a> {
     /// ManagedOSVersionChannel name (empty when there is none, as for `inspect`).
     pub channel: &'a str,
-    /// Image reference the snapshot was read from.
-    pub image: &'a str,
+    /// Image reference the snapshot was read from (answered as written).
+    pub image: &'a ImageRef,
     /// Manifest digest of that image.
-    pub digest: &'a str,
+    pub digest: &'a Digest,
 }
 
 /// The `channel` of an answer about version `name`: the digest is the one the version was
-/// read from, which for a version retained from an earlier image is that image's.
+/// read from, which for a version retained from an earlier image is that image's (kept by
+/// the channel data as the text of its [`Digest`], answered as it is).
 pub fn channel_ref(source: Source<'_>, data: &IndexedChannel, name: &str) -> ChannelRef {
     let retained_from = data.version(name).and_then(|v| v.retained_from.clone());
     ChannelRef {
         name: source.channel.to_owned(),
-        image: Some(source.image.to_owned()),
+        image: Some(source.image.as_str().to_owned()),
         retained: retained_from.is_some(),
-        digest: Some(retained_from.unwrap_or_else(|| source.digest.to_owned())),
+        digest: Some(retained_from.unwrap_or_else(|| source.digest.to_string())),
     }
 }
 

@@ -9,6 +9,7 @@ use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
 use elemental_changelog_apiserver::objects::{self, Source};
 use elemental_changelog_apiservice::{Arch, types::ObjectMeta};
 use elemental_changelog_integration::{image, registry, registry::Registry, sample, testbed};
+use elemental_changelog_registry::{Digest, ImageRef};
 use serde_json::Value;
 
 async fn inspect(registry: &Registry, image: &str, extra: &[&str]) -> Result<Output> {
@@ -70,10 +71,12 @@ async fn inspect_prints_what_the_server_would_serve() -> Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     let served: Value = serde_json::from_slice(&out.stdout)?;
+    let image: ImageRef = reference.parse()?;
+    let digest: Digest = pushed.digest.parse()?;
     let source = Source {
         channel: "",
-        image: &reference,
-        digest: &pushed.digest,
+        image: &image,
+        digest: &digest,
     };
     let metadata = ObjectMeta {
         name: newest.clone(),

@@ -244,7 +244,7 @@ impl Fetcher {
 
     /// Resolves `image`, and pulls it for `arch` (its OCI name: `amd64`)
     /// unless it still has `known_digest`.
-    #[tracing::instrument(skip_all, fields(%image, %arch))]
+    #[tracing::instrument(skip_all, fields(image = %image.whole(), %arch))]
     pub async fn fetch(
         &self,
         image: &ImageRef,

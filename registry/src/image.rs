@@ -1,6 +1,7 @@
-//! What names an image: a parsed reference ([`ImageRef`]), a content
-//! [`Digest`], and [`ImageKey`], the repository, manifest digest and
-//! architecture that make two pulls (and their parses) the same.
+//! What names an image: a parsed reference ([`ImageRef`]), its
+//! [`Repository`], a content [`Digest`], and [`ImageKey`], the repository,
+//! manifest digest and architecture that make two pulls (and their parses)
+//! the same.
 
 use std::{fmt, str::FromStr, sync::Arc};
 
@@ -83,9 +84,15 @@ impl PartialEq<String> for Digest {
 }
 
 /// An image reference, parsed: `registry/path[:tag][@digest]`, Docker Hub's
-/// short names expanded (`x` is `docker.io/library/x:latest`).
+/// short names expanded (`x` is `docker.io/library/x:latest`). It keeps the
+/// text it was parsed from: it is shown as written ([`ImageRef::as_str`],
+/// `Display`), and two references are equal when they are written the same.
+/// (Two spellings of one image are one [`ImageKey`].)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ImageRef(Reference);
+pub struct ImageRef {
+    reference: Reference,
+    text: String,
+}
 
 /// A string that is not an image reference.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -99,25 +106,47 @@ pub struct InvalidImageRef {
 }
 
 impl ImageRef {
-    /// `registry/path`, the registry as it is reached (`index.docker.io` for
+    /// The reference as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The whole reference, normalised (`docker.io/library/x:tag`).
+    pub fn whole(&self) -> String {
+        self.reference.whole()
+    }
+
+    /// Its repository, `registry/path` (`docker.io/library/x`).
+    pub fn repository(&self) -> Repository {
+        Repository(format!(
+            "{}/{}",
+            self.reference.registry(),
+            self.reference.repository()
+        ))
+    }
+
+    /// The registry (`host[:port]`) as it is reached (`index.docker.io` for
     /// Docker Hub's names).
-    pub fn repository(&self) -> String {
-        format!("{}/{}", self.0.resolve_registry(), self.0.repository())
-    }
-
-    /// The registry (`host[:port]`) as it is reached.
     pub fn registry(&self) -> &str {
-        self.0.resolve_registry()
+        self.reference.resolve_registry()
     }
 
-    /// The same repository at `digest`.
+    /// The same repository at `digest`, written `registry/path@digest`.
     pub fn at(&self, digest: &Digest) -> Self {
-        Self(self.0.clone_with_digest(digest.as_str().to_owned()))
+        Self::from_reference(self.reference.clone_with_digest(digest.as_str().to_owned()))
     }
 
     /// The parsed reference, for the registry client.
     pub(crate) fn reference(&self) -> &Reference {
-        &self.0
+        &self.reference
+    }
+
+    /// `reference`, written normalised.
+    fn from_reference(reference: Reference) -> Self {
+        Self {
+            text: reference.whole(),
+            reference,
+        }
     }
 }
 
@@ -125,17 +154,87 @@ impl FromStr for ImageRef {
     type Err = InvalidImageRef;
 
     fn from_str(image: &str) -> Result<Self, Self::Err> {
-        image.parse().map(Self).map_err(|source| InvalidImageRef {
-            image: image.to_owned(),
-            source: Arc::new(source),
-        })
+        match image.parse() {
+            Ok(reference) => Ok(Self {
+                reference,
+                text: image.to_owned(),
+            }),
+            Err(source) => Err(InvalidImageRef {
+                image: image.to_owned(),
+                source: Arc::new(source),
+            }),
+        }
     }
 }
 
 impl fmt::Display for ImageRef {
-    /// The whole reference, normalised (`docker.io/library/x:tag`).
+    /// The reference as written.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.whole())
+        f.write_str(&self.text)
+    }
+}
+
+/// A repository, `registry/path`, written as image references name it once
+/// normalised: the registry as named (`docker.io` for Docker Hub, whose short
+/// names are expanded: `x` is in `docker.io/library/x`), without tag or digest.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Repository(String);
+
+/// A string that is not a repository written as [`Repository`] writes it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a repository (registry/path, without tag or digest)")]
+pub struct InvalidRepository(pub String);
+
+impl Repository {
+    /// `registry/path`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The image of this repository at `digest`: `registry/path@digest`.
+    pub fn at(&self, digest: &Digest) -> ImageRef {
+        // Always "registry/path": a registry holds no slash.
+        let (registry, path) = self.0.split_once('/').unwrap_or_default();
+        ImageRef::from_reference(Reference::with_digest(
+            registry.to_owned(),
+            path.to_owned(),
+            digest.as_str().to_owned(),
+        ))
+    }
+}
+
+impl FromStr for Repository {
+    type Err = InvalidRepository;
+
+    /// Only `registry/path` as [`ImageRef::repository`] writes it: no tag, no
+    /// digest, no short name (`x` or `library/x` is not `docker.io/library/x`).
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let invalid = || InvalidRepository(raw.to_owned());
+        let image: ImageRef = raw.parse().map_err(|_| invalid())?;
+        let repository = image.repository();
+        if repository.0 == raw {
+            Ok(repository)
+        } else {
+            Err(invalid())
+        }
+    }
+}
+
+impl fmt::Display for Repository {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for Repository {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Repository {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
     }
 }
 
@@ -145,7 +244,7 @@ impl fmt::Display for ImageRef {
 /// architecture (its OCI name: the platform chosen from an index).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ImageKey {
-    repository: String,
+    repository: Repository,
     digest: Digest,
     arch: String,
 }
@@ -161,7 +260,7 @@ impl ImageKey {
     }
 
     /// `registry/path`.
-    pub fn repository(&self) -> &str {
+    pub fn repository(&self) -> &Repository {
         &self.repository
     }
 
@@ -192,18 +291,18 @@ mod tests {
     }
 
     #[test]
-    fn keys_name_the_repository_as_reached() {
+    fn keys_name_the_repository_however_the_reference_spells_it() {
         let a = key("docker.io/library/x:1", "sha256:aa", "amd64");
         assert_eq!(a, key("index.docker.io/library/x:2", "sha256:aa", "amd64"));
         assert_eq!(a, key("x:3", "sha256:aa", "amd64"));
-        assert_eq!(a.repository(), "index.docker.io/library/x");
+        assert_eq!(*a.repository(), "docker.io/library/x");
         assert_ne!(a, key("docker.io/library/x:1", "sha256:aa", "arm64"));
         assert_ne!(a, key("docker.io/library/x:1", "sha256:bb", "amd64"));
         assert_ne!(
             a,
             key("registry.example.com/library/x:1", "sha256:aa", "amd64")
         );
-        assert_eq!(a.to_string(), "index.docker.io/library/x@sha256:aa (amd64)");
+        assert_eq!(a.to_string(), "docker.io/library/x@sha256:aa (amd64)");
     }
 
     #[test]
@@ -217,6 +316,64 @@ mod tests {
         );
         let error = "Not A Reference".parse::<ImageRef>().unwrap_err();
         assert_eq!(error.image, "Not A Reference");
+    }
+
+    #[test]
+    fn references_are_shown_and_compared_as_written() {
+        let short: ImageRef = "x".parse().unwrap();
+        let long: ImageRef = "docker.io/library/x:latest".parse().unwrap();
+        assert_eq!((short.as_str(), short.to_string()), ("x", "x".to_owned()));
+        assert_eq!(short.whole(), "docker.io/library/x:latest");
+        assert_eq!(short.registry(), "index.docker.io");
+        assert_ne!(short, long, "written differently");
+        assert_eq!(short.repository(), long.repository());
+        assert_eq!(short, "x".parse().unwrap());
+        let digest = "sha256:aa".parse().unwrap();
+        assert_eq!(short.at(&digest), long.at(&digest));
+        assert_eq!(short.at(&digest).as_str(), "docker.io/library/x@sha256:aa");
+    }
+
+    #[test]
+    fn repositories_are_written_one_way() {
+        for (image, repository) in [
+            ("x:1", "docker.io/library/x"),
+            ("index.docker.io/team/x", "docker.io/team/x"),
+            (
+                "registry.example.com:5000/os/channel:v1@sha256:6c3c624b58dbbcd3c0dd82b4c53f04194d1247c6eebdaab7c610cf7d66709b3b",
+                "registry.example.com:5000/os/channel",
+            ),
+            ("localhost/channel", "localhost/channel"),
+        ] {
+            let image: ImageRef = image.parse().unwrap();
+            assert_eq!(image.repository(), repository);
+            let parsed: Repository = repository.parse().unwrap();
+            assert_eq!(parsed, image.repository());
+            assert_eq!(parsed.to_string(), repository);
+        }
+        let repository: Repository = "registry.example.com/os/channel".parse().unwrap();
+        let digest = "sha256:aa".parse().unwrap();
+        assert_eq!(
+            repository.at(&digest).as_str(),
+            "registry.example.com/os/channel@sha256:aa"
+        );
+        assert_eq!(repository.at(&digest).repository(), repository);
+        for bad in [
+            "",
+            "x",
+            "library/x",
+            "index.docker.io/library/x",
+            "registry.example.com/os/channel:v1",
+            "registry.example.com/os/channel:latest",
+            "registry.example.com/os/channel@sha256:6c3c624b58dbbcd3c0dd82b4c53f04194d1247c6eebdaab7c610cf7d66709b3b",
+            "Registry.example.com/OS/channel",
+            "registry.example.com/os/channel ",
+        ] {
+            assert_eq!(
+                bad.parse::<Repository>(),
+                Err(InvalidRepository(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! |---|---|---|
 //! | [`budget`] | the process's memory [`Budget`] and its [`MemoryPlan`], all the memory arithmetic of a pull and its parse | |
 //! | [`limits`] | [`FetchLimits`], the [`Limit`] an image exceeded, and [`KeepFiles`] | |
-//! | [`image`] | [`ImageRef`], [`Digest`], and [`ImageKey`]: what makes two pulls the same | |
+//! | [`image`] | [`ImageRef`], [`Repository`], [`Digest`], and [`ImageKey`]: what makes two pulls the same | |
 //! | [`platform`] | choosing the `linux/<arch>` entry of an index | |
 //! | [`digest`] | content digests computed as content arrives | |
 //! | [`config`] | registry flags and settings | `budget`, `limits` |
@@ -49,7 +49,9 @@ pub use self::{
     config::{FetchConfig, RegistryArgs},
     error::{FetchError, FetchErrorKind, ManifestError},
     fetcher::{Fetched, Fetcher, ParseAllowance, PulledMemory, Resolved},
-    image::{Digest, ImageKey, ImageRef, InvalidDigest, InvalidImageRef},
+    image::{
+        Digest, ImageKey, ImageRef, InvalidDigest, InvalidImageRef, InvalidRepository, Repository,
+    },
     limits::{FetchLimits, KeepFiles, Limit},
     reload::ReloadingFetcher,
 };

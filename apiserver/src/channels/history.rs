@@ -14,6 +14,7 @@ use std::{
     time::Duration,
 };
 
+use elemental_changelog_registry::{Digest, ImageRef, Repository};
 use futures::{StreamExt, future::BoxFuture};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -40,14 +41,15 @@ pub const MAX_BYTES: usize = 512 * 1024;
 const WRITE_ATTEMPTS: u32 = 8;
 
 /// One image a channel resolved to, and the versions it listed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageRecord {
     /// Registry and repository, without tag or digest (`registry/elemental/channel`).
-    pub repository: String,
+    pub repository: Repository,
     /// Digest the channel's reference resolved to (an index digest for a
     /// multi-architecture image).
-    pub digest: String,
-    /// When a replica first recorded it (RFC 3339), for people reading the object.
+    pub digest: Digest,
+    /// When a replica first recorded it (RFC 3339), for people reading the
+    /// object: kept as written, never read by the server.
     pub recorded: String,
     /// Names of the versions (ManagedOSVersions) it listed.
     pub versions: BTreeSet<String>,
@@ -55,16 +57,76 @@ pub struct ImageRecord {
 
 impl ImageRecord {
     /// The reference that pulls exactly this image: `repository@digest`.
-    pub fn reference(&self) -> String {
-        format!("{}@{}", self.repository, self.digest)
+    pub fn reference(&self) -> ImageRef {
+        self.repository.at(&self.digest)
+    }
+}
+
+/// An [`ImageRecord`] as the ConfigMap's JSON writes it.
+#[derive(Serialize)]
+struct RecordOut<'a> {
+    repository: &'a str,
+    digest: &'a str,
+    recorded: &'a str,
+    versions: &'a BTreeSet<String>,
+}
+
+impl Serialize for ImageRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        RecordOut {
+            repository: self.repository.as_str(),
+            digest: self.digest.as_str(),
+            recorded: &self.recorded,
+            versions: &self.versions,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// An [`ImageRecord`] as read from the ConfigMap's JSON, not parsed yet.
+#[derive(Deserialize)]
+struct RecordIn {
+    repository: String,
+    digest: String,
+    recorded: String,
+    versions: BTreeSet<String>,
+}
+
+impl RecordIn {
+    /// The record, or why its repository or digest is none.
+    fn parse(self) -> Result<ImageRecord, String> {
+        let repository = self.repository.parse().map_err(|e| format!("{e}"))?;
+        let digest = self.digest.parse().map_err(|e| format!("{e}"))?;
+        Ok(ImageRecord {
+            repository,
+            digest,
+            recorded: self.recorded,
+            versions: self.versions,
+        })
     }
 }
 
 /// The records of one channel, oldest first.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ChannelHistory {
     /// Images, oldest first; the last one is the newest recorded.
     pub images: Vec<ImageRecord>,
+}
+
+/// A [`ChannelHistory`] as read from the ConfigMap's JSON.
+#[derive(Deserialize)]
+struct ChannelIn {
+    images: Vec<RecordIn>,
+}
+
+/// What [`History::from_data`] could not read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// ConfigMap keys that name no channel, or whose value is not a channel's records.
+    pub keys: Vec<String>,
+    /// Records whose repository or digest does not parse: the key, the
+    /// record's position (0: the oldest) and why.
+    pub records: Vec<String>,
 }
 
 /// The history of every channel, as read from the ConfigMap.
@@ -85,21 +147,27 @@ fn parse_key(text: &str) -> Option<ChannelKey> {
 }
 
 impl History {
-    /// Reads ConfigMap data; keys or values that cannot be read are skipped
-    /// (and named in the returned list), the rest is used.
-    pub fn from_data(data: &BTreeMap<String, String>) -> (Self, Vec<String>) {
+    /// Reads ConfigMap data; keys or values that cannot be read, and records
+    /// whose repository or digest does not parse, are skipped (and named in
+    /// what is returned), the rest is used.
+    pub fn from_data(data: &BTreeMap<String, String>) -> (Self, Skipped) {
         let mut history = Self::default();
-        let mut skipped = Vec::new();
+        let mut skipped = Skipped::default();
         for (text, value) in data {
-            match (
-                parse_key(text),
-                serde_json::from_str::<ChannelHistory>(value),
-            ) {
-                (Some(key), Ok(channel)) => {
-                    history.channels.insert(key, channel);
+            let (Some(key), Ok(channel)) =
+                (parse_key(text), serde_json::from_str::<ChannelIn>(value))
+            else {
+                skipped.keys.push(text.clone());
+                continue;
+            };
+            let mut images = Vec::with_capacity(channel.images.len());
+            for (index, record) in channel.images.into_iter().enumerate() {
+                match record.parse() {
+                    Ok(record) => images.push(record),
+                    Err(why) => skipped.records.push(format!("{text}[{index}]: {why}")),
                 }
-                _ => skipped.push(text.clone()),
             }
+            history.channels.insert(key, ChannelHistory { images });
         }
         (history, skipped)
     }
@@ -146,23 +214,28 @@ impl History {
         &self,
         key: &ChannelKey,
         version: &str,
-        repository: &str,
+        repository: &Repository,
     ) -> Option<&ImageRecord> {
         self.channels
             .get(key)?
             .images
             .iter()
             .rev()
-            .find(|r| r.repository == repository && r.versions.contains(version))
+            .find(|r| r.repository == *repository && r.versions.contains(version))
     }
 
     /// Whether recording `digest` with `versions` would change anything: it is
     /// the newest record already and lists them all.
-    pub fn is_recorded(&self, key: &ChannelKey, digest: &str, versions: &BTreeSet<String>) -> bool {
+    pub fn is_recorded(
+        &self,
+        key: &ChannelKey,
+        digest: &Digest,
+        versions: &BTreeSet<String>,
+    ) -> bool {
         self.channels
             .get(key)
             .and_then(|c| c.images.last())
-            .is_some_and(|r| r.digest == digest && versions.is_subset(&r.versions))
+            .is_some_and(|r| r.digest == *digest && versions.is_subset(&r.versions))
     }
 
     /// Records that `key` resolved to `digest` in `repository`, listing
@@ -172,8 +245,8 @@ impl History {
     pub fn record(
         &mut self,
         key: &ChannelKey,
-        repository: &str,
-        digest: &str,
+        repository: &Repository,
+        digest: &Digest,
         versions: &BTreeSet<String>,
         now: jiff::Timestamp,
     ) -> bool {
@@ -181,16 +254,16 @@ impl History {
             return false;
         }
         let channel = self.channels.entry(key.clone()).or_default();
-        let mut record = match channel.images.iter().position(|r| r.digest == digest) {
+        let mut record = match channel.images.iter().position(|r| r.digest == *digest) {
             Some(index) => channel.images.remove(index),
             None => ImageRecord {
-                repository: repository.to_owned(),
-                digest: digest.to_owned(),
+                repository: repository.clone(),
+                digest: digest.clone(),
                 recorded: now.to_string(),
                 versions: BTreeSet::new(),
             },
         };
-        record.repository = repository.to_owned();
+        record.repository = repository.clone();
         record.versions.extend(versions.iter().cloned());
         channel.images.push(record);
         true
@@ -215,7 +288,7 @@ impl History {
             if !in_scope(key) {
                 continue;
             }
-            let mut newer: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            let mut newer: BTreeMap<Repository, BTreeSet<String>> = BTreeMap::new();
             let count = channel.images.len();
             for (index, record) in channel.images.iter_mut().enumerate().rev() {
                 let newer = newer.entry(record.repository.clone()).or_default();
@@ -350,8 +423,11 @@ impl ConfigMapHistory {
     fn read(&self, config_map: Option<&ConfigMap>) -> History {
         let data = config_map.and_then(|c| c.data.clone()).unwrap_or_default();
         let (history, skipped) = History::from_data(&data);
-        if !skipped.is_empty() {
-            warn!(keys = ?skipped, configmap = %self.name, "ignoring unreadable keys of the channel history; the next write drops them");
+        if !skipped.keys.is_empty() {
+            warn!(keys = ?skipped.keys, configmap = %self.name, "ignoring unreadable keys of the channel history; the next write drops them");
+        }
+        if !skipped.records.is_empty() {
+            warn!(records = ?skipped.records, configmap = %self.name, "ignoring records of the channel history whose repository or digest does not parse; the next write drops them");
         }
         history
     }

@@ -37,7 +37,7 @@ use elemental_changelog::{
 };
 use elemental_changelog_apiservice::{Arch, types::Advisory};
 use elemental_changelog_registry::{
-    Digest, FetchError, Fetched, ImageKey, KeepFiles, ParseAllowance,
+    Digest, FetchError, Fetched, ImageKey, ImageRef, KeepFiles, ParseAllowance,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -64,10 +64,9 @@ pub fn parse_limits(allowance: ParseAllowance) -> data::Limits {
     }
 }
 
-/// The key of `image` at `digest` for `arch`; `None` when `image` is not a valid reference
-/// (its pull fails anyway).
-fn image_key(image: &str, digest: &Digest, arch: &Arch) -> Option<ImageKey> {
-    Some(ImageKey::new(&image.parse().ok()?, digest, arch.oci()))
+/// The key of `image` at `digest` for `arch`.
+fn image_key(image: &ImageRef, digest: &Digest, arch: &Arch) -> ImageKey {
+    ImageKey::new(image, digest, arch.oci())
 }
 
 /// An image's parsed data and the platform it was read for.
@@ -315,20 +314,17 @@ impl ReadError {
 /// for it), else pulled and parsed, off the async threads and in the memory
 /// the pull reserved for it.
 pub(super) async fn read(
-    image: &str,
+    image: &ImageRef,
     digest: &Digest,
     arch: &Arch,
     ctx: &Context,
 ) -> Result<Read, ReadError> {
     let key = image_key(image, digest, arch);
-    let _turn = match &key {
-        Some(key) => Some(ctx.images.turn(key).await),
-        None => None,
-    };
-    if let Some(parsed) = key.as_ref().and_then(|k| ctx.images.get(k)) {
+    let _turn = ctx.images.turn(&key).await;
+    if let Some(parsed) = ctx.images.get(&key) {
         return Ok(Read::Shared(parsed));
     }
-    tracing::debug!(image, %arch, "pulling");
+    tracing::debug!(image = image.as_str(), %arch, "pulling");
     let fetched = ctx
         .fetcher
         .pull(image, digest, arch)
@@ -349,7 +345,7 @@ pub(super) async fn read(
     };
     // Parsed in the memory the pull reserved for it (held until the parse is done; this read
     // is the pull's only reader: the image store reads each key once at a time).
-    tracing::debug!(image, %arch, "parsing");
+    tracing::debug!(image = image.as_str(), %arch, "parsing");
     // A bug that panics in the parse costs this read, not the process.
     let built = tokio::task::spawn_blocking(move || {
         let limits = memory
@@ -368,9 +364,7 @@ pub(super) async fn read(
                 data: Arc::new(data),
                 platform,
             };
-            if let Some(key) = key {
-                ctx.images.insert(key, &parsed);
-            }
+            ctx.images.insert(key, &parsed);
             Ok(Read::Pulled {
                 parsed,
                 compressed_bytes,
@@ -392,9 +386,13 @@ pub(super) async fn read(
 mod tests {
     use super::*;
 
-    /// [`image_key`] of a digest and an architecture as written.
-    fn key(image: &str, digest: &str, arch: &str) -> Option<ImageKey> {
-        image_key(image, &digest.parse().unwrap(), &arch.parse().unwrap())
+    /// [`image_key`] of a reference, a digest and an architecture as written.
+    fn key(image: &str, digest: &str, arch: &str) -> ImageKey {
+        image_key(
+            &image.parse().unwrap(),
+            &digest.parse().unwrap(),
+            &arch.parse().unwrap(),
+        )
     }
 
     fn parsed(names: &[&str]) -> Parsed {
@@ -432,14 +430,13 @@ mod tests {
             key("registry.example.com/os/channel:v1", "sha256:a", "x86_64"),
             key("registry.example.com/os/channel:v1", "sha256:a", "aarch64"),
         );
-        assert_eq!(key("not a reference", "sha256:a", "x86_64"), None);
     }
 
     #[test]
     fn entries_never_keep_data_alive_and_dead_ones_are_pruned() {
         let images = ParsedImages::default();
-        let a = key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = key("registry.example.com/a:1", "sha256:a", "x86_64");
+        let b = key("registry.example.com/b:1", "sha256:b", "x86_64");
         let held = parsed(&["v1"]);
         images.insert(a.clone(), &held);
         let got = images.get(&a).unwrap();
@@ -531,8 +528,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_read_of_an_image_at_a_time_and_nothing_left_behind() {
         let images = ParsedImages::default();
-        let a = key("registry.example.com/a:1", "sha256:a", "x86_64").unwrap();
-        let b = key("registry.example.com/b:1", "sha256:b", "x86_64").unwrap();
+        let a = key("registry.example.com/a:1", "sha256:a", "x86_64");
+        let b = key("registry.example.com/b:1", "sha256:b", "x86_64");
         let first = images.turn(&a).await;
         let other = images.turn(&b).await;
         let second = images.turn(&a);

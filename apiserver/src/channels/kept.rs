@@ -32,7 +32,7 @@ use std::{
 };
 
 use elemental_changelog_apiservice::Arch;
-use elemental_changelog_registry::Digest;
+use elemental_changelog_registry::{Digest, ImageRef, Repository};
 use tokio::sync::watch;
 
 use crate::{
@@ -42,24 +42,21 @@ use crate::{
 
 /// Which parsed data: an image's repository, manifest digest, and the
 /// platform chosen from an index (`None`: a single-platform image, whose one
-/// parse serves every architecture).
+/// parse serves every architecture). The platform is the index entry's
+/// description (`os/arch[/variant]`), not an [`Arch`]: a variant is part of it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) struct ImageId {
-    repository: String,
-    digest: String,
+    repository: Repository,
+    digest: Digest,
     platform: Option<String>,
 }
 
 impl ImageId {
     /// The id of the parse of `image` at `digest` for `platform`.
-    pub(super) fn new(image: &str, digest: &str, platform: Option<&str>) -> Self {
-        let repository = image.parse::<oci_client::Reference>().map_or_else(
-            |_| image.to_owned(),
-            |r| format!("{}/{}", r.registry(), r.repository()),
-        );
+    pub(super) fn new(image: &ImageRef, digest: &Digest, platform: Option<&str>) -> Self {
         Self {
-            repository,
-            digest: digest.to_owned(),
+            repository: image.repository(),
+            digest: digest.clone(),
             platform: platform.map(str::to_owned),
         }
     }
@@ -93,12 +90,17 @@ pub(super) struct Refused {
 /// of the channel's current image and digest.
 #[derive(Default)]
 pub(super) struct Refusals {
-    images: HashMap<Option<Arch>, (String, Digest, ImageId, u64)>,
+    images: HashMap<Option<Arch>, (ImageRef, Digest, ImageId, u64)>,
 }
 
 impl Refusals {
     /// The refused parse of `image` at `digest` for `arch`, and its bytes.
-    pub(super) fn get(&self, image: &str, digest: &Digest, arch: &Arch) -> Option<(&ImageId, u64)> {
+    pub(super) fn get(
+        &self,
+        image: &ImageRef,
+        digest: &Digest,
+        arch: &Arch,
+    ) -> Option<(&ImageId, u64)> {
         [Some(arch.clone()), None]
             .iter()
             .filter_map(|a| self.images.get(a))
@@ -109,7 +111,7 @@ impl Refusals {
     /// Remembers a refusal (forgetting those of other images or digests).
     pub(super) fn insert(
         &mut self,
-        image: &str,
+        image: &ImageRef,
         digest: &Digest,
         arch: &Arch,
         id: ImageId,
@@ -119,7 +121,7 @@ impl Refusals {
             .retain(|_, (i, d, _, _)| i == image && d == digest);
         let arch = id.platform.is_some().then(|| arch.clone());
         self.images
-            .insert(arch, (image.to_owned(), digest.clone(), id, bytes));
+            .insert(arch, (image.clone(), digest.clone(), id, bytes));
     }
 
     /// Forgets the refusals of `arch` (and of a single-platform image): admitted.
@@ -328,6 +330,11 @@ mod tests {
     use super::*;
     use crate::cache::ArchState;
 
+    /// [`ImageId::new`] of a reference and a digest as written.
+    fn id(image: &str, digest: &str, platform: Option<&str>) -> ImageId {
+        ImageId::new(&image.parse().unwrap(), &digest.parse().unwrap(), platform)
+    }
+
     fn snapshot(image: &str, digest: &str, platform: Option<&str>) -> Arc<Snapshot> {
         let parsed = Arc::new(
             ChannelData::from_files([(
@@ -338,8 +345,8 @@ mod tests {
             .unwrap(),
         );
         Arc::new(Snapshot::read(
-            image.to_owned(),
-            digest.to_owned(),
+            image.parse().unwrap(),
+            digest.parse().unwrap(),
             platform.map(str::to_owned),
             parsed,
             Timestamp::UNIX_EPOCH,
@@ -348,7 +355,7 @@ mod tests {
 
     fn serve(cache: &Cache, channel: &str, snapshots: &[(&str, Arc<Snapshot>)]) {
         cache.update(&ChannelKey::new("ns", channel), |_| ChannelState {
-            image: Some(snapshots[0].1.image.clone()),
+            image: Some(snapshots[0].1.image.to_string()),
             attempted: true,
             archs: snapshots
                 .iter()
@@ -383,10 +390,10 @@ mod tests {
 
         let kept = Kept::new(2 * each);
         let three = ChannelKey::new("ns", "three");
-        let b = ImageId::new("registry.example.com/b:1", "sha256:b", None);
+        let b = id("registry.example.com/b:1", "sha256:b", None);
         let claim = kept.admit(&cache, &three, b.clone(), each, None).unwrap();
         // Another new image does not fit next to the admitted one...
-        let c = ImageId::new("registry.example.com/c:1", "sha256:c", None);
+        let c = id("registry.example.com/c:1", "sha256:c", None);
         let four = ChannelKey::new("ns", "four");
         let refused = kept
             .admit(&cache, &four, c.clone(), each, None)
@@ -420,8 +427,8 @@ mod tests {
         assert!(kept.refuses(&cache, &one, &c, each).is_some());
         // Platforms of an index are distinct parses.
         assert_ne!(
-            ImageId::new("registry.example.com/e:1", "sha256:e", Some("linux/amd64")),
-            ImageId::new("registry.example.com/e:1", "sha256:e", Some("linux/arm64")),
+            id("registry.example.com/e:1", "sha256:e", Some("linux/amd64")),
+            id("registry.example.com/e:1", "sha256:e", Some("linux/arm64")),
         );
     }
 }

@@ -9,8 +9,12 @@ use std::{
     sync::Arc,
 };
 
-use elemental_changelog::{compute::IndexedChannel, data::ChannelData};
+use elemental_changelog::{
+    compute::IndexedChannel,
+    data::{ChannelData, VersionData},
+};
 use elemental_changelog_apiservice::Arch;
+use elemental_changelog_registry::{Digest, ImageRef, Repository};
 use jiff::Timestamp;
 use kube::ResourceExt;
 use tracing::{debug, info, warn};
@@ -35,50 +39,57 @@ use crate::{
 /// changelog data for it, so they are not pulled again.
 #[derive(Default)]
 pub(super) struct Memory {
-    no_data: HashSet<(String, Arch, String)>,
+    no_data: HashSet<(Digest, Arch, String)>,
 }
 
 /// Where the data of a retained version comes from.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Source {
     /// The snapshot being composed, or this replica's previous snapshot:
     /// the version with its data as held there (`digest`: the image it came from).
-    Held { previous: bool, digest: String },
+    Held { previous: bool, digest: Digest },
     /// An older image, pulled by digest (`reference` is `repository@digest`).
-    Pulled { reference: String, digest: String },
+    Pulled { reference: ImageRef, digest: Digest },
 }
 
 /// Older images pulled during one refresh, by (digest, architecture).
-type Pulled = BTreeMap<(String, Arch), Result<Arc<ChannelData>, FetchFailure>>;
+type Pulled = BTreeMap<(Digest, Arch), Result<Arc<ChannelData>, FetchFailure>>;
 
 /// A snapshot to serve retained versions with (shared by the architectures a
 /// single-platform image serves), the architecture it was planned for, and
 /// where each retained version's data comes from.
 type Group = (Arc<Snapshot>, Arch, BTreeMap<String, Source>);
 
+/// The digest of the older image a retained version's data was kept from
+/// (`None`: not retained). The changelog crate, which knows nothing of
+/// registries, keeps it as the text [`compose_one`] gave it, a [`Digest`]'s,
+/// so it parses.
+fn retained_from(version: &VersionData) -> Option<Digest> {
+    version.retained_from.as_deref()?.parse().ok()
+}
+
 /// The image a version's held data came from.
-fn held_origin(snapshot: &Snapshot, name: &str) -> Option<String> {
+fn held_origin(snapshot: &Snapshot, name: &str) -> Option<Digest> {
     let version = snapshot.data.version(name)?;
-    Some(
-        version
-            .retained_from
-            .clone()
-            .unwrap_or_else(|| snapshot.digest.clone()),
-    )
+    match version.retained_from {
+        None => Some(snapshot.digest.clone()),
+        Some(_) => retained_from(version),
+    }
 }
 
 /// For every ManagedOSVersion of the channel (`live`) that `snapshot`'s image
 /// does not list, where its data comes from: the image the history maps it
 /// to (held here already, or to pull), else (no history, not recorded, or
 /// recorded in another repository than `repository`, the channel image's
-/// `registry/repository`: the history never sends this server to another
-/// host, nor to another repository of the same host, whose content whoever
-/// can write the history may control) whatever this replica held.
+/// `registry/repository` (`None`: the channel names no valid reference): the
+/// history never sends this server to another host, nor to another
+/// repository of the same host, whose content whoever can write the history
+/// may control) whatever this replica held.
 #[allow(clippy::too_many_arguments)] // every input of the decision, none derivable from another
 fn plan(
     key: &ChannelKey,
     arch: &Arch,
-    repository: &str,
+    repository: Option<&Repository>,
     snapshot: &Snapshot,
     previous: Option<&Snapshot>,
     live: &BTreeSet<String>,
@@ -94,18 +105,20 @@ fn plan(
         {
             continue;
         }
-        let held = |want: Option<&str>| {
+        let held = |want: Option<&Digest>| {
             [(false, Some(snapshot)), (true, previous)]
                 .into_iter()
                 .find_map(|(is_previous, s)| {
                     let digest = held_origin(s?, name)?;
-                    want.is_none_or(|w| w == digest).then_some(Source::Held {
+                    want.is_none_or(|w| *w == digest).then_some(Source::Held {
                         previous: is_previous,
                         digest,
                     })
                 })
         };
-        let origin = history.and_then(|h| h.origin_in(key, name, repository));
+        let origin = history
+            .zip(repository)
+            .and_then(|(h, repository)| h.origin_in(key, name, repository));
         let source = match origin {
             Some(record) => held(Some(&record.digest)).or_else(|| {
                 let known_empty =
@@ -129,19 +142,20 @@ fn plan(
 /// Serves the retained versions of every architecture next to what
 /// [`refresh_arch`] read, pulling older images by digest where needed, and
 /// swaps the result into the cache if its state is still the one the refresh
-/// started from (else composes again from the new state). False when an
-/// older image could not be pulled.
+/// started from (else composes again from the new state), as the state of
+/// the channel naming `image` (as its spec writes it), in `repository`
+/// (`None`: `image` is no valid reference). False when an older image could
+/// not be pulled.
 pub(super) async fn retain_and_store(
     key: &ChannelKey,
     image: &str,
+    repository: Option<&Repository>,
     mut expected: Option<Arc<ChannelState>>,
     archs: &BTreeMap<Arch, ArchState>,
     ctx: &Context,
     memory: &mut Memory,
 ) -> bool {
     let mut pulled: Pulled = BTreeMap::new();
-    // An image that is no valid reference has no snapshot to plan for.
-    let repository = repository_of(image).unwrap_or_default();
     for _ in 0..SWAP_ATTEMPTS {
         let history = ctx
             .history
@@ -175,7 +189,7 @@ pub(super) async fn retain_and_store(
             let sources = plan(
                 key,
                 arch,
-                &repository,
+                repository,
                 snapshot,
                 previous,
                 &live,
@@ -229,14 +243,15 @@ async fn pull_retained(
         .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
     let mut ok = true;
     for (_, arch, sources) in groups {
-        let wanted: BTreeSet<(&String, &String)> = sources
+        // One reference per digest: every record followed is of the channel's repository.
+        let wanted: BTreeMap<&Digest, &ImageRef> = sources
             .values()
             .filter_map(|s| match s {
-                Source::Pulled { reference, digest } => Some((reference, digest)),
+                Source::Pulled { reference, digest } => Some((digest, reference)),
                 Source::Held { .. } => None,
             })
             .collect();
-        for (reference, digest) in wanted {
+        for (digest, reference) in wanted {
             let slot = (digest.clone(), arch.clone());
             if pulled.contains_key(&slot) {
                 continue;
@@ -317,7 +332,11 @@ fn retained_statuses(
 
 /// Reads `reference` (`repository@digest`) for `arch`: another channel's
 /// parse of it, or pulled and parsed.
-async fn read_by_digest(reference: &str, arch: &Arch, ctx: &Context) -> Result<Read, FetchFailure> {
+async fn read_by_digest(
+    reference: &ImageRef,
+    arch: &Arch,
+    ctx: &Context,
+) -> Result<Read, FetchFailure> {
     let failure = |kind: ReadErrorKind, message: String| FetchFailure {
         kind,
         message,
@@ -350,7 +369,7 @@ async fn compose(
                 .as_ref()
                 .and_then(|p| p.archs.get(&arch))
                 .and_then(|a| a.snapshot.clone());
-            let images: BTreeMap<String, Arc<ChannelData>> = sources
+            let images: BTreeMap<Digest, Arc<ChannelData>> = sources
                 .values()
                 .filter_map(|s| match s {
                     Source::Pulled { digest, .. } => {
@@ -383,16 +402,16 @@ fn compose_one(
     snapshot: &Arc<Snapshot>,
     previous: Option<&Snapshot>,
     sources: &BTreeMap<String, Source>,
-    images: &BTreeMap<String, Arc<ChannelData>>,
+    images: &BTreeMap<Digest, Arc<ChannelData>>,
 ) -> Arc<Snapshot> {
-    let now: BTreeMap<String, String> = snapshot
+    let now: BTreeMap<String, Digest> = snapshot
         .data
         .data()
         .versions()
         .iter()
-        .filter_map(|(n, v)| Some((n.clone(), v.retained_from.clone()?)))
+        .filter_map(|(n, v)| Some((n.clone(), retained_from(v)?)))
         .collect();
-    let wanted: BTreeMap<String, String> = sources
+    let wanted: BTreeMap<String, Digest> = sources
         .iter()
         .filter(|(name, source)| match source {
             Source::Held { .. } => true,
@@ -421,12 +440,12 @@ fn compose_one(
         }
     };
     // Held data: each version keeps the image it came from.
-    data.retain_from(snapshot.data.data(), &snapshot.digest, keep(false));
+    data.retain_from(snapshot.data.data(), snapshot.digest.as_str(), keep(false));
     if let Some(previous) = previous {
-        data.retain_from(previous.data.data(), &previous.digest, keep(true));
+        data.retain_from(previous.data.data(), previous.digest.as_str(), keep(true));
     }
     for (digest, image) in images {
-        data.retain_from(image, digest, |name| {
+        data.retain_from(image, digest.as_str(), |name| {
             matches!(sources.get(name), Some(Source::Pulled { digest: d, .. }) if d == digest)
         });
     }
@@ -435,34 +454,22 @@ fn compose_one(
     Arc::new(snapshot.with_data(data))
 }
 
-/// `registry/repository` of an image reference (as the history records it).
-fn repository_of(image: &str) -> Option<String> {
-    let reference = image.parse::<oci_client::Reference>().ok()?;
-    Some(format!(
-        "{}/{}",
-        reference.registry(),
-        reference.repository()
-    ))
-}
-
 /// Records in the channel history the image each architecture was read
 /// from, with the versions it listed (nothing is written when the history
 /// has it already).
 pub(super) async fn record_history(
     key: &ChannelKey,
-    image: &str,
+    image: &ImageRef,
     archs: &BTreeMap<Arch, ArchState>,
     ctx: &Context,
 ) {
     let Some(history) = &ctx.history else {
         return;
     };
-    let Some(repository) = repository_of(image) else {
-        return;
-    };
-    let mut by_digest: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let repository = image.repository();
+    let mut by_digest: BTreeMap<Digest, BTreeSet<String>> = BTreeMap::new();
     for snapshot in archs.values().filter_map(|a| a.snapshot.as_ref()) {
-        if snapshot.image != image {
+        if snapshot.image != *image {
             continue;
         }
         by_digest

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use elemental_changelog::data::ChannelData;
 
-use elemental_changelog_registry::FetchErrorKind;
+use elemental_changelog_registry::{FetchErrorKind, Repository};
 
 use super::*;
 use crate::cache::RetainedStatus;
@@ -176,9 +176,9 @@ impl Fake {
 }
 
 impl ImageSource for Fake {
-    fn resolve<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<Digest, FetchError>> {
+    fn resolve<'a>(&'a self, image: &'a ImageRef) -> BoxFuture<'a, Result<Digest, FetchError>> {
         let call = Call {
-            image: image.to_owned(),
+            image: image.to_string(),
             at: Instant::now(),
         };
         let _ = self.calls.send(call);
@@ -194,7 +194,7 @@ impl ImageSource for Fake {
             .images
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(image)
+            .get(image.as_str())
             .map(|i| i.digest.clone());
         let answer = match found {
             Some(digest) if !failing => Ok(digest.parse().expect("the fake's digests are digests")),
@@ -207,7 +207,7 @@ impl ImageSource for Fake {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-            .filter(|(only, _)| only.as_deref().is_none_or(|o| o == image))
+            .filter(|(only, _)| only.as_deref().is_none_or(|o| o == image.as_str()))
             .map(|(_, gate)| gate);
         Box::pin(async move {
             if let Some(gate) = gate {
@@ -219,12 +219,12 @@ impl ImageSource for Fake {
 
     fn pull<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageRef,
         digest: &'a Digest,
         arch: &'a Arch,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
         self.pulls.lock().unwrap_or_else(|e| e.into_inner()).push((
-            image.to_owned(),
+            image.to_string(),
             digest.to_string(),
             arch.to_string(),
         ));
@@ -492,7 +492,19 @@ fn digest_of(state: &ChannelState, arch: &str) -> Option<String> {
         .get(arch)?
         .snapshot
         .as_ref()
-        .map(|s| s.digest.clone())
+        .map(|s| s.digest.to_string())
+}
+
+/// A repository as written (`registry/path`).
+fn repository(text: &str) -> Repository {
+    text.parse()
+        .unwrap_or_else(|e| panic!("repository {text:?}: {e}"))
+}
+
+/// A digest as written.
+fn digest(text: &str) -> Digest {
+    text.parse()
+        .unwrap_or_else(|e| panic!("digest {text:?}: {e}"))
 }
 
 #[test]
@@ -1099,6 +1111,68 @@ async fn an_unusable_image_keeps_the_last_good_data() {
     .await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_image_that_is_no_reference_fails_as_its_resolve_would_and_keeps_the_last_good_data() {
+    let mut h = Harness::start(&["x86_64", "aarch64"]);
+    h.fake
+        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
+    h.list(
+        &[channel(
+            "sl-micro",
+            Some("registry/channel:6.1"),
+            "2026-01-01T00:00:00Z",
+        )],
+        &[version("v1", "sl-micro")],
+    );
+    h.call().await;
+    h.until("stored", |h| {
+        h.state("sl-micro")
+            .and_then(|s| digest_of(&s, "aarch64"))
+            .is_some()
+    })
+    .await;
+    let invalid = ReadErrorKind::Fetch(FetchErrorKind::InvalidReference);
+    h.channel(watcher::Event::Apply(channel(
+        "sl-micro",
+        Some("Not A Reference"),
+        "2026-01-02T00:00:00Z",
+    )));
+    h.until("failed", |h| {
+        h.state("sl-micro").is_some_and(|s| {
+            s.image.as_deref() == Some("Not A Reference")
+                && s.archs
+                    .values()
+                    .all(|a| a.last_error.as_ref().is_some_and(|e| e.kind == invalid))
+        })
+    })
+    .await;
+    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    for arch in ["x86_64", "aarch64"] {
+        assert_eq!(
+            digest_of(&state, arch).as_deref(),
+            Some("sha256:one"),
+            "{arch}: the last good data is kept"
+        );
+        assert!(
+            state.archs[arch]
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.message.contains("Not A Reference")),
+            "{arch}: {:?}",
+            state.archs[arch].last_error
+        );
+    }
+    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    assert!(
+        text.contains("elemental_changelog_channel_fetches_total{result=\"invalid_reference\"} 2"),
+        "one failed fetch per architecture: {text}"
+    );
+    // Retried with backoff, never asking the registry: the first image's resolve stays the
+    // only call.
+    h.no_call_before(INTERVAL - Duration::from_secs(1)).await;
+    assert_eq!(h.fake.pulls().len(), 1);
+}
+
 #[tokio::test]
 async fn cache_totals_and_pruning() {
     let cache = Cache::default();
@@ -1113,8 +1187,10 @@ async fn cache_totals_and_pruning() {
     data.precompute_summaries();
     let snapshot = Arc::new(
         Snapshot::read(
-            "registry/channel:v2".to_owned(),
-            "sha256:new".to_owned(),
+            "registry/channel:v2"
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}")),
+            digest("sha256:new"),
             None,
             parsed,
             Timestamp::UNIX_EPOCH,
@@ -1291,15 +1367,15 @@ fn old_and_new_history() -> History {
     let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
     history.record(
         &key,
-        REPO,
-        "sha256:old",
+        &repository(REPO),
+        &digest("sha256:old"),
         &names(&["v1", "v2", "v3"]),
         Timestamp::UNIX_EPOCH,
     );
     history.record(
         &key,
-        REPO,
-        "sha256:new",
+        &repository(REPO),
+        &digest("sha256:new"),
         &names(&["v3", "v4"]),
         Timestamp::UNIX_EPOCH,
     );
@@ -1348,7 +1424,7 @@ async fn a_young_replica_rebuilds_retained_versions_from_the_history() {
         assert!(
             matches!(
                 h.cache.retained_status(&key, arch, "v2"),
-                Some(RetainedStatus::Rebuilding { image }) if image == old
+                Some(RetainedStatus::Rebuilding { image }) if image.as_str() == old
             ),
             "{arch}"
         );
@@ -1407,7 +1483,7 @@ async fn an_older_image_the_registry_lost_fails_clearly_and_is_retried_with_back
     let key = ChannelKey::new(NS, "sl-micro");
     assert!(matches!(
         h.cache.retained_status(&key, "x86_64", "v2"),
-        Some(RetainedStatus::Failed { image, failure }) if image == old && failure.kind == ReadErrorKind::Fetch(FetchErrorKind::Timeout)
+        Some(RetainedStatus::Failed { image, failure }) if image.as_str() == old && failure.kind == ReadErrorKind::Fetch(FetchErrorKind::Timeout)
     ));
     assert_eq!(retained_from(&h, "v2"), None);
     assert_eq!(retained_from(&h, "v3"), Some(None), "the rest is served");
@@ -1482,7 +1558,12 @@ async fn images_read_are_recorded_and_the_history_is_pruned_with_the_versions() 
     // Dropped from the image, kept in memory: nothing pulled by digest.
     assert_eq!(retained_from(&h, "v1"), Some(Some("sha256:old".to_owned())));
     let key = ChannelKey::new(NS, "sl-micro");
-    let origin = |v: &str| history.current().origin(&key, v).map(|r| r.digest.clone());
+    let origin = |v: &str| {
+        history
+            .current()
+            .origin(&key, v)
+            .map(|r| r.digest.to_string())
+    };
     assert_eq!(origin("v1").as_deref(), Some("sha256:old"));
     assert_eq!(origin("v4").as_deref(), Some("sha256:new"));
 
@@ -1518,8 +1599,8 @@ async fn a_history_naming_another_registry_or_repository_is_not_followed() {
     let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
     history.record(
         &key,
-        "elsewhere.example.com/channel",
-        "sha256:elsewhere",
+        &repository("elsewhere.example.com/channel"),
+        &digest("sha256:elsewhere"),
         &names(&["v2"]),
         Timestamp::UNIX_EPOCH,
     );
@@ -1528,23 +1609,23 @@ async fn a_history_naming_another_registry_or_repository_is_not_followed() {
     // record of v1.
     history.record(
         &key,
-        REPO,
-        "sha256:old",
+        &repository(REPO),
+        &digest("sha256:old"),
         &names(&["v1"]),
         Timestamp::UNIX_EPOCH,
     );
     let forged = "registry.example.com/attacker/channel";
     history.record(
         &key,
-        forged,
-        "sha256:forged",
+        &repository(forged),
+        &digest("sha256:forged"),
         &names(&["v1"]),
         Timestamp::UNIX_EPOCH,
     );
     history.record(
         &key,
-        REPO,
-        "sha256:new",
+        &repository(REPO),
+        &digest("sha256:new"),
         &names(&["v3"]),
         Timestamp::UNIX_EPOCH,
     );
@@ -1600,15 +1681,15 @@ fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
     let mut h = History::default();
     h.record(
         &key,
-        REPO,
-        "sha256:1",
+        &repository(REPO),
+        &digest("sha256:1"),
         &names(&["v1", "v2"]),
         Timestamp::UNIX_EPOCH,
     );
     h.record(
         &key,
-        REPO,
-        "sha256:2",
+        &repository(REPO),
+        &digest("sha256:2"),
         &names(&["v2", "v3"]),
         Timestamp::UNIX_EPOCH,
     );
@@ -1625,8 +1706,8 @@ fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
     let mut added = h.clone();
     added.record(
         &key,
-        REPO,
-        "sha256:3",
+        &repository(REPO),
+        &digest("sha256:3"),
         &names(&["v4"]),
         Timestamp::UNIX_EPOCH,
     );
@@ -1637,8 +1718,8 @@ fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
     let mut back = h.clone();
     back.record(
         &key,
-        REPO,
-        "sha256:1",
+        &repository(REPO),
+        &digest("sha256:1"),
         &names(&["v1"]),
         Timestamp::UNIX_EPOCH,
     );

@@ -637,7 +637,7 @@ impl Resources {
     ) -> Option<(String, UnavailableReason, Option<u32>)> {
         let name = version.name_any();
         let (namespace, channel_name) = (&key.namespace, &key.name);
-        let image = channel.image().unwrap_or(&snapshot.image);
+        let image = channel.image().unwrap_or(snapshot.image.as_str());
         let served = format!(
             "ManagedOSVersion {namespace}/{name} is not in channel image {} ({}), the last one read",
             snapshot.image, snapshot.digest

@@ -14,12 +14,14 @@ fn names(list: &[&str]) -> BTreeSet<String> {
 fn record(h: &mut History, channel: &str, digest: &str, versions: &[&str]) -> bool {
     h.record(
         &key(channel),
-        "registry.example.com/elemental/channel",
-        digest,
+        &REPOSITORY.parse().unwrap_or_else(|e| panic!("{e}")),
+        &digest.parse().unwrap_or_else(|e| panic!("{e}")),
         &names(versions),
         jiff::Timestamp::UNIX_EPOCH,
     )
 }
+
+const REPOSITORY: &str = "registry.example.com/elemental/channel";
 
 #[test]
 fn a_version_maps_to_the_newest_image_that_listed_it() {
@@ -38,7 +40,7 @@ fn a_version_maps_to_the_newest_image_that_listed_it() {
     assert_eq!(h.origin(&key("other"), "v1"), None);
     assert_eq!(
         h.origin(&key("c"), "v1")
-            .map(ImageRecord::reference)
+            .map(|r| r.reference().to_string())
             .as_deref(),
         Some("registry.example.com/elemental/channel@sha256:2")
     );
@@ -155,5 +157,94 @@ fn configmap_data_round_trips_and_unreadable_keys_are_skipped() {
     data.insert("nodot".to_owned(), "{}".to_owned());
     let (read, skipped) = History::from_data(&data);
     assert_eq!(read, h);
-    assert_eq!(skipped, ["fleet-default.broken", "nodot"]);
+    assert_eq!(skipped.keys, ["fleet-default.broken", "nodot"]);
+    assert!(skipped.records.is_empty(), "{skipped:?}");
+}
+
+#[test]
+fn the_configmap_json_is_read_and_written_as_it_was() {
+    // As replicas have written it: compact, fields in this order.
+    let written = r#"{"images":[{"repository":"registry.example.com/elemental/channel","digest":"sha256:1","recorded":"2026-01-01T00:00:00Z","versions":["v1","v2"]},{"repository":"docker.io/library/channel","digest":"sha256:6c3c624b58dbbcd3c0dd82b4c53f04194d1247c6eebdaab7c610cf7d66709b3b","recorded":"1970-01-01T00:00:00Z","versions":["v3"]}]}"#;
+    let data = BTreeMap::from([("fleet-default.c".to_owned(), written.to_owned())]);
+    let (read, skipped) = History::from_data(&data);
+    assert_eq!(skipped, Skipped::default());
+    assert_eq!(read.to_data(), data);
+    let records = &read
+        .channel(&key("c"))
+        .unwrap_or_else(|| panic!("no channel"))
+        .images;
+    assert_eq!(
+        records[1].reference().to_string(),
+        "docker.io/library/channel@sha256:6c3c624b58dbbcd3c0dd82b4c53f04194d1247c6eebdaab7c610cf7d66709b3b"
+    );
+    // A record the server writes now reads the same.
+    let mut h = History::default();
+    h.record(
+        &key("c"),
+        &"channel:v1"
+            .parse::<elemental_changelog_registry::ImageRef>()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .repository(),
+        &"sha256:3".parse().unwrap_or_else(|e| panic!("{e}")),
+        &names(&["v4"]),
+        jiff::Timestamp::UNIX_EPOCH,
+    );
+    assert_eq!(
+        h.to_data()["fleet-default.c"],
+        r#"{"images":[{"repository":"docker.io/library/channel","digest":"sha256:3","recorded":"1970-01-01T00:00:00Z","versions":["v4"]}]}"#
+    );
+}
+
+#[test]
+fn records_whose_repository_or_digest_does_not_parse_are_skipped() {
+    let record = |repository: &str, digest: &str, version: &str| {
+        format!(
+            r#"{{"repository":"{repository}","digest":"{digest}","recorded":"","versions":["{version}"]}}"#
+        )
+    };
+    let value = format!(
+        r#"{{"images":[{},{},{},{}]}}"#,
+        record(REPOSITORY, "sha256:1", "v1"),
+        record(REPOSITORY, "not a digest", "v2"),
+        record(
+            "registry.example.com/elemental/channel:v3",
+            "sha256:3",
+            "v3"
+        ),
+        record(REPOSITORY, "sha256:4", "v4"),
+    );
+    let data = BTreeMap::from([("fleet-default.c".to_owned(), value)]);
+    let (read, skipped) = History::from_data(&data);
+    assert!(skipped.keys.is_empty(), "{skipped:?}");
+    assert_eq!(skipped.records.len(), 2, "{skipped:?}");
+    assert!(
+        skipped.records[0].starts_with("fleet-default.c[1]: "),
+        "{skipped:?}"
+    );
+    assert!(skipped.records[0].contains("not a digest"), "{skipped:?}");
+    assert!(
+        skipped.records[1].starts_with("fleet-default.c[2]: "),
+        "{skipped:?}"
+    );
+    // The rest is read, in order.
+    assert_eq!(origin_of(&read, "v1"), Some("sha256:1"));
+    assert_eq!(origin_of(&read, "v2"), None);
+    assert_eq!(origin_of(&read, "v3"), None);
+    assert_eq!(origin_of(&read, "v4"), Some("sha256:4"));
+    assert_eq!(read.records(), 2);
+    // The next write drops them.
+    let mut expected = History::default();
+    record_at(&mut expected, "sha256:1", "v1");
+    record_at(&mut expected, "sha256:4", "v4");
+    assert_eq!(read, expected);
+}
+
+/// Records `digest` listing `version` for channel `c`, recorded "" (as the test's JSON).
+fn record_at(h: &mut History, digest: &str, version: &str) {
+    record(h, "c", digest, &[version]);
+    if let Some(channel) = h.channels.get_mut(&key("c"))
+        && let Some(last) = channel.images.last_mut()
+    {
+        last.recorded = String::new();
+    }
 }

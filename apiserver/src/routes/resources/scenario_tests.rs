@@ -94,8 +94,8 @@ fn snapshot(image: &str, digest: &str, data: ChannelData) -> Arc<Snapshot> {
     data.precompute_summaries();
     Arc::new(
         Snapshot::read(
-            image.to_owned(),
-            digest.to_owned(),
+            image.parse().unwrap(),
+            digest.parse().unwrap(),
             None,
             parsed,
             Timestamp::UNIX_EPOCH,
@@ -953,7 +953,10 @@ fn retained_versions_being_rebuilt_are_not_fetched_yet_never_not_found() {
     let rebuilt = "base-v2.2.0-2.9-os";
     w.version(mov(NS, rebuilt, "sl-micro", "v2.2.0-2.9"));
     let key = ChannelKey::new(NS, "sl-micro");
-    let older = format!("registry.example.com/channels/sl-micro@{OLD_DIGEST}");
+    let older: elemental_changelog_registry::ImageRef =
+        format!("registry.example.com/channels/sl-micro@{OLD_DIGEST}")
+            .parse()
+            .unwrap();
     let statuses = |status: crate::cache::RetainedStatus| {
         BTreeMap::from([(
             Arch::x86_64(),
