@@ -51,22 +51,17 @@ pub async fn generated_channel(
 /// version of `channel` in `namespace` as available, for at most
 /// [`SERVED`]; returns the time it took.
 pub async fn wait_served(bed: &TestBed, namespace: &str, channel: &Channel) -> Result<Duration> {
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        channel_summaries_path(namespace, &channel.name)
-    );
+    let path = channel_summaries_path(namespace, &channel.name);
     let (_, took) = poll(
         &format!("{namespace}/{} served", channel.name),
         SERVED,
         POLL,
         || async {
-            let response = http.get(&url).send().await?;
-            if !response.status().is_success() {
+            let (status, body) = bed.admin_get(&path).await?;
+            if !status.is_success() {
                 return Ok(None);
             }
-            let list: Value = response.json().await?;
+            let list: Value = serde_json::from_str(&body)?;
             let items = list["items"].as_array().cloned().unwrap_or_default();
             let ready = items.len() == channel.versions.len()
                 && items.iter().all(|i| i["available"] == true);

@@ -36,6 +36,8 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt as _;
@@ -437,6 +439,45 @@ impl TestBed {
     /// An HTTP client for kube-apiserver, trusting its CA, presenting `identity` if given.
     pub fn apiserver_http(&self, identity: Option<&CertPair>) -> Result<reqwest::Client> {
         https_client(&self.pki.cluster_ca, identity)
+    }
+
+    /// GET `path` (with its query) through kube-apiserver (the aggregator) as
+    /// admin: the status and the body as text, whatever the status.
+    pub async fn admin_get(&self, path: &str) -> Result<(reqwest::StatusCode, String)> {
+        let response = self
+            .apiserver_http(Some(&self.pki.admin))?
+            .get(format!("{}{path}", self.apiserver_url()))
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = response.status();
+        let body = response
+            .text()
+            .await
+            .with_context(|| format!("GET {path}: {status}, reading the body"))?;
+        Ok((status, body))
+    }
+
+    /// [`TestBed::admin_get`] of a JSON answer: the status and the body parsed,
+    /// whatever the status; an error naming both when the body is not JSON.
+    pub async fn admin_get_value(&self, path: &str) -> Result<(reqwest::StatusCode, Value)> {
+        let (status, body) = self.admin_get(path).await?;
+        let value = serde_json::from_str(&body).with_context(|| {
+            format!("GET {path}: {status} with a body that is not JSON: {body}")
+        })?;
+        Ok((status, value))
+    }
+
+    /// [`TestBed::admin_get`] that must answer 200 with a JSON `T`; an error
+    /// naming the status and the body otherwise.
+    pub async fn admin_get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let (status, body) = self.admin_get(path).await?;
+        ensure!(
+            status == reqwest::StatusCode::OK,
+            "GET {path}: {status} {body}"
+        );
+        serde_json::from_str(&body)
+            .with_context(|| format!("GET {path}: not the expected JSON: {body}"))
     }
 
     /// Our server, if [`TestBed::start_server`] started it.

@@ -232,14 +232,11 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
 
 /// Admin reads the changelog through the aggregator, waiting for the first fetch.
 async fn admin_reads_changelog(bed: &TestBed) -> Result<()> {
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path(FLEET_NAMESPACE));
+    let path = changelog_path(FLEET_NAMESPACE);
     let body = soon(
         "admin reads the changelog through the aggregator",
         async || {
-            let response = http.get(&url).send().await?;
-            let status = response.status();
-            let body: Value = response.json().await?;
+            let (status, body) = bed.admin_get_value(&path).await?;
             Ok((status == StatusCode::OK).then_some(body))
         },
     )

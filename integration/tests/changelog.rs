@@ -32,17 +32,6 @@ use serde_json::{Value, json};
 const TEAM_NAMESPACE: &str = "team-b";
 const FETCHES: &str = "elemental_changelog_channel_fetches_total";
 
-/// GET through the aggregator as admin: status code and body.
-async fn get(bed: &TestBed, path: &str) -> Result<(u16, Vec<u8>)> {
-    let response = bed
-        .apiserver_http(Some(&bed.pki().admin))?
-        .get(format!("{}{path}", bed.apiserver_url()))
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.bytes().await?.to_vec()))
-}
-
 /// GET straight to our server as admin.
 async fn get_direct(bed: &TestBed, path: &str) -> Result<(u16, String)> {
     let server = bed.server().context("our server is not running")?;
@@ -75,11 +64,7 @@ async fn wait_changelog(
 ) -> Result<(ManagedOSVersionChangelog, Duration)> {
     let path = format!("{}{query}", changelog_path(namespace, name));
     poll(&format!("GET {path}"), SOON, POLL, async || {
-        let (status, body) = get(bed, &path).await?;
-        if status != 200 {
-            bail!("{status}: {}", String::from_utf8_lossy(&body));
-        }
-        let changelog: ManagedOSVersionChangelog = serde_json::from_slice(&body)?;
+        let changelog: ManagedOSVersionChangelog = bed.admin_get_json(&path).await?;
         Ok(accept(&changelog).then_some(changelog))
     })
     .await
@@ -112,9 +97,7 @@ async fn wait_status(
         SOON,
         POLL,
         async || {
-            let (status, body) = get(bed, &path).await?;
-            let body: Value = serde_json::from_slice(&body)
-                .with_context(|| format!("{status}: {}", String::from_utf8_lossy(&body)))?;
+            let (status, body) = bed.admin_get_value(&path).await?;
             let matches =
                 status == code && body["details"]["causes"][0]["reason"].as_str() == Some(reason);
             if matches {
@@ -435,16 +418,13 @@ async fn multi_arch_index(bed: &TestBed, registry: &Registry) -> Result<()> {
         }
     }
     // An architecture the server does not read is refused, not guessed.
-    let (status, body) = get(
-        bed,
-        &format!("{}?arch=s390x", changelog_path(FLEET_NAMESPACE, &newest)),
-    )
-    .await?;
-    ensure!(
-        status == 400,
-        "s390x: {status} {}",
-        String::from_utf8_lossy(&body)
-    );
+    let (status, body) = bed
+        .admin_get(&format!(
+            "{}?arch=s390x",
+            changelog_path(FLEET_NAMESPACE, &newest)
+        ))
+        .await?;
+    ensure!(status == 400, "s390x: {status} {body}");
     Ok(())
 }
 
@@ -579,8 +559,7 @@ async fn resync_and_retained(
         SOON,
         POLL,
         async || {
-            let (status, body) = get(bed, &path).await?;
-            let body: Value = serde_json::from_slice(&body)?;
+            let (status, body) = bed.admin_get_value(&path).await?;
             Ok((status == 404 && body["reason"] == "NotFound").then_some(()))
         },
     )

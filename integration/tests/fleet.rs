@@ -28,30 +28,10 @@ fn api(path: &str) -> String {
     format!("{GROUP_VERSION}{path}")
 }
 
-/// GET through the aggregator as admin: status code and body.
-async fn get(bed: &TestBed, path: &str) -> Result<(u16, String)> {
-    let response = bed
-        .apiserver_http(Some(&bed.pki().admin))?
-        .get(format!("{}{path}", bed.apiserver_url()))
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.text().await?))
-}
-
-async fn get_json(bed: &TestBed, path: &str) -> Result<Value> {
-    let (status, body) = get(bed, path).await?;
-    ensure!(status == 200, "GET {path}: {status} {body}");
-    serde_json::from_str(&body).with_context(|| format!("GET {path}: {body}"))
-}
-
 async fn machine(bed: &TestBed, namespace: &str, name: &str, query: &str) -> Result<Value> {
-    get_json(
-        bed,
-        &api(&format!(
-            "/namespaces/{namespace}/machineinventories/{name}{query}"
-        )),
-    )
+    bed.admin_get_json(&api(&format!(
+        "/namespaces/{namespace}/machineinventories/{name}{query}"
+    )))
     .await
 }
 
@@ -414,25 +394,25 @@ spec:
     eprintln!("every state and reason: ok");
 
     // Lists: one namespace, all, selectors.
-    let list = get_json(
-        bed,
-        &api(&format!("/namespaces/{FLEET_NAMESPACE}/machineinventories")),
-    )
-    .await?;
+    let list = bed
+        .admin_get_json::<Value>(&api(&format!(
+            "/namespaces/{FLEET_NAMESPACE}/machineinventories"
+        )))
+        .await?;
     ensure!(
         list["kind"] == "MachineInventoryChangelogSummaryList",
         "{list}"
     );
     ensure!(list["items"].as_array().map(Vec::len) == Some(9), "{list}");
-    let all = get_json(bed, &api("/machineinventories")).await?;
+    let all = bed
+        .admin_get_json::<Value>(&api("/machineinventories"))
+        .await?;
     ensure!(all["items"].as_array().map(Vec::len) == Some(13), "{all}");
-    let pool = get_json(
-        bed,
-        &api(&format!(
+    let pool = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/machineinventories?labelSelector=pool%3Da"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     let names: Vec<&str> = pool["items"]
         .as_array()
         .context("items")?
@@ -440,11 +420,11 @@ spec:
         .filter_map(|i| i["metadata"]["name"].as_str())
         .collect();
     ensure!(names == ["m-new", "m-old"], "labelSelector: {names:?}");
-    let one = get_json(
-        bed,
-        &api("/machineinventories?fieldSelector=metadata.name%3Dl-free"),
-    )
-    .await?;
+    let one = bed
+        .admin_get_json::<Value>(&api(
+            "/machineinventories?fieldSelector=metadata.name%3Dl-free",
+        ))
+        .await?;
     ensure!(one["items"].as_array().map(Vec::len) == Some(1), "{one}");
 
     // ?cve=: the first stable version (after the first) whose advisories name a CVE none
@@ -467,13 +447,11 @@ spec:
         })
         .context("the generated stable channel has no CVE after its first version")?;
     let fixed_name = &stable.versions[fixed_in].name;
-    let list = get_json(
-        bed,
-        &api(&format!(
+    let list = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/machineinventories?cve={cve}"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     let cve_of = |name: &str| -> Value {
         list["items"]
             .as_array()
@@ -535,7 +513,9 @@ spec:
             "/namespaces/{ns}/machineinventories/{name}/changelog{query}"
         ))
     };
-    let c = get_json(bed, &changelog_path(FLEET_NAMESPACE, "m-old", "")).await?;
+    let c = bed
+        .admin_get_json::<Value>(&changelog_path(FLEET_NAMESPACE, "m-old", ""))
+        .await?;
     ensure!(
         c["kind"] == "ManagedOSVersionChangelog"
             && c["metadata"]["name"] == "stable-v1-4"
@@ -543,29 +523,27 @@ spec:
         "{c}"
     );
     ensure!(c["summary"]["advisories"] == expected_advisories, "{c}");
-    let c = get_json(
-        bed,
-        &changelog_path(FLEET_NAMESPACE, "m-old", "?to=stable-v1-2"),
-    )
-    .await?;
+    let c = bed
+        .admin_get_json::<Value>(&changelog_path(FLEET_NAMESPACE, "m-old", "?to=stable-v1-2"))
+        .await?;
     ensure!(
         c["metadata"]["name"] == "stable-v1-2" && c["from"]["name"] == "stable-v1-1",
         "{c}"
     );
-    let (status, text) = get(
-        bed,
-        &changelog_path(FLEET_NAMESPACE, "m-old", "?format=text"),
-    )
-    .await?;
+    let (status, text) = bed
+        .admin_get(&changelog_path(FLEET_NAMESPACE, "m-old", "?format=text"))
+        .await?;
     ensure!(
         status == 200 && !text.trim_start().starts_with('{') && text.contains("stable-v1-4"),
         "{status}: {text}"
     );
-    let (status, text) = get(
-        bed,
-        &changelog_path(FLEET_NAMESPACE, "m-old", "?format=markdown"),
-    )
-    .await?;
+    let (status, text) = bed
+        .admin_get(&changelog_path(
+            FLEET_NAMESPACE,
+            "m-old",
+            "?format=markdown",
+        ))
+        .await?;
     ensure!(status == 200 && text.contains('#'), "{status}: {text}");
     for (name, query, code) in [
         ("m-old", "?to=edge-v1-2", 400),
@@ -573,28 +551,32 @@ spec:
         ("m-none", "", 404),
         ("m-missing", "", 404),
     ] {
-        let (status, body) = get(bed, &changelog_path(FLEET_NAMESPACE, name, query)).await?;
+        let (status, body) = bed
+            .admin_get(&changelog_path(FLEET_NAMESPACE, name, query))
+            .await?;
         ensure!(status == code, "{name}{query}: {status} {body}");
     }
-    let (status, body) = get(bed, &changelog_path(LOCAL, "l-switch", "")).await?;
+    let (status, body) = bed
+        .admin_get(&changelog_path(LOCAL, "l-switch", ""))
+        .await?;
     ensure!(
         status == 404 && body.contains("OtherChannel"),
         "{status} {body}"
     );
-    let c = get_json(bed, &changelog_path(LOCAL, "l-switch", "?to=stable-v1-4")).await?;
+    let c = bed
+        .admin_get_json::<Value>(&changelog_path(LOCAL, "l-switch", "?to=stable-v1-4"))
+        .await?;
     ensure!(
         c["metadata"]["name"] == "stable-v1-4" && c["from"]["name"] == "stable-v1-1",
         "{c}"
     );
 
     // A ManagedOSImage's plan.
-    let plan = get_json(
-        bed,
-        &api(&format!(
+    let plan = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{LOCAL}/managedosimages/pin/changelog"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(
         plan["kind"] == "ManagedOSImageChangelog" && plan["target"]["name"] == "stable-v1-3",
         "{plan}"
@@ -611,13 +593,11 @@ spec:
             && g["machines"] == serde_json::json!(["l-ahead"])),
         "{plan}"
     );
-    let canary = get_json(
-        bed,
-        &api(&format!(
+    let canary = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/managedosimages/canary/changelog"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(canary["target"]["name"] == "stable-v1-3", "{canary}");
     ensure!(
         canary["unknownMachines"]
@@ -625,13 +605,11 @@ spec:
             .is_some_and(|u| !u.is_empty()),
         "{canary}"
     );
-    let (status, _) = get(
-        bed,
-        &api(&format!(
+    let (status, _) = bed
+        .admin_get(&api(&format!(
             "/namespaces/{LOCAL}/managedosimages/nope/changelog"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(status == 404, "missing ManagedOSImage: {status}");
     eprintln!("machine changelogs and plans: ok");
 
@@ -729,15 +707,15 @@ spec:
         "/namespaces/{FLEET_NAMESPACE}/machineinventories/m-lost"
     ));
     let (_, took) = poll("m-lost gone", DEADLINE, POLL, async || {
-        let (status, _) = get(bed, &path).await?;
+        let (status, _) = bed.admin_get(&path).await?;
         Ok((status == 404).then_some(()))
     })
     .await?;
-    let list = get_json(
-        bed,
-        &api(&format!("/namespaces/{FLEET_NAMESPACE}/machineinventories")),
-    )
-    .await?;
+    let list = bed
+        .admin_get_json::<Value>(&api(&format!(
+            "/namespaces/{FLEET_NAMESPACE}/machineinventories"
+        )))
+        .await?;
     ensure!(list["items"].as_array().map(Vec::len) == Some(8), "{list}");
     eprintln!("deleted machine gone after {took:?}");
 
@@ -824,13 +802,11 @@ async fn plugin(bed: &TestBed) -> Result<()> {
         bed,
         &["changelog", "-n", FLEET_NAMESPACE, "--machine", "m-old"],
     )?;
-    let (_, served) = get(
-        bed,
-        &api(&format!(
+    let (_, served) = bed
+        .admin_get(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/machineinventories/m-old/changelog?format=text"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(
         text == served,
         "changelog --machine:\n{text}\n?format=text:\n{served}"

@@ -123,23 +123,20 @@ async fn create(
 /// The newest version of `model`'s changelog through the aggregator: status and body.
 async fn changelog(bed: &TestBed, namespace: &str, model: &Channel) -> Result<(u16, Value)> {
     let name = &model.versions.last().context("no versions")?.name;
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path(namespace, name));
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let response = http.get(&url).send().await?;
-    let status = response.status().as_u16();
-    Ok((status, response.json().await.unwrap_or_default()))
+    let (status, body) = bed.admin_get(&changelog_path(namespace, name)).await?;
+    Ok((
+        status.as_u16(),
+        serde_json::from_str(&body).unwrap_or_default(),
+    ))
 }
 
 /// The summary of the newest version of `model`.
 async fn summary(bed: &TestBed, model: &Channel) -> Result<Value> {
     let name = &model.versions.last().context("no versions")?.name;
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        summary_path(FLEET_NAMESPACE, name)
-    );
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    Ok(http.get(&url).send().await?.json().await?)
+    Ok(bed
+        .admin_get_value(&summary_path(FLEET_NAMESPACE, name))
+        .await?
+        .1)
 }
 
 /// Whether `model`'s newest version is served (200), refused for the limit

@@ -55,11 +55,9 @@ async fn route(bed: &TestBed, only: Option<usize>) -> Result<()> {
 /// GET through the aggregator, answered by replica `index`.
 async fn get_via(bed: &TestBed, index: usize, path: &str) -> Result<(u16, Vec<u8>)> {
     route(bed, Some(index)).await?;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{path}", bed.apiserver_url());
-    let answer = get(&http, &url).await;
+    let answer = bed.admin_get(path).await;
     route(bed, None).await?;
-    answer
+    answer.map(|(status, body)| (status.as_u16(), body.into_bytes()))
 }
 
 /// The `reason` of a `Status`'s first cause.

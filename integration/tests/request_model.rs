@@ -455,14 +455,9 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         })
         .collect();
     elemental::sync_channel(&bed.client(), &channel, &versions).await?;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        changelog_path(FLEET_NAMESPACE, ALLOWED)
-    );
+    let path = changelog_path(FLEET_NAMESPACE, ALLOWED);
     soon("the channel is served", async || {
-        Ok((http.get(&url).send().await?.status() == StatusCode::OK).then_some(()))
+        Ok((bed.admin_get(&path).await?.0 == StatusCode::OK).then_some(()))
     })
     .await
 }

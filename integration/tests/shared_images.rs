@@ -162,26 +162,13 @@ async fn together(bed: &TestBed, registry: &Registry) -> Result<()> {
         elemental::sync_channel(&bed.client(), channel, &model.entries()).await?;
     }
     let newest = &model.versions.last().context("no versions")?.name;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     for namespace in [FLEET_NAMESPACE, WORKSPACE] {
-        let url = format!(
-            "{}{}",
-            bed.apiserver_url(),
-            changelog_path(namespace, newest)
-        );
+        let path = changelog_path(namespace, newest);
         poll(
             &format!("{namespace}/{newest} served"),
             SOON,
             POLL,
-            || async {
-                Ok(http
-                    .get(&url)
-                    .send()
-                    .await?
-                    .status()
-                    .is_success()
-                    .then_some(()))
-            },
+            || async { Ok(bed.admin_get(&path).await?.0.is_success().then_some(())) },
         )
         .await?;
     }
@@ -224,20 +211,13 @@ async fn same_answers(bed: &TestBed, model: &Channel) -> Result<()> {
         &model.versions.first().context("no versions")?.name,
         &model.versions.last().context("no versions")?.name,
     );
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let mut answers = Vec::new();
     for namespace in [FLEET_NAMESPACE, WORKSPACE] {
-        let url = format!(
-            "{}{}?from={oldest}",
-            bed.apiserver_url(),
-            changelog_path(namespace, newest)
-        );
-        let mut body: Value = http
-            .get(&url)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
+        let mut body: Value = bed
+            .admin_get_json(&format!(
+                "{}?from={oldest}",
+                changelog_path(namespace, newest)
+            ))
             .await?;
         ensure!(
             body["advisories"].as_array().is_some_and(|a| !a.is_empty()),

@@ -99,20 +99,14 @@ async fn viewers_and_clients_are_bounded() -> Result<()> {
 // 1. Terminal escapes
 
 async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
-    let admin = bed.apiserver_http(Some(&bed.pki().admin))?;
     for format in ["text", "markdown"] {
-        let url = format!(
-            "{}{}?format={format}",
-            bed.apiserver_url(),
-            paths::changelog_path(FLEET_NAMESPACE, "evil")
-        );
-        let response = admin.get(&url).send().await?;
-        ensure!(
-            response.status() == StatusCode::OK,
-            "{format}: {}",
-            response.status()
-        );
-        let text = response.text().await?;
+        let (status, text) = bed
+            .admin_get(&format!(
+                "{}?format={format}",
+                paths::changelog_path(FLEET_NAMESPACE, "evil")
+            ))
+            .await?;
+        ensure!(status == StatusCode::OK, "{format}: {status}");
         ensure!(
             !text.contains('\u{1b}') && !text.contains('\u{9b}') && !text.contains('\r'),
             "{format}: a terminal control character is served:\n{text:?}"
@@ -127,12 +121,9 @@ async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
         );
     }
     // The JSON keeps the data as it is (JSON escapes control characters itself).
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        paths::changelog_path(FLEET_NAMESPACE, "evil")
-    );
-    let body: Value = admin.get(&url).send().await?.json().await?;
+    let (_, body) = bed
+        .admin_get_value(&paths::changelog_path(FLEET_NAMESPACE, "evil"))
+        .await?;
     ensure!(
         body["advisories"][0]["title"] == EVIL_TITLE,
         "the JSON changed the title: {}",
@@ -552,14 +543,9 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
     )
     .await?;
     elemental::sync_channel(&bed.client(), &channel, &entries).await?;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        paths::changelog_path(FLEET_NAMESPACE, "big")
-    );
+    let path = paths::changelog_path(FLEET_NAMESPACE, "big");
     poll("the channel is served", SOON, POLL, async || {
-        Ok((http.get(&url).send().await?.status() == StatusCode::OK).then_some(()))
+        Ok((bed.admin_get(&path).await?.0 == StatusCode::OK).then_some(()))
     })
     .await?;
     Ok(())

@@ -201,11 +201,8 @@ async fn sample_channel(bed: &TestBed, registry: &Registry) -> Result<SampleChan
 /// Waits (bounded) until the server has fetched the channel image: the first
 /// fetch happens when the channel appears, within a second here.
 async fn wait_for_data(bed: &TestBed, path: &str) -> Result<()> {
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{path}", bed.apiserver_url());
     soon("the sample changelog served", async || {
-        let status = http.get(&url).send().await?.status();
-        Ok(status.is_success().then_some(()))
+        Ok(bed.admin_get(path).await?.0.is_success().then_some(()))
     })
     .await
 }
