@@ -11,7 +11,8 @@ use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiserver::routes::ready::GZIP_MIN_BYTES;
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, retag},
+    fixtures::{OperatorChannel, log_lines, metric, retag},
+    generated::Listing,
     image::{self, Compression, Format, Image, Layer},
     paths::changelog_path,
     registry::Registry,
@@ -30,6 +31,12 @@ use serde_json::{Value, json};
 
 /// A second namespace with a channel of the same name and version names.
 const TEAM_NAMESPACE: &str = "team-b";
+/// Seeds of the generated channels: the `stable` channel of the fleet, the one of
+/// `TEAM_NAMESPACE`, the x86_64 and aarch64 images of `multi`.
+const STABLE: u64 = 1;
+const TEAM_STABLE: u64 = 2;
+const MULTI_X86_64: u64 = 3;
+const MULTI_AARCH64: u64 = 4;
 const FETCHES: &str = "elemental_changelog_channel_fetches_total";
 
 /// GET straight to our server as admin.
@@ -191,7 +198,7 @@ async fn changelogs_from_channel_images() -> Result<()> {
         broken_images(&bed, &registry).await?;
         phases.done("broken images");
         // The first channel was served throughout, and still is.
-        let data = GeneratedChannel::generate("stable", "fleet-stable", 2..=5);
+        let data = Listing::generate("stable", STABLE, 2..=5);
         let (served, _) =
             wait_changelog(&bed, FLEET_NAMESPACE, "stable-v1-5", "", |_| true).await?;
         data.check(&served, "stable-v1-5")?;
@@ -204,7 +211,7 @@ async fn changelogs_from_channel_images() -> Result<()> {
 /// A channel of three versions: every version's changelog is exactly what
 /// was pushed, through kubectl and HTTP, as JSON and as text.
 async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<OperatorChannel> {
-    let data = GeneratedChannel::generate("stable", "fleet-stable", 1..=3);
+    let data = Listing::generate("stable", STABLE, 1..=3);
     let pushed = image::push(
         registry,
         "elemental/stable:latest",
@@ -252,9 +259,9 @@ async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<Op
         .await?;
     let version = data.newest()?;
     ensure!(text.contains(&version.version), "{text}");
-    for advisory in &version.advisories {
+    for advisory in data.advisories(&version.name) {
         ensure!(
-            text.contains(&advisory.id),
+            names(&text, &advisory.id),
             "{} missing from:\n{text}",
             advisory.id
         );
@@ -264,15 +271,22 @@ async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<Op
     }
     // No advisory of another version leaks into it.
     for other in data.versions.iter().filter(|v| v.name != newest) {
-        for advisory in &other.advisories {
+        for advisory in data.advisories(&other.name) {
             ensure!(
-                !text.contains(&advisory.id),
+                !names(&text, &advisory.id),
                 "{} leaked into:\n{text}",
                 advisory.id
             );
         }
     }
     Ok(channel)
+}
+
+/// Whether `text` names advisory `id`: an occurrence not followed by a digit
+/// (generated ids differ in their last number: `…-2025-1` is not `…-2025-12`).
+fn names(text: &str, id: &str) -> bool {
+    text.match_indices(id)
+        .any(|(at, _)| !text[at + id.len()..].starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// Answers are kept ready: through kube-apiserver's aggregator, a changelog reaches the client
@@ -344,8 +358,8 @@ async fn ready_bytes_through_the_aggregator(bed: &TestBed) -> Result<()> {
 /// The same channel and version names in another namespace, with other
 /// data: each namespace is served its own.
 async fn namespaces_never_mix(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let ours = GeneratedChannel::generate("stable", "fleet-stable", 1..=3);
-    let theirs = GeneratedChannel::generate("stable", "team-stable", 1..=3);
+    let ours = Listing::generate("stable", STABLE, 1..=3);
+    let theirs = Listing::generate("stable", TEAM_STABLE, 1..=3);
     let pushed = image::push(
         registry,
         "team/stable:latest",
@@ -376,8 +390,8 @@ async fn namespaces_never_mix(bed: &TestBed, registry: &Registry) -> Result<()> 
 /// An OCI index with x86_64 and aarch64 images carrying different
 /// advisories: the default architecture and `?arch=` each get theirs.
 async fn multi_arch_index(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let x86 = GeneratedChannel::generate("multi", "multi-x86_64", 1..=2);
-    let arm = GeneratedChannel::generate("multi", "multi-aarch64", 1..=2);
+    let x86 = Listing::generate("multi", MULTI_X86_64, 1..=2);
+    let arm = Listing::generate("multi", MULTI_AARCH64, 1..=2);
     let pushed = image::push_index(
         registry,
         "elemental/multi:latest",
@@ -440,7 +454,7 @@ async fn json_channel_and_tls_registry(bed: &TestBed, secure: &Registry) -> Resu
         "https://example.com/channel.json",
     )
     .await?;
-    let listed = GeneratedChannel::generate("json", "json", [1]);
+    let listed = Listing::generate("json", 5, [1]);
     json.sync(&listed.entries()).await?;
     let status = wait_status(bed, FLEET_NAMESPACE, "json-v1-1", 404, "ChannelHasNoImage").await?;
     ensure!(status["reason"] == "NotFound", "{status}");
@@ -462,7 +476,7 @@ async fn json_channel_and_tls_registry(bed: &TestBed, secure: &Registry) -> Resu
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let data = GeneratedChannel::generate("secure", "secure-tls", 1..=2);
+    let data = Listing::generate("secure", 6, 1..=2);
     let pushed = image::push(
         secure,
         "elemental/secure:v1",
@@ -493,7 +507,7 @@ async fn resync_and_retained(
     registry: &Registry,
     channel: &mut OperatorChannel,
 ) -> Result<()> {
-    let four = GeneratedChannel::generate("stable", "fleet-stable", 1..=4);
+    let four = Listing::generate("stable", STABLE, 1..=4);
     let second = image::push(
         registry,
         "elemental/stable:latest",
@@ -517,8 +531,8 @@ async fn resync_and_retained(
     ensure!(older.channel.digest.as_deref() == Some(second.digest.as_str()));
 
     // The next image lists 2..=5 only; stable-v1-1's ManagedOSVersion stays.
-    let all = GeneratedChannel::generate("stable", "fleet-stable", 1..=5);
-    let current = GeneratedChannel::generate("stable", "fleet-stable", 2..=5);
+    let all = Listing::generate("stable", STABLE, 1..=5);
+    let current = Listing::generate("stable", STABLE, 2..=5);
     let third = image::push(
         registry,
         "elemental/stable:latest",
@@ -645,7 +659,7 @@ async fn push_broken(
     repository: &str,
     tag: &str,
     breakage: &Breakage,
-    data: &GeneratedChannel,
+    data: &Listing,
 ) -> Result<String> {
     let reference = format!("{repository}:{tag}");
     let good = || data.image(Format::Oci, Compression::Gzip, "amd64");
@@ -724,14 +738,14 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
     let log = bed.server_log()?;
 
     // Fresh channels whose only image is broken.
-    for breakage in &BREAKAGES {
+    for (index, breakage) in BREAKAGES.iter().enumerate() {
         let before = metric(
             &bed.server_metrics().await?,
             FETCHES,
             &[("result", breakage.kind)],
         );
         let name = format!("broken-{}", breakage.name);
-        let data = GeneratedChannel::generate(&name, &name, [1]);
+        let data = Listing::generate(&name, 10 + index as u64, [1]);
         let repository = format!("broken/{}", breakage.name);
         let digest = push_broken(registry, &repository, "v1", breakage, &data).await?;
         let mut channel = OperatorChannel::custom(
@@ -803,7 +817,7 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
 
     // A channel with good data, then each kind of broken image in turn: the
     // good data stays, with its digest.
-    let good = GeneratedChannel::generate("degrading", "degrading", 1..=2);
+    let good = Listing::generate("degrading", 20, 1..=2);
     let repository = "elemental/degrading";
     let pushed = image::push(
         registry,
@@ -831,7 +845,7 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
         // Each round's broken image is prepared under a tag nobody reads (so
         // that no fetch sees it half-broken), with new content (a new digest).
         let staging = format!("round-{round}");
-        let data = GeneratedChannel::generate("degrading", &format!("degrading-{round}"), 1..=3);
+        let data = Listing::generate("degrading", 21 + round as u64, 1..=3);
         push_broken(registry, repository, &staging, breakage, &data).await?;
         if breakage.name == "missing-blob" {
             // The registry refuses a manifest whose blob is gone under a new
@@ -861,7 +875,7 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
     }
 
     // Other channels were not disturbed, and the server still answers.
-    let multi = GeneratedChannel::generate("multi", "multi-aarch64", 1..=2);
+    let multi = Listing::generate("multi", MULTI_AARCH64, 1..=2);
     multi.check(
         &kubectl_changelog(bed, FLEET_NAMESPACE, "multi-v1-2", "?arch=aarch64").await?,
         "multi-v1-2",
@@ -889,7 +903,7 @@ async fn periodic_refresh_and_registry_outage() -> Result<()> {
 }
 
 async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
-    let first = GeneratedChannel::generate("periodic", "periodic", 1..=2);
+    let first = Listing::generate("periodic", 30, 1..=2);
     image::push(
         registry,
         "elemental/periodic:latest",
@@ -910,7 +924,7 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
 
     // A new image under the same tag, and the operator's version for it,
     // without touching the channel: the periodic check finds it.
-    let second = GeneratedChannel::generate("periodic", "periodic", 1..=3);
+    let second = Listing::generate("periodic", 30, 1..=3);
     let pushed = image::push(
         registry,
         "elemental/periodic:latest",

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::GROUP;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, metric},
+    fixtures::{OperatorChannel, metric},
+    generated::Listing,
     image::{self, Compression, Format},
     paths::GROUP_VERSION,
     registry::Registry,
@@ -55,7 +56,7 @@ async fn wait_machine(
     .await
 }
 
-fn entries(data: &GeneratedChannel, os: &str) -> Vec<VersionEntry> {
+fn entries(data: &Listing, os: &str) -> Vec<VersionEntry> {
     data.entries()
         .into_iter()
         .map(|mut e| {
@@ -134,8 +135,8 @@ async fn fleet_view_end_to_end() -> Result<()> {
 }
 
 async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let stable = GeneratedChannel::generate("stable", "fleet-stable", 1..=4);
-    let edge = GeneratedChannel::generate("edge", "fleet-edge", 1..=3);
+    let stable = Listing::generate("stable", 1, 1..=4);
+    let edge = Listing::generate("edge", 2, 1..=3);
     image::push(
         registry,
         "elemental/stable:1",
@@ -317,7 +318,7 @@ spec:
     ensure!(m["target"]["reason"] == "ClusterUnresolved", "{m}");
     let expected_advisories: usize = stable.versions[1..]
         .iter()
-        .map(|v| v.advisories.len())
+        .map(|v| stable.advisories(&v.name).len())
         .sum();
     ensure!(
         m["summary"]["advisories"] == expected_advisories,
@@ -379,7 +380,7 @@ spec:
         m["target"]["name"] == "stable-v1-3"
             && m["target"]["source"] == "ManagedOSImage"
             && m["target"]["managedOSImage"] == "pin"
-            && m["summary"]["advisories"] == stable.versions[2].advisories.len(),
+            && m["summary"]["advisories"] == stable.advisories(&stable.versions[2].name).len(),
         "{m}"
     );
     let m = expect(LOCAL, "l-ahead", "UpToDate", Some("TargetOlder")).await?;
@@ -435,13 +436,17 @@ spec:
         .enumerate()
         .skip(1)
         .find_map(|(i, v)| {
-            v.advisories
-                .iter()
+            stable
+                .advisories(&v.name)
+                .into_iter()
                 .flat_map(|a| a.cves.iter())
                 .find(|c| {
-                    !stable.versions[..i]
-                        .iter()
-                        .any(|p| p.advisories.iter().any(|a| a.cves.contains(c)))
+                    !stable.versions[..i].iter().any(|p| {
+                        stable
+                            .advisories(&p.name)
+                            .iter()
+                            .any(|a| a.cves.contains(c))
+                    })
                 })
                 .map(|c| (c.clone(), i))
         })

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, metric},
+    fixtures::{OperatorChannel, metric},
+    generated::Listing,
     image::{self, Compression, Format},
     paths,
     registry::Registry,
@@ -26,6 +27,9 @@ use serde_json::Value;
 /// The history ConfigMap of the chart's release in the test bed.
 const HISTORY: &str = "elemental-changelog-history";
 const CHANNEL: &str = "stable";
+/// Seeds of the channel's data, and of the data a ConfigMap writer forges for it.
+const STABLE: u64 = 1;
+const FORGED: u64 = 2;
 
 fn list_path(query: &str) -> String {
     format!("{}{query}", paths::summaries_path(FLEET_NAMESPACE))
@@ -169,7 +173,7 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
     let mut digests = Vec::new();
     for numbers in [1..=3, 1..=4, 2..=5, 3..=6] {
         let newest = *numbers.end();
-        let data = GeneratedChannel::generate(CHANNEL, "fleet-stable", numbers);
+        let data = Listing::generate(CHANNEL, STABLE, numbers);
         let pushed = image::push(
             registry,
             "elemental/stable:latest",
@@ -205,7 +209,7 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
         }
     }
     let channel = channel.context("no channel")?;
-    let all = GeneratedChannel::generate(CHANNEL, "fleet-stable", 1..=6);
+    let all = Listing::generate(CHANNEL, STABLE, 1..=6);
     let retained_1 = agree(bed, &paths::changelog_path(FLEET_NAMESPACE, "stable-v1-1")).await?;
     let retained_2 = agree(bed, &paths::changelog_path(FLEET_NAMESPACE, "stable-v1-2")).await?;
     all.check(&changelog(&retained_1)?, "stable-v1-1")?;
@@ -452,7 +456,7 @@ async fn a_forged_history_record_is_not_followed(
     digest: &str,
     expected: &[u8],
 ) -> Result<()> {
-    let forged = GeneratedChannel::generate(CHANNEL, "forged-by-a-configmap-writer", 1..=6);
+    let forged = Listing::generate(CHANNEL, FORGED, 1..=6);
     let pushed = image::push(
         registry,
         "elemental/forged:latest",
