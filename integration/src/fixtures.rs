@@ -94,6 +94,14 @@ impl OperatorChannel {
         Ok(())
     }
 
+    /// Creates or updates ManagedOSVersions of `entries` under the channel as
+    /// the operator does, without recording a sync (no last-sync annotation,
+    /// no status patch): the server sees new versions and no sync.
+    pub async fn create_versions(&self, entries: &[VersionEntry]) -> Result<()> {
+        elemental::apply_versions(&self.client, &self.object, entries, None).await?;
+        Ok(())
+    }
+
     /// Points the channel at another image (a spec change: its generation grows).
     pub async fn set_image(&mut self, image: &str) -> Result<()> {
         self.object =
@@ -169,6 +177,17 @@ pub fn expect_status(status: &Value, code: u16, reason: &str) -> Result<()> {
     ensure!(status["code"] == code, "{status}");
     ensure!(status["reason"] == reason, "{status}");
     Ok(())
+}
+
+/// The `reason` of the first cause of the `Status` in `body`, and its
+/// message; empty strings where there are none.
+pub fn cause(body: &[u8]) -> (String, String) {
+    let status: Value = serde_json::from_slice(body).unwrap_or_default();
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+    (
+        text(&status["details"]["causes"][0]["reason"]),
+        text(&status["message"]),
+    )
 }
 
 /// The sum of the samples of `name` in Prometheus text whose labels include

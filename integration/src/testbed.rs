@@ -42,6 +42,7 @@ use sha2::{Digest as _, Sha256};
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt as _;
 
+use crate::registry::Registry;
 use crate::wait::POLL;
 
 pub use kubeconfig::Credentials;
@@ -596,6 +597,22 @@ impl TestBed {
         .await
     }
 
+    /// [`TestBed::start_server`] reading channel images from `registry`: its
+    /// [`Registry::server_flags`], then `extra`.
+    pub async fn start_server_reading(
+        &mut self,
+        registry: &Registry,
+        extra: &[&str],
+    ) -> Result<&Server> {
+        let flags = registry.server_flags()?;
+        let args: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
+        self.start_server(&args).await
+    }
+
     /// Starts our server, waits for its `/readyz`, registers it (Service
     /// `ExternalName` → `localhost`, and [`APISERVICE_NAME`] with the serving CA
     /// as `caBundle`) and waits until kube-apiserver reports the APIService
@@ -704,7 +721,7 @@ impl TestBed {
     /// [`SERVER_NAMESPACE`], behind a round-robin proxy registered as the
     /// Service of the APIService (which keeps its `caBundle`: every replica
     /// serves the same certificate). A server already running is stopped first.
-    pub async fn start_replicas(&mut self, count: usize, args: &[&str]) -> Result<()> {
+    pub async fn start_replicas(&mut self, count: usize, args: &[impl AsRef<str>]) -> Result<()> {
         self.stop_server().await?;
         let kubeconfig = self.chart_service_account_kubeconfig().await?;
         let serving = self.write_serving_pair()?;
@@ -714,7 +731,7 @@ impl TestBed {
             balancer,
             servers: Vec::new(),
             ports: Vec::new(),
-            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            args: args.iter().map(|a| a.as_ref().to_owned()).collect(),
             kubeconfig,
             serving,
             starts: 0,

@@ -16,18 +16,15 @@ use elemental_changelog_integration::{
     image::{self, Compression, Format, Image, Layer},
     paths::changelog_path,
     registry::Registry,
-    testbed::{
-        FLEET_NAMESPACE, TestBed, TestBedOptions,
-        elemental::{CHANNEL_LABEL, VersionEntry, channel_resource, version_resource},
-    },
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::version_resource},
     timing::Phases,
     wait::{POLL, SOON, poll},
 };
 use kube::{
     Api,
-    api::{DynamicObject, ListParams, Patch, PatchParams},
+    api::{DynamicObject, ListParams},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// A second namespace with a channel of the same name and version names.
 const TEAM_NAMESPACE: &str = "team-b";
@@ -155,13 +152,6 @@ async fn wait_log(bed: &TestBed, needles: &[&str]) -> Result<String> {
     Ok(line)
 }
 
-/// Starts our server on `bed` with `args`; a failure marks the bed failed.
-async fn start_server(bed: &mut TestBed, args: &[String]) -> Result<()> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    bed.start_server(&args).await?;
-    Ok(())
-}
-
 /// Everything but the registry outage, on one test bed and one server
 /// (default refresh interval: every fetch here is due to an operator sync,
 /// or to the backoff after a failure).
@@ -176,12 +166,12 @@ async fn changelogs_from_channel_images() -> Result<()> {
     })
     .await?;
     phases.done("test bed");
-    let mut args = registry.server_flags()?;
-    args.extend(secure.server_flags()?);
+    let secure_flags = secure.server_flags()?;
+    let mut extra: Vec<&str> = secure_flags.iter().map(String::as_str).collect();
     // Small enough that the bomb below is stopped quickly in a debug build.
-    args.extend(["--max-uncompressed-size".to_owned(), "64MiB".to_owned()]);
+    extra.extend(["--max-uncompressed-size", "64MiB"]);
     let result = async {
-        start_server(&mut bed, &args).await?;
+        bed.start_server_reading(&registry, &extra).await?;
         phases.done("server registered and Available");
         let mut stable = precomputed_advisories(&bed, &registry).await?;
         phases.done("precomputed advisories");
@@ -892,10 +882,9 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
 async fn periodic_refresh_and_registry_outage() -> Result<()> {
     let mut registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions::default()).await?;
-    let mut args = registry.server_flags()?;
-    args.extend(["--refresh-interval".to_owned(), "2s".to_owned()]);
     let result = async {
-        start_server(&mut bed, &args).await?;
+        bed.start_server_reading(&registry, &["--refresh-interval", "2s"])
+            .await?;
         outage(&bed, &mut registry).await
     }
     .await;
@@ -937,7 +926,7 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
     let mut entries = second.entries();
     entries.drain(..2);
     // Only the version objects: a sync would also patch the status and trigger a fetch.
-    create_versions_only(bed, &channel, &entries).await?;
+    channel.create_versions(&entries).await?;
     ensure!(versions.list(&ListParams::default()).await?.items.len() == before + 1);
     let (served, took) = wait_changelog(bed, FLEET_NAMESPACE, "periodic-v1-3", "", |c| {
         c.channel.digest.as_deref() == Some(pushed.digest.as_str())
@@ -972,57 +961,6 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
     ensure!(status == 200, "/readyz during the outage: {status}\n{body}");
     let ready = bed.kubectl_ok(&["get", "--raw", "/readyz"]).await?;
     ensure!(ready.trim() == "ok", "kube-apiserver /readyz: {ready}");
-    Ok(())
-}
-
-/// Creates ManagedOSVersions of `channel` the way the operator does, but
-/// without recording a sync in the channel's status.
-async fn create_versions_only(
-    bed: &TestBed,
-    channel: &OperatorChannel,
-    entries: &[VersionEntry],
-) -> Result<()> {
-    let channels: Api<DynamicObject> =
-        Api::namespaced_with(bed.client(), &channel.namespace(), &channel_resource());
-    let object = channels.get(&channel.name()).await?;
-    let uid = object
-        .metadata
-        .uid
-        .clone()
-        .context("a channel without uid")?;
-    let versions: Api<DynamicObject> =
-        Api::namespaced_with(bed.client(), &channel.namespace(), &version_resource());
-    for entry in entries {
-        let version = json!({
-            "apiVersion": "elemental.cattle.io/v1beta1",
-            "kind": "ManagedOSVersion",
-            "metadata": {
-                "name": entry.name,
-                "namespace": channel.namespace(),
-                "labels": { CHANNEL_LABEL: channel.name() },
-                "ownerReferences": [{
-                    "apiVersion": "elemental.cattle.io/v1beta1",
-                    "kind": "ManagedOSVersionChannel",
-                    "name": channel.name(),
-                    "uid": uid,
-                    "controller": true,
-                    "blockOwnerDeletion": true,
-                }],
-            },
-            "spec": {
-                "version": entry.version,
-                "type": "container",
-                "metadata": { "upgradeImage": entry.upgrade_image, "created": entry.created },
-            },
-        });
-        versions
-            .patch(
-                &entry.name,
-                &PatchParams::apply("elemental-operator").force(),
-                &Patch::Apply(&version),
-            )
-            .await?;
-    }
     Ok(())
 }
 

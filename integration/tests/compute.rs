@@ -67,10 +67,8 @@ async fn generated_channels_end_to_end() -> Result<()> {
         ..TestBedOptions::default()
     })
     .await?;
-    let mut flags = registry.server_flags()?;
-    flags.extend(["--architecture".to_owned(), "x86_64".to_owned()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &["--architecture", "x86_64"])
+        .await?;
     phases.done("test bed and server");
     let result = checks(&bed, &registry, &mut phases).await;
     phases.mark("compute end-to-end checks done");

@@ -17,7 +17,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
     faults::{Fault, FaultProxy},
-    fixtures::{OperatorChannel, log_lines, metric},
+    fixtures::{OperatorChannel, cause, log_lines, metric},
     generated::Listing,
     image::{self, Compression, Format, Layer},
     paths::{changelog_path, summary_path},
@@ -400,18 +400,6 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
         "the server panicked"
     );
     Ok(())
-}
-
-/// The `reason` of a `Status`'s first cause, and its message.
-fn cause(body: &[u8]) -> (String, String) {
-    let status: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-    (
-        status["details"]["causes"][0]["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        status["message"].as_str().unwrap_or_default().to_owned(),
-    )
 }
 
 /// Issue 17, item 12: the operator re-syncs the channel to an image with one

@@ -123,10 +123,8 @@ async fn fleet_view_end_to_end() -> Result<()> {
     })
     .await?;
     eprintln!("test bed started in {:?}", started.elapsed());
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let result = async {
-        bed.start_server(&flags).await?;
+        bed.start_server_reading(&registry, &[]).await?;
         checks(&bed, &registry).await?;
         bed.ensure_running()
     }

@@ -17,14 +17,10 @@ use elemental_changelog_integration::{
     bench::{Rss, settled_rss},
     fixtures::metric,
     generated::{Channel, Spec},
-    image::{self, Compression, Format, Image},
     paths::{changelog_path, summary_path},
     publish,
     registry::Registry,
-    testbed::{
-        FLEET_NAMESPACE, TestBed, TestBedOptions,
-        elemental::{self, channel_resource},
-    },
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::channel_resource},
     wait::{POLL, SERVED, poll},
 };
 use kube::Api;
@@ -75,49 +71,23 @@ async fn kept_data_is_bounded_in_total() -> Result<()> {
     })
     .await?;
     let result = async {
-        bed.start_server(&[
-            "--insecure-registry",
-            registry.host(),
-            "--architecture",
-            "x86_64",
-            "--max-kept-total",
-            &limit.to_string(),
-            // No answers rendered ahead: the RSS figures are the data's.
-            "--answer-cache-size",
-            "0",
-        ])
+        bed.start_server_reading(
+            &registry,
+            &[
+                "--architecture",
+                "x86_64",
+                "--max-kept-total",
+                &limit.to_string(),
+                // No answers rendered ahead: the RSS figures are the data's.
+                "--answer-cache-size",
+                "0",
+            ],
+        )
         .await?;
         attack(&bed, &registry, &models, &sizes, limit).await
     }
     .await;
     bed.finish(result)
-}
-
-/// Pushes `model`'s image and creates its channel and versions in `namespace`,
-/// without waiting for them to be served.
-async fn create(
-    bed: &TestBed,
-    registry: &Registry,
-    namespace: &str,
-    model: &Channel,
-) -> Result<()> {
-    let files = model.raw_files("updateinfo.xml.zst")?;
-    let tag = format!("{}/raw:1", model.name);
-    image::push(
-        registry,
-        &tag,
-        &Image::channel(Format::Oci, Compression::Gzip, &files),
-    )
-    .await?;
-    let object = elemental::apply_custom_channel(
-        &bed.client(),
-        namespace,
-        &model.name,
-        &registry.image(&tag),
-    )
-    .await?;
-    elemental::sync_channel(&bed.client(), &object, &model.entries()).await?;
-    Ok(())
 }
 
 /// The newest version of `model`'s changelog through the aggregator: status and body.
@@ -192,7 +162,7 @@ async fn attack(
     // The rest, all at once.
     let started = Instant::now();
     for model in &models[FIT..] {
-        create(bed, registry, FLEET_NAMESPACE, model).await?;
+        publish::create_generated_channel(bed, registry, FLEET_NAMESPACE, model).await?;
     }
     for model in &models[FIT..] {
         poll(

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{OperatorChannel, metric},
+    fixtures::{OperatorChannel, cause, metric},
     generated::Listing,
     image::{self, Compression, Format},
     paths,
@@ -64,18 +64,6 @@ async fn get_via(bed: &TestBed, index: usize, path: &str) -> Result<(u16, Vec<u8
     answer.map(|(status, body)| (status.as_u16(), body.into_bytes()))
 }
 
-/// The `reason` of a `Status`'s first cause.
-fn cause(body: &[u8]) -> String {
-    serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            v["details"]["causes"][0]["reason"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .unwrap_or_default()
-}
-
 /// Polls replica `index` (through the aggregator) until `path` answers 200;
 /// meanwhile only `NotFetched` 503s are acceptable (never a 404). Returns
 /// the body and the time taken.
@@ -88,7 +76,7 @@ async fn wait_served(bed: &TestBed, index: usize, path: &str) -> Result<(Vec<u8>
             let (status, body) = get_via(bed, index, path).await?;
             match status {
                 200 => Ok(Some(body)),
-                503 if cause(&body) == "NotFetched" => Ok(None),
+                503 if cause(&body).0 == "NotFetched" => Ok(None),
                 _ => bail!(
                     "replica {index}: {path} answered {status} (only 200 or NotFetched allowed): {}",
                     String::from_utf8_lossy(&body)
@@ -162,10 +150,8 @@ async fn replicas_agree_and_survive_restarts() -> Result<()> {
 }
 
 async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let started = Instant::now();
-    bed.start_replicas(2, &flags).await?;
+    bed.start_replicas(2, &registry.server_flags()?).await?;
     eprintln!("two replicas registered in {:?}", started.elapsed());
 
     // Four images, three re-syncs: 1..=3, 1..=4, 2..=5 (drops 1), 3..=6 (drops 2).
@@ -366,7 +352,7 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
     for (status, body) in &answers {
         match status {
             200 if body.as_slice() == expected => ok += 1,
-            503 if cause(body) == "NotFetched" => not_fetched += 1,
+            503 if cause(body).0 == "NotFetched" => not_fetched += 1,
             _ => bail!(
                 "unexpected answer {status}: {}",
                 String::from_utf8_lossy(body)

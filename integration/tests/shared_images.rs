@@ -39,22 +39,23 @@ async fn one_image_in_two_namespaces_is_pulled_and_parsed_once() -> Result<()> {
     })
     .await?;
     let result = async {
-        bed.start_server(&[
-            "--insecure-registry",
-            registry.host(),
-            "--architecture",
-            "x86_64",
-            // Far more than real channel images keep (500 package lists
-            // of 800 packages); the budget must hold 17 times it plus a
-            // quarter of itself.
-            "--max-kept-size",
-            "128MiB",
-            "--memory-budget",
-            "3GiB",
-            // One such channel keeps about 90 MiB of parsed data.
-            "--max-kept-total",
-            "1GiB",
-        ])
+        bed.start_server_reading(
+            &registry,
+            &[
+                "--architecture",
+                "x86_64",
+                // Far more than real channel images keep (500 package lists
+                // of 800 packages); the budget must hold 17 times it plus a
+                // quarter of itself.
+                "--max-kept-size",
+                "128MiB",
+                "--memory-budget",
+                "3GiB",
+                // One such channel keeps about 90 MiB of parsed data.
+                "--max-kept-total",
+                "1GiB",
+            ],
+        )
         .await?;
         two_namespaces(&bed, &registry).await
     }

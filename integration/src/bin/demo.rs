@@ -66,9 +66,7 @@ async fn start() -> Result<(TestBed, Registry)> {
         registry.host()
     );
     println!("Starting elemental-changelog-apiserver and registering {APISERVICE_NAME} ...");
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &[]).await?;
     println!(
         "Registered and Available after {:.1?}.\n",
         started.elapsed()

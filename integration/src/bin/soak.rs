@@ -67,10 +67,8 @@ async fn main() -> Result<()> {
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions::default()).await?;
     let result = async {
-        let mut flags = registry.server_flags()?;
-        flags.extend(["--refresh-interval".to_owned(), REFRESH.to_owned()]);
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        bed.start_server(&flags).await?;
+        bed.start_server_reading(&registry, &["--refresh-interval", REFRESH])
+            .await?;
         soak(&bed, &registry, duration, every).await
     }
     .await;
