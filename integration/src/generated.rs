@@ -18,14 +18,23 @@
 //! epochs), and advisories that no version picks up: already in the oldest
 //! version, for a newer build than any version has, for another architecture,
 //! or for a package no version installs.
+//!
+//! A [`Listing`] is some versions of one generated history as an image of
+//! the channel lists them, each with its precomputed `updates.log` (the right
+//! date window) and no raw data: the small channels end-to-end tests push,
+//! re-sync, break and drop versions of, checked with [`Listing::check`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use anyhow::{Context as _, ensure};
 use elemental_changelog::updates;
-use elemental_changelog_apiservice::types::{self, AdvisoryPackage, Reference, Severity};
+use elemental_changelog_apiservice::types::{
+    self, AdvisoryPackage, ManagedOSVersionChangelog, Reference, Severity, Source,
+};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::image::{Compression, Format, Image};
 use crate::testbed::elemental::VersionEntry;
 
 /// Unix seconds of 2025-01-01T00:00:00Z, the default first `created`.
@@ -77,6 +86,13 @@ const STEMS: [&str; 40] = [
     "zypper",
 ];
 
+/// Versions of the history of a [`Listing`] ([`Spec::history`]): listed versions
+/// are numbered from 1 up to one less.
+pub const HISTORY_VERSIONS: usize = 16;
+
+/// Packages of the oldest version of a [`Listing`]'s history.
+pub const HISTORY_PACKAGES: usize = 8;
+
 /// The package every version installs in two builds (the running kernel and
 /// the previous one), as multi-version kernels are.
 pub const MULTI_VERSION_PACKAGE: &str = "kernel-default";
@@ -84,10 +100,34 @@ pub const MULTI_VERSION_PACKAGE: &str = "kernel-default";
 /// A package that no version installs; an advisory ships it.
 pub const NOT_INSTALLED_PACKAGE: &str = "not-installed-tool";
 
+/// How the versions of a channel are named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    /// `<channel>-v2.2.0-4.<n>-os`, `spec.version` `v2.2.0-4.<n>`, from `n` = 1, as SL Micro
+    /// builds are numbered.
+    Build,
+    /// `<channel>-v1-<n>`, `spec.version` `1.<n>.0`, from `n` = 0: version `n` of a
+    /// [`Listing`] is the history's version at index `n`.
+    Minor,
+}
+
+impl Naming {
+    /// `metadata.name` and `spec.version` of the version at `index` of channel `channel`.
+    fn name(self, channel: &str, index: usize) -> (String, String) {
+        match self {
+            Self::Build => (
+                format!("{channel}-v2.2.0-4.{}-os", index + 1),
+                format!("v2.2.0-4.{}", index + 1),
+            ),
+            Self::Minor => (format!("{channel}-v1-{index}"), format!("1.{index}.0")),
+        }
+    }
+}
+
 /// What to generate.
 #[derive(Clone, Debug)]
 pub struct Spec {
-    /// Channel name; version names are `<channel>-v2.2.0-4.<n>-os`.
+    /// Channel name; version names follow [`Spec::naming`].
     pub channel: String,
     /// Number of versions.
     pub versions: usize,
@@ -97,6 +137,11 @@ pub struct Spec {
     pub seed: u64,
     /// `created` of the oldest version (unix seconds); the next ones follow weekly.
     pub first_created: i64,
+    /// How versions are named.
+    pub naming: Naming,
+    /// Whether `optional` advisories carry no severity (`unspecified`: `""` in
+    /// `updates.log`, as upstream writes an advisory without one), instead of `low`.
+    pub unrated_optional: bool,
 }
 
 impl Spec {
@@ -108,6 +153,19 @@ impl Spec {
             packages,
             seed,
             first_created: FIRST_CREATED,
+            naming: Naming::Build,
+            unrated_optional: false,
+        }
+    }
+
+    /// The history a [`Listing`] lists versions of: [`HISTORY_VERSIONS`] versions of
+    /// [`HISTORY_PACKAGES`] packages named `<channel>-v1-<n>` ([`Naming::Minor`]), with
+    /// unrated `optional` advisories; always the same for the same `channel` and `seed`.
+    pub fn history(channel: &str, seed: u64) -> Self {
+        Self {
+            naming: Naming::Minor,
+            unrated_optional: true,
+            ..Self::new(channel, HISTORY_VERSIONS, HISTORY_PACKAGES, seed)
         }
     }
 }
@@ -294,6 +352,43 @@ impl Advisory {
                 .collect(),
         }
     }
+
+    /// The advisory as upstream's `updates.log` carries it, and the API serves
+    /// it from there: [`Advisory::published`] with a `self` reference (its
+    /// announcement, which is neither a bug nor a CVE) first.
+    pub fn logged(&self) -> types::Advisory {
+        let mut advisory = self.published();
+        advisory.references.insert(
+            0,
+            Reference {
+                id: self.id.clone(),
+                type_: "self".to_owned(),
+                href: format!(
+                    "https://www.suse.com/support/update/announcement/{}",
+                    self.id
+                ),
+                title: self.id.clone(),
+            },
+        );
+        advisory
+    }
+}
+
+/// The `updates.log` of `advisories` as upstream's generator writes it: each
+/// as [`Advisory::logged`], every package with its epoch (`"0"` when it has
+/// none), in the given order.
+fn log_file<'a>(advisories: impl IntoIterator<Item = &'a Advisory>) -> Vec<u8> {
+    let logged: Vec<types::Advisory> = advisories
+        .into_iter()
+        .map(|a| {
+            let mut logged = a.logged();
+            for p in &mut logged.packages {
+                p.epoch.get_or_insert_with(|| "0".to_owned());
+            }
+            logged
+        })
+        .collect();
+    updates_log(&logged)
 }
 
 /// An `updates.log` holding `advisories` as upstream's generator writes it:
@@ -390,6 +485,7 @@ struct Package {
 /// Advisories being built, with their numbering.
 struct Builder {
     seed: u64,
+    unrated_optional: bool,
     advisories: Vec<Advisory>,
     cves: usize,
     bugs: usize,
@@ -412,6 +508,7 @@ impl Builder {
                 Severity::Critical,
             ][rng.below(4)],
             "recommended" => [Severity::Low, Severity::Moderate][rng.below(2)],
+            _ if self.unrated_optional => Severity::Unspecified,
             _ => Severity::Low,
         };
         let mut cves = Vec::new();
@@ -516,6 +613,7 @@ impl Channel {
             .collect();
         let mut builder = Builder {
             seed: spec.seed,
+            unrated_optional: spec.unrated_optional,
             advisories: Vec::new(),
             cves: 0,
             bugs: 0,
@@ -527,10 +625,10 @@ impl Channel {
                 .map(|p| (p.name.clone(), p.installed.clone()))
                 .collect()
         };
-        let version_name = |i: usize| format!("{}-v2.2.0-4.{}-os", spec.channel, i + 1);
+        let (name, version) = spec.naming.name(&spec.channel, 0);
         let mut versions = vec![Version {
-            name: version_name(0),
-            version: "v2.2.0-4.1".to_owned(),
+            name,
+            version,
             created: spec.first_created,
             installed: snapshot(&packages),
         }];
@@ -676,9 +774,10 @@ impl Channel {
                 builder.advisory(&mut rng, "security", issued, ships);
             }
             previous_movers = movers;
+            let (name, version) = spec.naming.name(&spec.channel, i);
             versions.push(Version {
-                name: version_name(i),
-                version: format!("v2.2.0-4.{}", i + 1),
+                name,
+                version,
                 created,
                 installed: snapshot(&packages),
             });
@@ -727,6 +826,11 @@ impl Channel {
                 })
                 .collect();
         }
+    }
+
+    /// The seed it was generated from.
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// The CVE fixed again and again (every seventh version from the fifth).
@@ -818,38 +922,12 @@ impl Channel {
 
     /// `channel.json`.
     pub fn channel_json(&self) -> Vec<u8> {
-        let entries: Vec<Value> = self
-            .versions
-            .iter()
-            .map(|v| {
-                json!({
-                    "metadata": { "name": v.name },
-                    "spec": {
-                        "version": v.version,
-                        "type": "container",
-                        "metadata": {
-                            "upgradeImage": format!("registry.example.com/gen/os:{}", v.version),
-                            "displayName": format!("Generated OS {}", v.version),
-                            "created": v.created.to_string(),
-                        },
-                    },
-                })
-            })
-            .collect();
-        serde_json::to_vec_pretty(&entries).unwrap_or_default()
+        channel_json(&self.versions)
     }
 
     /// The ManagedOSVersions the operator makes of the versions.
     pub fn entries(&self) -> Vec<VersionEntry> {
-        self.versions
-            .iter()
-            .map(|v| VersionEntry {
-                name: v.name.clone(),
-                version: v.version.clone(),
-                upgrade_image: format!("registry.example.com/gen/os:{}", v.version),
-                created: Some(v.created),
-            })
-            .collect()
+        entries(&self.versions)
     }
 
     /// `<name>.packages` of version `index`, in `rpm -qa` order (unsorted,
@@ -988,19 +1066,236 @@ impl Channel {
         let mut files = vec![("channel.json".to_owned(), self.channel_json())];
         for (i, v) in self.versions.iter().enumerate() {
             let ids = self.shifted_ids(i);
-            let advisories: Vec<types::Advisory> = self
-                .advisories
-                .iter()
-                .filter(|a| ids.contains(&a.id))
-                .map(Advisory::published)
-                .collect();
             files.push((
                 format!("changelogs/{}.updates.log", v.name),
-                updates_log(&advisories),
+                log_file(self.advisories.iter().filter(|a| ids.contains(&a.id))),
             ));
         }
         files
     }
+}
+
+/// Versions of a generated channel as one image of it lists them, with
+/// upstream's precomputed `updates.log` of each and no raw data, so that the
+/// server serves these files (`source: Precomputed`).
+///
+/// Version `n` is version `n` of the channel's history ([`Spec::history`]),
+/// whichever others are listed: images of one channel may list other
+/// versions (add one, drop the oldest) of the same data. A version's file
+/// holds its date window ([`Channel::window_ids`]: the advisories issued
+/// after the history's previous version and up to it), written when the
+/// version was built; it never changes with what else the image lists.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    /// The channel's whole history; its version 0 is never listed, so every
+    /// listed version has a date window.
+    pub history: Channel,
+    /// The listed versions, oldest first.
+    pub versions: Vec<Version>,
+}
+
+impl Listing {
+    /// Versions `numbers` (ascending, from 1, below [`HISTORY_VERSIONS`]) of
+    /// the history of `channel` from `seed`, named `<channel>-v1-<n>`.
+    ///
+    /// # Panics
+    ///
+    /// When a number is beyond the history.
+    pub fn generate(channel: &str, seed: u64, numbers: impl IntoIterator<Item = u32>) -> Self {
+        let history = Channel::generate(&Spec::history(channel, seed));
+        let versions = numbers
+            .into_iter()
+            .map(|n| history.versions[n as usize].clone())
+            .collect();
+        Self { history, versions }
+    }
+
+    /// A listed version by name.
+    pub fn version(&self, name: &str) -> anyhow::Result<&Version> {
+        self.versions
+            .iter()
+            .find(|v| v.name == name)
+            .with_context(|| format!("{name} is not listed in {}", self.history.name))
+    }
+
+    /// The newest listed version.
+    pub fn newest(&self) -> anyhow::Result<&Version> {
+        self.versions.last().context("a listing without versions")
+    }
+
+    /// The listed version just before `name`, if any.
+    pub fn previous(&self, name: &str) -> Option<&Version> {
+        let index = self.versions.iter().position(|v| v.name == name)?;
+        index.checked_sub(1).map(|i| &self.versions[i])
+    }
+
+    /// The advisories of version `name`'s `updates.log`, in the file's order
+    /// (none for a version not in the history).
+    pub fn advisories(&self, name: &str) -> Vec<&Advisory> {
+        let ids = self
+            .history
+            .position(name)
+            .map(|i| self.history.window_ids(i))
+            .unwrap_or_default();
+        self.history
+            .advisories
+            .iter()
+            .filter(|a| ids.contains(&a.id))
+            .collect()
+    }
+
+    /// `channel.json` of the listed versions.
+    pub fn channel_json(&self) -> Vec<u8> {
+        channel_json(&self.versions)
+    }
+
+    /// The image's files: `channel.json` and `changelogs/<name>.updates.log`
+    /// of each listed version.
+    pub fn files(&self) -> Vec<(String, Vec<u8>)> {
+        let mut files = vec![("channel.json".to_owned(), self.channel_json())];
+        for v in &self.versions {
+            files.push((
+                format!("changelogs/{}.updates.log", v.name),
+                log_file(self.advisories(&v.name)),
+            ));
+        }
+        files
+    }
+
+    /// A one-layer channel image for GOARCH `arch` holding [`Listing::files`].
+    pub fn image(&self, format: Format, compression: Compression, arch: &str) -> Image {
+        Image::channel(format, compression, &self.files()).arch(arch)
+    }
+
+    /// The ManagedOSVersions the operator makes of the listed versions.
+    pub fn entries(&self) -> Vec<VersionEntry> {
+        entries(&self.versions)
+    }
+
+    /// Checks that `served` is exactly listed version `name`: read from its
+    /// `updates.log`, `from` the previous listed version, every advisory of
+    /// the file as [`Advisory::logged`] (an epoch `"0"` served as none),
+    /// newest first, and the summary's counts.
+    pub fn check(&self, served: &ManagedOSVersionChangelog, name: &str) -> anyhow::Result<()> {
+        let version = self.version(name)?;
+        let context = || format!("changelog of {name} (seed {})", self.history.seed);
+        ensure!(
+            served.kind == "ManagedOSVersionChangelog",
+            "{}: kind {}",
+            context(),
+            served.kind
+        );
+        ensure!(
+            served.metadata.name == name,
+            "{}: metadata.name {}",
+            context(),
+            served.metadata.name
+        );
+        ensure!(
+            served.version == version.version,
+            "{}: version {}",
+            context(),
+            served.version
+        );
+        ensure!(
+            served.source == Source::Precomputed,
+            "{}: source {:?}",
+            context(),
+            served.source
+        );
+        let from = served
+            .from
+            .as_ref()
+            .map(|f| (f.name.as_str(), f.version.as_str()));
+        let previous = self
+            .previous(name)
+            .map(|p| (p.name.as_str(), p.version.as_str()));
+        ensure!(
+            from == previous,
+            "{}: from {from:?}, expected {previous:?}",
+            context()
+        );
+        let expected = self.advisories(name);
+        check_logged(&served.advisories, &expected).with_context(context)?;
+        let cves: BTreeSet<&String> = expected.iter().flat_map(|a| &a.cves).collect();
+        ensure!(
+            served.summary.advisories == expected.len() && served.summary.cves == cves.len(),
+            "{}: summary {:?}, expected {} advisories and {} CVEs",
+            context(),
+            served.summary,
+            expected.len(),
+            cves.len()
+        );
+        Ok(())
+    }
+}
+
+/// Checks that `served` holds exactly `expected` as read from an
+/// `updates.log`, newest first.
+fn check_logged(served: &[types::Advisory], expected: &[&Advisory]) -> anyhow::Result<()> {
+    let served_ids: BTreeSet<&str> = served.iter().map(|a| a.id.as_str()).collect();
+    let expected_ids: BTreeSet<&str> = expected.iter().map(|a| a.id.as_str()).collect();
+    ensure!(
+        served_ids == expected_ids && served.len() == expected.len(),
+        "advisories {served_ids:?}, expected {expected_ids:?}"
+    );
+    for advisory in served {
+        let model = expected
+            .iter()
+            .find(|a| a.id == advisory.id)
+            .with_context(|| format!("unexpected advisory {}", advisory.id))?;
+        let want = model.logged();
+        ensure!(
+            *advisory == want,
+            "advisory served as {advisory:?}, logged as {want:?}"
+        );
+    }
+    let issued: Vec<Option<Timestamp>> = served.iter().map(|a| a.issued).collect();
+    ensure!(
+        issued.iter().all(Option::is_some) && issued.windows(2).all(|w| w[0] >= w[1]),
+        "advisories not newest first: {issued:?}"
+    );
+    Ok(())
+}
+
+/// `channel.json` listing `versions`.
+fn channel_json(versions: &[Version]) -> Vec<u8> {
+    let entries: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            json!({
+                "metadata": { "name": v.name },
+                "spec": {
+                    "version": v.version,
+                    "type": "container",
+                    "metadata": {
+                        "upgradeImage": upgrade_image(v),
+                        "displayName": format!("Generated OS {}", v.version),
+                        "created": v.created.to_string(),
+                    },
+                },
+            })
+        })
+        .collect();
+    serde_json::to_vec_pretty(&entries).unwrap_or_default()
+}
+
+/// The ManagedOSVersions the operator makes of `versions`.
+fn entries(versions: &[Version]) -> Vec<VersionEntry> {
+    versions
+        .iter()
+        .map(|v| VersionEntry {
+            name: v.name.clone(),
+            version: v.version.clone(),
+            upgrade_image: upgrade_image(v),
+            created: Some(v.created),
+        })
+        .collect()
+}
+
+/// The OS image of version `v`.
+fn upgrade_image(v: &Version) -> String {
+    format!("registry.example.com/gen/os:{}", v.version)
 }
 
 #[cfg(test)]
@@ -1093,6 +1388,81 @@ mod tests {
             .count();
         assert_eq!(kernels, 2);
         assert!(text.lines().all(|l| l.split('|').count() == 7));
+    }
+
+    /// Every version of a listing is the history's, whichever others are
+    /// listed; its file holds its date window; two seeds share no advisory.
+    #[test]
+    fn listings_are_versions_of_one_history() {
+        let a = Listing::generate("c", 1, 1..=3);
+        let again = Listing::generate("c", 1, 1..=3);
+        let b = Listing::generate("c", 2, 1..=3);
+        assert_eq!(a.files(), again.files());
+        assert_ne!(a.files(), b.files());
+        let names: Vec<&str> = a.versions.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["c-v1-1", "c-v1-2", "c-v1-3"]);
+        assert_eq!(a.versions[1].version, "1.2.0");
+        // Files of versions 2 and 3, and not of version 1, in another image.
+        let later = Listing::generate("c", 1, 2..=4);
+        assert_eq!(later.files()[1..3], a.files()[2..4]);
+        assert_eq!(later.channel_json(), channel_json(&later.versions));
+        assert_eq!(
+            a.previous("c-v1-2").map(|v| v.name.as_str()),
+            Some("c-v1-1")
+        );
+        assert!(a.previous("c-v1-1").is_none() && later.previous("c-v1-2").is_none());
+        let mut seen = BTreeSet::new();
+        for (i, v) in a.history.versions.iter().enumerate().skip(1) {
+            let advisories = a.advisories(&v.name);
+            assert!(!advisories.is_empty(), "{}", v.name);
+            let after = a.history.versions[i - 1].created;
+            for advisory in advisories {
+                assert!(advisory.issued > after && advisory.issued <= v.created);
+                assert!(seen.insert(advisory.id.clone()), "{} twice", advisory.id);
+            }
+        }
+        let other: BTreeSet<&String> = b.history.advisories.iter().map(|a| &a.id).collect();
+        assert!(seen.iter().all(|id| !other.contains(id)));
+        // The first listed version fixes a CVE (the replicas test needs one).
+        assert!(a.advisories("c-v1-1").iter().any(|a| !a.cves.is_empty()));
+    }
+
+    /// A generated `updates.log` has what upstream's has: dates as strings, a
+    /// `self` reference first, every epoch (`"0"` for none), a field the
+    /// server does not read, and an empty severity for an unrated advisory.
+    #[test]
+    fn logs_are_upstream_shaped() {
+        let listing = Listing::generate("c", 3, 1..=HISTORY_VERSIONS as u32 - 1);
+        let mut unrated = 0;
+        for (name, file) in listing.files().iter().skip(1) {
+            let log: Vec<Value> = serde_json::from_slice(file).unwrap();
+            let version = name
+                .trim_start_matches("changelogs/")
+                .trim_end_matches(".updates.log");
+            assert_eq!(log.len(), listing.advisories(version).len(), "{name}");
+            for entry in &log {
+                assert!(entry["date"].is_string());
+                assert_eq!(entry["references"][0]["type"], "self");
+                assert_eq!(entry["references"][0]["id"], entry["id"]);
+                assert_eq!(entry["upstreamOnlyField"], "ignored");
+                for p in entry["packages"].as_array().unwrap() {
+                    assert!(p["epoch"].is_string(), "{p}");
+                }
+                unrated += usize::from(entry["severity"] == "");
+            }
+        }
+        assert!(unrated > 0, "no unrated advisory");
+        let zero = listing.files().iter().skip(1).any(|(_, file)| {
+            let log: Value = serde_json::from_slice(file).unwrap();
+            log.as_array().unwrap().iter().any(|e| {
+                e["packages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["epoch"] == "0")
+            })
+        });
+        assert!(zero, "no package without an epoch");
     }
 
     #[test]

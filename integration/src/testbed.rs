@@ -36,10 +36,13 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt as _;
 
+use crate::registry::Registry;
 use crate::wait::POLL;
 
 pub use kubeconfig::Credentials;
@@ -439,6 +442,45 @@ impl TestBed {
         https_client(&self.pki.cluster_ca, identity)
     }
 
+    /// GET `path` (with its query) through kube-apiserver (the aggregator) as
+    /// admin: the status and the body as text, whatever the status.
+    pub async fn admin_get(&self, path: &str) -> Result<(reqwest::StatusCode, String)> {
+        let response = self
+            .apiserver_http(Some(&self.pki.admin))?
+            .get(format!("{}{path}", self.apiserver_url()))
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = response.status();
+        let body = response
+            .text()
+            .await
+            .with_context(|| format!("GET {path}: {status}, reading the body"))?;
+        Ok((status, body))
+    }
+
+    /// [`TestBed::admin_get`] of a JSON answer: the status and the body parsed,
+    /// whatever the status; an error naming both when the body is not JSON.
+    pub async fn admin_get_value(&self, path: &str) -> Result<(reqwest::StatusCode, Value)> {
+        let (status, body) = self.admin_get(path).await?;
+        let value = serde_json::from_str(&body).with_context(|| {
+            format!("GET {path}: {status} with a body that is not JSON: {body}")
+        })?;
+        Ok((status, value))
+    }
+
+    /// [`TestBed::admin_get`] that must answer 200 with a JSON `T`; an error
+    /// naming the status and the body otherwise.
+    pub async fn admin_get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let (status, body) = self.admin_get(path).await?;
+        ensure!(
+            status == reqwest::StatusCode::OK,
+            "GET {path}: {status} {body}"
+        );
+        serde_json::from_str(&body)
+            .with_context(|| format!("GET {path}: not the expected JSON: {body}"))
+    }
+
     /// Our server, if [`TestBed::start_server`] started it.
     pub fn server(&self) -> Option<&Server> {
         self.server.as_ref()
@@ -555,6 +597,22 @@ impl TestBed {
         .await
     }
 
+    /// [`TestBed::start_server`] reading channel images from `registry`: its
+    /// [`Registry::server_flags`], then `extra`.
+    pub async fn start_server_reading(
+        &mut self,
+        registry: &Registry,
+        extra: &[&str],
+    ) -> Result<&Server> {
+        let flags = registry.server_flags()?;
+        let args: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
+        self.start_server(&args).await
+    }
+
     /// Starts our server, waits for its `/readyz`, registers it (Service
     /// `ExternalName` → `localhost`, and [`APISERVICE_NAME`] with the serving CA
     /// as `caBundle`) and waits until kube-apiserver reports the APIService
@@ -663,7 +721,7 @@ impl TestBed {
     /// [`SERVER_NAMESPACE`], behind a round-robin proxy registered as the
     /// Service of the APIService (which keeps its `caBundle`: every replica
     /// serves the same certificate). A server already running is stopped first.
-    pub async fn start_replicas(&mut self, count: usize, args: &[&str]) -> Result<()> {
+    pub async fn start_replicas(&mut self, count: usize, args: &[impl AsRef<str>]) -> Result<()> {
         self.stop_server().await?;
         let kubeconfig = self.chart_service_account_kubeconfig().await?;
         let serving = self.write_serving_pair()?;
@@ -673,7 +731,7 @@ impl TestBed {
             balancer,
             servers: Vec::new(),
             ports: Vec::new(),
-            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            args: args.iter().map(|a| a.as_ref().to_owned()).collect(),
             kubeconfig,
             serving,
             starts: 0,

@@ -41,14 +41,15 @@ async fn hostile_clients_are_bounded() -> Result<()> {
         ..TestBedOptions::default()
     })
     .await?;
-    let mut flags = registry.server_flags()?;
-    flags.extend([
-        "--header-read-timeout=2s".to_owned(),
-        format!("--max-connections={MAX_CONNECTIONS}"),
-        "--max-compute-concurrency=1".to_owned(),
-    ]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(
+        &registry,
+        &[
+            "--header-read-timeout=2s",
+            &format!("--max-connections={MAX_CONNECTIONS}"),
+            "--max-compute-concurrency=1",
+        ],
+    )
+    .await?;
     let result = async {
         slow_clients_are_cut_and_probes_still_answer(&bed).await?;
         oversized_heads_are_431(&bed).await?;

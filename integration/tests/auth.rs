@@ -17,8 +17,8 @@ use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference
 use elemental_changelog_integration::availability::AvailabilityWatch;
 use elemental_changelog_integration::fixtures::expect_status;
 use elemental_changelog_integration::generated::updates_log;
-use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{self, all_summaries_path, summaries_path};
+use elemental_changelog_integration::publish;
 use elemental_changelog_integration::rbac::start_clusterrole_aggregation;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
@@ -64,9 +64,7 @@ async fn delegated_authentication_and_authorization() -> Result<()> {
     })
     .await?;
     phases.mark("control plane ready");
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &[]).await?;
     phases.mark("server Available");
     let result = checks(&bed, &registry).await;
     phases.mark("auth checks done");
@@ -159,19 +157,16 @@ async fn server_runs_as_the_chart_service_account(bed: &TestBed) -> Result<()> {
 /// A channel image in the registry, the channel and its versions as the
 /// operator makes them, and the changelog served once the image is fetched.
 async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let entry = |name: &str, version: &str, created: i64| {
-        json!({
-            "metadata": {"name": name},
-            "spec": {"version": version, "type": "container", "metadata": {
-                "upgradeImage": format!("registry.example/os:{version}"),
-                "created": created,
-            }},
-        })
+    let entry = |name: &str, version: &str, created: i64| VersionEntry {
+        name: name.to_owned(),
+        version: version.to_owned(),
+        upgrade_image: format!("registry.example/os:{version}"),
+        created: Some(created),
     };
-    let channel_json = serde_json::to_vec(&json!([
+    let entries = [
         entry(OLD_VERSION, "v1.0.0", 1_700_000_000),
         entry(NEW_VERSION, "v1.1.0", 1_710_000_000),
-    ]))?;
+    ];
     let updates = updates_log(&[Advisory {
         type_: "security".to_owned(),
         id: "SUSE-SU-2024:0001-1".to_owned(),
@@ -195,36 +190,17 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         ..Advisory::default()
     }]);
     let changelog_file = format!("changelogs/{NEW_VERSION}.updates.log");
-    let channel_image = Image::channel(
-        Format::Oci,
-        Compression::Gzip,
-        &[("channel.json", &channel_json), (&changelog_file, &updates)],
-    );
-    image::push(registry, "auth-channel:v1", &channel_image).await?;
-    let channel = elemental::apply_custom_channel(
-        &bed.client(),
+    publish::channel(
+        bed,
+        registry,
         FLEET_NAMESPACE,
         CHANNEL,
-        &registry.image("auth-channel:v1"),
-    )
-    .await?;
-    elemental::sync_channel(
-        &bed.client(),
-        &channel,
+        "auth-channel:v1",
         &[
-            VersionEntry {
-                name: OLD_VERSION.to_owned(),
-                version: "v1.0.0".to_owned(),
-                upgrade_image: "registry.example/os:v1.0.0".to_owned(),
-                created: Some(1_700_000_000),
-            },
-            VersionEntry {
-                name: NEW_VERSION.to_owned(),
-                version: "v1.1.0".to_owned(),
-                upgrade_image: "registry.example/os:v1.1.0".to_owned(),
-                created: Some(1_710_000_000),
-            },
+            ("channel.json", elemental::channel_json(&entries)),
+            (changelog_file.as_str(), updates),
         ],
+        &entries,
     )
     .await?;
     admin_reads_changelog(bed).await
@@ -232,14 +208,11 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
 
 /// Admin reads the changelog through the aggregator, waiting for the first fetch.
 async fn admin_reads_changelog(bed: &TestBed) -> Result<()> {
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path(FLEET_NAMESPACE));
+    let path = changelog_path(FLEET_NAMESPACE);
     let body = soon(
         "admin reads the changelog through the aggregator",
         async || {
-            let response = http.get(&url).send().await?;
-            let status = response.status();
-            let body: Value = response.json().await?;
+            let (status, body) = bed.admin_get_value(&path).await?;
             Ok((status == StatusCode::OK).then_some(body))
         },
     )

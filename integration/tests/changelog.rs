@@ -11,37 +11,30 @@ use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiserver::routes::ready::GZIP_MIN_BYTES;
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric, retag},
+    fixtures::{OperatorChannel, log_lines, metric, retag},
+    generated::Listing,
     image::{self, Compression, Format, Image, Layer},
     paths::changelog_path,
     registry::Registry,
-    testbed::{
-        FLEET_NAMESPACE, TestBed, TestBedOptions,
-        elemental::{CHANNEL_LABEL, VersionEntry, channel_resource, version_resource},
-    },
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::version_resource},
     timing::Phases,
     wait::{POLL, SOON, poll},
 };
 use kube::{
     Api,
-    api::{DynamicObject, ListParams, Patch, PatchParams},
+    api::{DynamicObject, ListParams},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// A second namespace with a channel of the same name and version names.
 const TEAM_NAMESPACE: &str = "team-b";
+/// Seeds of the generated channels: the `stable` channel of the fleet, the one of
+/// `TEAM_NAMESPACE`, the x86_64 and aarch64 images of `multi`.
+const STABLE: u64 = 1;
+const TEAM_STABLE: u64 = 2;
+const MULTI_X86_64: u64 = 3;
+const MULTI_AARCH64: u64 = 4;
 const FETCHES: &str = "elemental_changelog_channel_fetches_total";
-
-/// GET through the aggregator as admin: status code and body.
-async fn get(bed: &TestBed, path: &str) -> Result<(u16, Vec<u8>)> {
-    let response = bed
-        .apiserver_http(Some(&bed.pki().admin))?
-        .get(format!("{}{path}", bed.apiserver_url()))
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.bytes().await?.to_vec()))
-}
 
 /// GET straight to our server as admin.
 async fn get_direct(bed: &TestBed, path: &str) -> Result<(u16, String)> {
@@ -75,11 +68,7 @@ async fn wait_changelog(
 ) -> Result<(ManagedOSVersionChangelog, Duration)> {
     let path = format!("{}{query}", changelog_path(namespace, name));
     poll(&format!("GET {path}"), SOON, POLL, async || {
-        let (status, body) = get(bed, &path).await?;
-        if status != 200 {
-            bail!("{status}: {}", String::from_utf8_lossy(&body));
-        }
-        let changelog: ManagedOSVersionChangelog = serde_json::from_slice(&body)?;
+        let changelog: ManagedOSVersionChangelog = bed.admin_get_json(&path).await?;
         Ok(accept(&changelog).then_some(changelog))
     })
     .await
@@ -112,9 +101,7 @@ async fn wait_status(
         SOON,
         POLL,
         async || {
-            let (status, body) = get(bed, &path).await?;
-            let body: Value = serde_json::from_slice(&body)
-                .with_context(|| format!("{status}: {}", String::from_utf8_lossy(&body)))?;
+            let (status, body) = bed.admin_get_value(&path).await?;
             let matches =
                 status == code && body["details"]["causes"][0]["reason"].as_str() == Some(reason);
             if matches {
@@ -165,13 +152,6 @@ async fn wait_log(bed: &TestBed, needles: &[&str]) -> Result<String> {
     Ok(line)
 }
 
-/// Starts our server on `bed` with `args`; a failure marks the bed failed.
-async fn start_server(bed: &mut TestBed, args: &[String]) -> Result<()> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    bed.start_server(&args).await?;
-    Ok(())
-}
-
 /// Everything but the registry outage, on one test bed and one server
 /// (default refresh interval: every fetch here is due to an operator sync,
 /// or to the backoff after a failure).
@@ -186,12 +166,12 @@ async fn changelogs_from_channel_images() -> Result<()> {
     })
     .await?;
     phases.done("test bed");
-    let mut args = registry.server_flags()?;
-    args.extend(secure.server_flags()?);
+    let secure_flags = secure.server_flags()?;
+    let mut extra: Vec<&str> = secure_flags.iter().map(String::as_str).collect();
     // Small enough that the bomb below is stopped quickly in a debug build.
-    args.extend(["--max-uncompressed-size".to_owned(), "64MiB".to_owned()]);
+    extra.extend(["--max-uncompressed-size", "64MiB"]);
     let result = async {
-        start_server(&mut bed, &args).await?;
+        bed.start_server_reading(&registry, &extra).await?;
         phases.done("server registered and Available");
         let mut stable = precomputed_advisories(&bed, &registry).await?;
         phases.done("precomputed advisories");
@@ -208,7 +188,7 @@ async fn changelogs_from_channel_images() -> Result<()> {
         broken_images(&bed, &registry).await?;
         phases.done("broken images");
         // The first channel was served throughout, and still is.
-        let data = GeneratedChannel::generate("stable", "fleet-stable", 2..=5);
+        let data = Listing::generate("stable", STABLE, 2..=5);
         let (served, _) =
             wait_changelog(&bed, FLEET_NAMESPACE, "stable-v1-5", "", |_| true).await?;
         data.check(&served, "stable-v1-5")?;
@@ -221,7 +201,7 @@ async fn changelogs_from_channel_images() -> Result<()> {
 /// A channel of three versions: every version's changelog is exactly what
 /// was pushed, through kubectl and HTTP, as JSON and as text.
 async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<OperatorChannel> {
-    let data = GeneratedChannel::generate("stable", "fleet-stable", 1..=3);
+    let data = Listing::generate("stable", STABLE, 1..=3);
     let pushed = image::push(
         registry,
         "elemental/stable:latest",
@@ -269,9 +249,9 @@ async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<Op
         .await?;
     let version = data.newest()?;
     ensure!(text.contains(&version.version), "{text}");
-    for advisory in &version.advisories {
+    for advisory in data.advisories(&version.name) {
         ensure!(
-            text.contains(&advisory.id),
+            names(&text, &advisory.id),
             "{} missing from:\n{text}",
             advisory.id
         );
@@ -281,15 +261,22 @@ async fn precomputed_advisories(bed: &TestBed, registry: &Registry) -> Result<Op
     }
     // No advisory of another version leaks into it.
     for other in data.versions.iter().filter(|v| v.name != newest) {
-        for advisory in &other.advisories {
+        for advisory in data.advisories(&other.name) {
             ensure!(
-                !text.contains(&advisory.id),
+                !names(&text, &advisory.id),
                 "{} leaked into:\n{text}",
                 advisory.id
             );
         }
     }
     Ok(channel)
+}
+
+/// Whether `text` names advisory `id`: an occurrence not followed by a digit
+/// (generated ids differ in their last number: `…-2025-1` is not `…-2025-12`).
+fn names(text: &str, id: &str) -> bool {
+    text.match_indices(id)
+        .any(|(at, _)| !text[at + id.len()..].starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// Answers are kept ready: through kube-apiserver's aggregator, a changelog reaches the client
@@ -361,8 +348,8 @@ async fn ready_bytes_through_the_aggregator(bed: &TestBed) -> Result<()> {
 /// The same channel and version names in another namespace, with other
 /// data: each namespace is served its own.
 async fn namespaces_never_mix(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let ours = GeneratedChannel::generate("stable", "fleet-stable", 1..=3);
-    let theirs = GeneratedChannel::generate("stable", "team-stable", 1..=3);
+    let ours = Listing::generate("stable", STABLE, 1..=3);
+    let theirs = Listing::generate("stable", TEAM_STABLE, 1..=3);
     let pushed = image::push(
         registry,
         "team/stable:latest",
@@ -393,8 +380,8 @@ async fn namespaces_never_mix(bed: &TestBed, registry: &Registry) -> Result<()> 
 /// An OCI index with x86_64 and aarch64 images carrying different
 /// advisories: the default architecture and `?arch=` each get theirs.
 async fn multi_arch_index(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let x86 = GeneratedChannel::generate("multi", "multi-x86_64", 1..=2);
-    let arm = GeneratedChannel::generate("multi", "multi-aarch64", 1..=2);
+    let x86 = Listing::generate("multi", MULTI_X86_64, 1..=2);
+    let arm = Listing::generate("multi", MULTI_AARCH64, 1..=2);
     let pushed = image::push_index(
         registry,
         "elemental/multi:latest",
@@ -435,16 +422,13 @@ async fn multi_arch_index(bed: &TestBed, registry: &Registry) -> Result<()> {
         }
     }
     // An architecture the server does not read is refused, not guessed.
-    let (status, body) = get(
-        bed,
-        &format!("{}?arch=s390x", changelog_path(FLEET_NAMESPACE, &newest)),
-    )
-    .await?;
-    ensure!(
-        status == 400,
-        "s390x: {status} {}",
-        String::from_utf8_lossy(&body)
-    );
+    let (status, body) = bed
+        .admin_get(&format!(
+            "{}?arch=s390x",
+            changelog_path(FLEET_NAMESPACE, &newest)
+        ))
+        .await?;
+    ensure!(status == 400, "s390x: {status} {body}");
     Ok(())
 }
 
@@ -460,7 +444,7 @@ async fn json_channel_and_tls_registry(bed: &TestBed, secure: &Registry) -> Resu
         "https://example.com/channel.json",
     )
     .await?;
-    let listed = GeneratedChannel::generate("json", "json", [1]);
+    let listed = Listing::generate("json", 5, [1]);
     json.sync(&listed.entries()).await?;
     let status = wait_status(bed, FLEET_NAMESPACE, "json-v1-1", 404, "ChannelHasNoImage").await?;
     ensure!(status["reason"] == "NotFound", "{status}");
@@ -482,7 +466,7 @@ async fn json_channel_and_tls_registry(bed: &TestBed, secure: &Registry) -> Resu
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let data = GeneratedChannel::generate("secure", "secure-tls", 1..=2);
+    let data = Listing::generate("secure", 6, 1..=2);
     let pushed = image::push(
         secure,
         "elemental/secure:v1",
@@ -513,7 +497,7 @@ async fn resync_and_retained(
     registry: &Registry,
     channel: &mut OperatorChannel,
 ) -> Result<()> {
-    let four = GeneratedChannel::generate("stable", "fleet-stable", 1..=4);
+    let four = Listing::generate("stable", STABLE, 1..=4);
     let second = image::push(
         registry,
         "elemental/stable:latest",
@@ -537,8 +521,8 @@ async fn resync_and_retained(
     ensure!(older.channel.digest.as_deref() == Some(second.digest.as_str()));
 
     // The next image lists 2..=5 only; stable-v1-1's ManagedOSVersion stays.
-    let all = GeneratedChannel::generate("stable", "fleet-stable", 1..=5);
-    let current = GeneratedChannel::generate("stable", "fleet-stable", 2..=5);
+    let all = Listing::generate("stable", STABLE, 1..=5);
+    let current = Listing::generate("stable", STABLE, 2..=5);
     let third = image::push(
         registry,
         "elemental/stable:latest",
@@ -579,8 +563,7 @@ async fn resync_and_retained(
         SOON,
         POLL,
         async || {
-            let (status, body) = get(bed, &path).await?;
-            let body: Value = serde_json::from_slice(&body)?;
+            let (status, body) = bed.admin_get_value(&path).await?;
             Ok((status == 404 && body["reason"] == "NotFound").then_some(()))
         },
     )
@@ -666,7 +649,7 @@ async fn push_broken(
     repository: &str,
     tag: &str,
     breakage: &Breakage,
-    data: &GeneratedChannel,
+    data: &Listing,
 ) -> Result<String> {
     let reference = format!("{repository}:{tag}");
     let good = || data.image(Format::Oci, Compression::Gzip, "amd64");
@@ -745,14 +728,14 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
     let log = bed.server_log()?;
 
     // Fresh channels whose only image is broken.
-    for breakage in &BREAKAGES {
+    for (index, breakage) in BREAKAGES.iter().enumerate() {
         let before = metric(
             &bed.server_metrics().await?,
             FETCHES,
             &[("result", breakage.kind)],
         );
         let name = format!("broken-{}", breakage.name);
-        let data = GeneratedChannel::generate(&name, &name, [1]);
+        let data = Listing::generate(&name, 10 + index as u64, [1]);
         let repository = format!("broken/{}", breakage.name);
         let digest = push_broken(registry, &repository, "v1", breakage, &data).await?;
         let mut channel = OperatorChannel::custom(
@@ -824,7 +807,7 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
 
     // A channel with good data, then each kind of broken image in turn: the
     // good data stays, with its digest.
-    let good = GeneratedChannel::generate("degrading", "degrading", 1..=2);
+    let good = Listing::generate("degrading", 20, 1..=2);
     let repository = "elemental/degrading";
     let pushed = image::push(
         registry,
@@ -852,7 +835,7 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
         // Each round's broken image is prepared under a tag nobody reads (so
         // that no fetch sees it half-broken), with new content (a new digest).
         let staging = format!("round-{round}");
-        let data = GeneratedChannel::generate("degrading", &format!("degrading-{round}"), 1..=3);
+        let data = Listing::generate("degrading", 21 + round as u64, 1..=3);
         push_broken(registry, repository, &staging, breakage, &data).await?;
         if breakage.name == "missing-blob" {
             // The registry refuses a manifest whose blob is gone under a new
@@ -882,7 +865,7 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
     }
 
     // Other channels were not disturbed, and the server still answers.
-    let multi = GeneratedChannel::generate("multi", "multi-aarch64", 1..=2);
+    let multi = Listing::generate("multi", MULTI_AARCH64, 1..=2);
     multi.check(
         &kubectl_changelog(bed, FLEET_NAMESPACE, "multi-v1-2", "?arch=aarch64").await?,
         "multi-v1-2",
@@ -899,10 +882,9 @@ async fn broken_images(bed: &TestBed, registry: &Registry) -> Result<()> {
 async fn periodic_refresh_and_registry_outage() -> Result<()> {
     let mut registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions::default()).await?;
-    let mut args = registry.server_flags()?;
-    args.extend(["--refresh-interval".to_owned(), "2s".to_owned()]);
     let result = async {
-        start_server(&mut bed, &args).await?;
+        bed.start_server_reading(&registry, &["--refresh-interval", "2s"])
+            .await?;
         outage(&bed, &mut registry).await
     }
     .await;
@@ -910,7 +892,7 @@ async fn periodic_refresh_and_registry_outage() -> Result<()> {
 }
 
 async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
-    let first = GeneratedChannel::generate("periodic", "periodic", 1..=2);
+    let first = Listing::generate("periodic", 30, 1..=2);
     image::push(
         registry,
         "elemental/periodic:latest",
@@ -931,7 +913,7 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
 
     // A new image under the same tag, and the operator's version for it,
     // without touching the channel: the periodic check finds it.
-    let second = GeneratedChannel::generate("periodic", "periodic", 1..=3);
+    let second = Listing::generate("periodic", 30, 1..=3);
     let pushed = image::push(
         registry,
         "elemental/periodic:latest",
@@ -944,7 +926,7 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
     let mut entries = second.entries();
     entries.drain(..2);
     // Only the version objects: a sync would also patch the status and trigger a fetch.
-    create_versions_only(bed, &channel, &entries).await?;
+    channel.create_versions(&entries).await?;
     ensure!(versions.list(&ListParams::default()).await?.items.len() == before + 1);
     let (served, took) = wait_changelog(bed, FLEET_NAMESPACE, "periodic-v1-3", "", |c| {
         c.channel.digest.as_deref() == Some(pushed.digest.as_str())
@@ -979,57 +961,6 @@ async fn outage(bed: &TestBed, registry: &mut Registry) -> Result<()> {
     ensure!(status == 200, "/readyz during the outage: {status}\n{body}");
     let ready = bed.kubectl_ok(&["get", "--raw", "/readyz"]).await?;
     ensure!(ready.trim() == "ok", "kube-apiserver /readyz: {ready}");
-    Ok(())
-}
-
-/// Creates ManagedOSVersions of `channel` the way the operator does, but
-/// without recording a sync in the channel's status.
-async fn create_versions_only(
-    bed: &TestBed,
-    channel: &OperatorChannel,
-    entries: &[VersionEntry],
-) -> Result<()> {
-    let channels: Api<DynamicObject> =
-        Api::namespaced_with(bed.client(), &channel.namespace(), &channel_resource());
-    let object = channels.get(&channel.name()).await?;
-    let uid = object
-        .metadata
-        .uid
-        .clone()
-        .context("a channel without uid")?;
-    let versions: Api<DynamicObject> =
-        Api::namespaced_with(bed.client(), &channel.namespace(), &version_resource());
-    for entry in entries {
-        let version = json!({
-            "apiVersion": "elemental.cattle.io/v1beta1",
-            "kind": "ManagedOSVersion",
-            "metadata": {
-                "name": entry.name,
-                "namespace": channel.namespace(),
-                "labels": { CHANNEL_LABEL: channel.name() },
-                "ownerReferences": [{
-                    "apiVersion": "elemental.cattle.io/v1beta1",
-                    "kind": "ManagedOSVersionChannel",
-                    "name": channel.name(),
-                    "uid": uid,
-                    "controller": true,
-                    "blockOwnerDeletion": true,
-                }],
-            },
-            "spec": {
-                "version": entry.version,
-                "type": "container",
-                "metadata": { "upgradeImage": entry.upgrade_image, "created": entry.created },
-            },
-        });
-        versions
-            .patch(
-                &entry.name,
-                &PatchParams::apply("elemental-operator").force(),
-                &Patch::Apply(&version),
-            )
-            .await?;
-    }
     Ok(())
 }
 

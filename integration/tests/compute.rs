@@ -67,10 +67,8 @@ async fn generated_channels_end_to_end() -> Result<()> {
         ..TestBedOptions::default()
     })
     .await?;
-    let mut flags = registry.server_flags()?;
-    flags.extend(["--architecture".to_owned(), "x86_64".to_owned()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &["--architecture", "x86_64"])
+        .await?;
     phases.done("test bed and server");
     let result = checks(&bed, &registry, &mut phases).await;
     phases.mark("compute end-to-end checks done");
@@ -213,25 +211,6 @@ async fn compute_command(args: &[&std::ffi::OsStr]) -> Result<std::process::Outp
         .context("running elemental-changelog-apiserver compute")
 }
 
-/// One GET through kube-apiserver as admin: status and JSON body.
-async fn get(bed: &TestBed, path: &str) -> Result<(u16, Value)> {
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let response = http
-        .get(format!("{}{path}", bed.apiserver_url()))
-        .send()
-        .await
-        .with_context(|| format!("GET {path}"))?;
-    let status = response.status().as_u16();
-    let body = response.bytes().await?;
-    let value = serde_json::from_slice(&body).with_context(|| {
-        format!(
-            "GET {path}: {status} with a body that is not JSON: {}",
-            String::from_utf8_lossy(&body)
-        )
-    })?;
-    Ok((status, value))
-}
-
 async fn changelog(
     bed: &TestBed,
     namespace: &str,
@@ -242,9 +221,7 @@ async fn changelog(
     if let Some(from) = from {
         path.push_str(&format!("?from={from}"));
     }
-    let (status, body) = get(bed, &path).await?;
-    ensure!(status == 200, "GET {path}: {status} {body}");
-    serde_json::from_value(body).with_context(|| format!("GET {path}: not a changelog"))
+    bed.admin_get_json(&path).await
 }
 
 fn ids(changelog: &ManagedOSVersionChangelog) -> BTreeSet<String> {
@@ -400,7 +377,7 @@ async fn from_errors(bed: &TestBed, fixture: &Fixture) -> Result<()> {
             "{}?from={from}",
             changelog_path(FLEET_NAMESPACE, &v[15].name)
         );
-        let (status, body) = get(bed, &path).await?;
+        let (status, body) = bed.admin_get_value(&path).await?;
         ensure!(status == 400, "from={from}: {status} {body}");
         ensure!(
             body["kind"] == "Status" && body["code"] == 400 && body["reason"] == "BadRequest",
@@ -454,11 +431,9 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
             .iter()
             .map(|&i| (FLEET_NAMESPACE.to_owned(), channel.versions[i].name.clone()))
             .collect();
-        let (status, list) = get(
-            bed,
-            &format!("{}?cve={cve}", summaries_path(FLEET_NAMESPACE)),
-        )
-        .await?;
+        let (status, list) = bed
+            .admin_get_value(&format!("{}?cve={cve}", summaries_path(FLEET_NAMESPACE)))
+            .await?;
         ensure!(status == 200, "cve={cve}: {status} {list}");
         ensure!(
             list["kind"] == "ManagedOSVersionChangelogSummaryList",
@@ -472,7 +447,9 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
         eprintln!("  {cve}: first fixed in {}", expected[0].1);
 
         // Cluster-wide: the precomputed copy of the channel fixes it in the same versions.
-        let (status, all) = get(bed, &format!("{}?cve={cve}", all_summaries_path())).await?;
+        let (status, all) = bed
+            .admin_get_value(&format!("{}?cve={cve}", all_summaries_path()))
+            .await?;
         ensure!(status == 200, "cve={cve}: {status} {all}");
         let all = names(&all);
         for namespace in [FLEET_NAMESPACE, PRECOMPUTED_NAMESPACE] {
@@ -502,14 +479,12 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
         ),
         (format!("{CHANNEL_LABEL}%21%3D{}", channel.name), 0),
     ] {
-        let (status, list) = get(
-            bed,
-            &format!(
+        let (status, list) = bed
+            .admin_get_value(&format!(
                 "{}?cve={recurring}&labelSelector={selector}",
                 all_summaries_path()
-            ),
-        )
-        .await?;
+            ))
+            .await?;
         ensure!(status == 200, "{selector}: {status} {list}");
         let found = names(&list);
         ensure!(
@@ -518,13 +493,16 @@ async fn cve_finds_the_first_fixing_version(bed: &TestBed, channel: &Channel) ->
         );
     }
     // A CVE nobody fixes, and one that is not a CVE id.
-    let (status, none) = get(
-        bed,
-        &format!("{}?cve=CVE-1999-0001", summaries_path(FLEET_NAMESPACE)),
-    )
-    .await?;
+    let (status, none) = bed
+        .admin_get_value(&format!(
+            "{}?cve=CVE-1999-0001",
+            summaries_path(FLEET_NAMESPACE)
+        ))
+        .await?;
     ensure!(status == 200 && names(&none).is_empty(), "{status} {none}");
-    let (status, bad) = get(bed, &format!("{}?cve=GHSA-1234", all_summaries_path())).await?;
+    let (status, bad) = bed
+        .admin_get_value(&format!("{}?cve=GHSA-1234", all_summaries_path()))
+        .await?;
     ensure!(status == 400 && bad["kind"] == "Status", "{status} {bad}");
     Ok(())
 }

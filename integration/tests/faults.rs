@@ -17,7 +17,8 @@ use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
     faults::{Fault, FaultProxy},
-    fixtures::{GeneratedChannel, OperatorChannel, log_lines, metric},
+    fixtures::{OperatorChannel, cause, log_lines, metric},
+    generated::Listing,
     image::{self, Compression, Format, Layer},
     paths::{changelog_path, summary_path},
     registry::Registry,
@@ -38,6 +39,14 @@ const WATCH_SYNCED: &str = "elemental_changelog_watch_synced";
 const DATA_AGE: &str = "elemental_changelog_channel_data_age_seconds";
 /// Requests made while each fault lasts; every one must be answered.
 const REQUESTS_DURING_FAULT: usize = 20;
+/// Seeds of generated data: `faulty`'s first image (and one more for each
+/// fault), its images with a new version (one for each round); `steady`, and
+/// the first of the `doomed-<n>` and `born-<n>` channels.
+const FAULTY: u64 = 100;
+const FAULTY_NEW: u64 = 200;
+const STEADY: u64 = 300;
+const DOOMED: u64 = 310;
+const BORN: u64 = 320;
 
 /// Admin requests, through kube-apiserver's aggregator and straight to our server.
 struct Requests {
@@ -130,12 +139,7 @@ impl Requests {
 
     /// Waits until `name` is served with image digest `digest` and is
     /// `data`'s version; returns the time taken.
-    async fn wait_served(
-        &self,
-        data: &GeneratedChannel,
-        name: &str,
-        digest: &str,
-    ) -> Result<Duration> {
+    async fn wait_served(&self, data: &Listing, name: &str, digest: &str) -> Result<Duration> {
         let (_, took) = poll(
             &format!("{name} served from {digest}"),
             SERVED,
@@ -155,7 +159,7 @@ impl Requests {
 
     /// Makes [`REQUESTS_DURING_FAULT`] requests for every version of `data`,
     /// through the aggregator; each must serve `digest`.
-    async fn still_served(&self, data: &GeneratedChannel, digest: &str) -> Result<usize> {
+    async fn still_served(&self, data: &Listing, digest: &str) -> Result<usize> {
         let mut answered = 0;
         for round in 0..REQUESTS_DURING_FAULT {
             let version = &data.versions[round % data.versions.len()];
@@ -202,9 +206,9 @@ fn grown(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Vec<S
 }
 
 /// `size` bytes that do not compress, the same for the same seed.
-fn incompressible(seed: &str, size: usize) -> Vec<u8> {
+fn incompressible(seed: u64, size: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(size + 32);
-    let mut block: [u8; 32] = Sha256::digest(seed.as_bytes()).into();
+    let mut block: [u8; 32] = Sha256::digest(seed.to_be_bytes()).into();
     while out.len() < size {
         out.extend_from_slice(&block);
         block = Sha256::digest(block).into();
@@ -219,10 +223,12 @@ fn incompressible(seed: &str, size: usize) -> Vec<u8> {
 async fn push_with_payload(
     registry: &Registry,
     repository: &str,
-    data: &GeneratedChannel,
+    data: &Listing,
 ) -> Result<String> {
-    let payload = Layer::new(Compression::None)
-        .file("usr/share/payload", incompressible(&data.seed, 256 << 10));
+    let payload = Layer::new(Compression::None).file(
+        "usr/share/payload",
+        incompressible(data.history.seed(), 256 << 10),
+    );
     let image = data
         .image(Format::Oci, Compression::Gzip, "amd64")
         .layer(payload);
@@ -319,7 +325,7 @@ async fn registry_faults() -> Result<()> {
 async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy) -> Result<()> {
     let requests = Requests::new(bed)?;
     let repository = "elemental/faulty";
-    let mut data = GeneratedChannel::generate("faulty", "faulty-0", 1..=2);
+    let mut data = Listing::generate("faulty", FAULTY, 1..=2);
     let mut digest = push_with_payload(registry, repository, &data).await?;
     let mut channel = OperatorChannel::custom(
         &bed.client(),
@@ -335,7 +341,7 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
     for (round, fault) in REGISTRY_FAULTS.iter().enumerate() {
         let before = failures(&requests.metrics().await?);
         proxy.set(fault.fault);
-        let next = GeneratedChannel::generate("faulty", &format!("faulty-{}", round + 1), 1..=2);
+        let next = Listing::generate("faulty", FAULTY + 1 + round as u64, 1..=2);
         let next_digest = push_with_payload(registry, repository, &next).await?;
         let (kinds, detected) = poll(
             &format!("{}: a failed fetch counted", fault.name),
@@ -396,18 +402,6 @@ async fn registry_rounds(bed: &TestBed, registry: &Registry, proxy: &FaultProxy)
     Ok(())
 }
 
-/// The `reason` of a `Status`'s first cause, and its message.
-fn cause(body: &[u8]) -> (String, String) {
-    let status: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-    (
-        status["details"]["causes"][0]["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        status["message"].as_str().unwrap_or_default().to_owned(),
-    )
-}
-
 /// Issue 17, item 12: the operator re-syncs the channel to an image with one
 /// more version while the registry fails. What the last good image lists
 /// stays served; the new version is "not yet", never "no data": its changelog
@@ -419,7 +413,7 @@ async fn new_version_rounds(
     registry: &Registry,
     proxy: &FaultProxy,
     channel: &mut OperatorChannel,
-    (data, digest): (&mut GeneratedChannel, &mut String),
+    (data, digest): (&mut Listing, &mut String),
 ) -> Result<()> {
     let repository = "elemental/faulty";
     for (round, name) in ["HTTP 503", "truncated body", "stall"].iter().enumerate() {
@@ -429,7 +423,7 @@ async fn new_version_rounds(
             .context("no such fault")?;
         proxy.set(fault.fault);
         let count = u32::try_from(data.versions.len())? + 1;
-        let next = GeneratedChannel::generate("faulty", &format!("faulty-new-{round}"), 1..=count);
+        let next = Listing::generate("faulty", FAULTY_NEW + round as u64, 1..=count);
         let next_digest = push_with_payload(registry, repository, &next).await?;
         channel.sync(&next.entries()).await?;
         let new = next.newest()?.name.clone();
@@ -520,19 +514,20 @@ async fn channel_age_shows(requests: &Requests, stale: bool) -> Result<()> {
 /// operator's way.
 struct Channel {
     operator: OperatorChannel,
-    data: GeneratedChannel,
+    data: Listing,
     digest: String,
 }
 
 /// Pushes `elemental/<name>:latest` with versions `1..=count` of channel
-/// `name`, the data derived from `name` and `count` (each push is a new
-/// image); returns the data and the manifest digest.
+/// `name`, the data derived from `seed` (each push with another count is a
+/// new image); returns the data and the manifest digest.
 async fn publish(
     registry: &Registry,
     name: &str,
+    seed: u64,
     count: u32,
-) -> Result<(GeneratedChannel, String)> {
-    let data = GeneratedChannel::generate(name, &format!("{name}-{count}"), 1..=count);
+) -> Result<(Listing, String)> {
+    let data = Listing::generate(name, seed, 1..=count);
     let pushed = image::push(
         registry,
         &format!("elemental/{name}:latest"),
@@ -543,8 +538,14 @@ async fn publish(
 }
 
 impl Channel {
-    async fn create(bed: &TestBed, registry: &Registry, name: &str, count: u32) -> Result<Self> {
-        let (data, digest) = publish(registry, name, count).await?;
+    async fn create(
+        bed: &TestBed,
+        registry: &Registry,
+        name: &str,
+        seed: u64,
+        count: u32,
+    ) -> Result<Self> {
+        let (data, digest) = publish(registry, name, seed, count).await?;
         let mut operator = OperatorChannel::custom(
             &bed.client(),
             FLEET_NAMESPACE,
@@ -563,7 +564,8 @@ impl Channel {
     /// A new image with one more version, synced by the operator.
     async fn grow(&mut self, registry: &Registry) -> Result<()> {
         let count = u32::try_from(self.data.versions.len())? + 1;
-        let (data, digest) = publish(registry, &self.operator.name(), count).await?;
+        let seed = self.data.history.seed();
+        let (data, digest) = publish(registry, &self.operator.name(), seed, count).await?;
         self.operator.sync(&data.entries()).await?;
         self.data = data;
         self.digest = digest;
@@ -642,10 +644,19 @@ async fn kube_rounds(bed: &mut TestBed, registry: &Registry, proxy: &FaultProxy)
         KubeFault::ResetMidStream,
     ];
     let requests = Requests::new(bed)?;
-    let mut steady = Channel::create(bed, registry, "steady", 2).await?;
+    let mut steady = Channel::create(bed, registry, "steady", STEADY, 2).await?;
     let mut doomed = Vec::new();
     for round in 0..=faults.len() {
-        doomed.push(Channel::create(bed, registry, &format!("doomed-{round}"), 1).await?);
+        doomed.push(
+            Channel::create(
+                bed,
+                registry,
+                &format!("doomed-{round}"),
+                DOOMED + round as u64,
+                1,
+            )
+            .await?,
+        );
     }
     steady.wait_served(&requests).await?;
     for channel in &doomed {
@@ -806,7 +817,14 @@ async fn operator_changes(
     steady: &mut Channel,
     doomed: &Channel,
 ) -> Result<Channel> {
-    let born = Channel::create(bed, registry, &format!("born-{round}"), 2).await?;
+    let born = Channel::create(
+        bed,
+        registry,
+        &format!("born-{round}"),
+        BORN + round as u64,
+        2,
+    )
+    .await?;
     doomed.delete(bed).await?;
     steady.grow(registry).await?;
     Ok(born)

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::GROUP;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, metric},
+    fixtures::{OperatorChannel, metric},
+    generated::Listing,
     image::{self, Compression, Format},
     paths::GROUP_VERSION,
     registry::Registry,
@@ -28,30 +29,10 @@ fn api(path: &str) -> String {
     format!("{GROUP_VERSION}{path}")
 }
 
-/// GET through the aggregator as admin: status code and body.
-async fn get(bed: &TestBed, path: &str) -> Result<(u16, String)> {
-    let response = bed
-        .apiserver_http(Some(&bed.pki().admin))?
-        .get(format!("{}{path}", bed.apiserver_url()))
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.text().await?))
-}
-
-async fn get_json(bed: &TestBed, path: &str) -> Result<Value> {
-    let (status, body) = get(bed, path).await?;
-    ensure!(status == 200, "GET {path}: {status} {body}");
-    serde_json::from_str(&body).with_context(|| format!("GET {path}: {body}"))
-}
-
 async fn machine(bed: &TestBed, namespace: &str, name: &str, query: &str) -> Result<Value> {
-    get_json(
-        bed,
-        &api(&format!(
-            "/namespaces/{namespace}/machineinventories/{name}{query}"
-        )),
-    )
+    bed.admin_get_json(&api(&format!(
+        "/namespaces/{namespace}/machineinventories/{name}{query}"
+    )))
     .await
 }
 
@@ -75,7 +56,7 @@ async fn wait_machine(
     .await
 }
 
-fn entries(data: &GeneratedChannel, os: &str) -> Vec<VersionEntry> {
+fn entries(data: &Listing, os: &str) -> Vec<VersionEntry> {
     data.entries()
         .into_iter()
         .map(|mut e| {
@@ -142,10 +123,8 @@ async fn fleet_view_end_to_end() -> Result<()> {
     })
     .await?;
     eprintln!("test bed started in {:?}", started.elapsed());
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let result = async {
-        bed.start_server(&flags).await?;
+        bed.start_server_reading(&registry, &[]).await?;
         checks(&bed, &registry).await?;
         bed.ensure_running()
     }
@@ -154,8 +133,8 @@ async fn fleet_view_end_to_end() -> Result<()> {
 }
 
 async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let stable = GeneratedChannel::generate("stable", "fleet-stable", 1..=4);
-    let edge = GeneratedChannel::generate("edge", "fleet-edge", 1..=3);
+    let stable = Listing::generate("stable", 1, 1..=4);
+    let edge = Listing::generate("edge", 2, 1..=3);
     image::push(
         registry,
         "elemental/stable:1",
@@ -337,7 +316,7 @@ spec:
     ensure!(m["target"]["reason"] == "ClusterUnresolved", "{m}");
     let expected_advisories: usize = stable.versions[1..]
         .iter()
-        .map(|v| v.advisories.len())
+        .map(|v| stable.advisories(&v.name).len())
         .sum();
     ensure!(
         m["summary"]["advisories"] == expected_advisories,
@@ -399,7 +378,7 @@ spec:
         m["target"]["name"] == "stable-v1-3"
             && m["target"]["source"] == "ManagedOSImage"
             && m["target"]["managedOSImage"] == "pin"
-            && m["summary"]["advisories"] == stable.versions[2].advisories.len(),
+            && m["summary"]["advisories"] == stable.advisories(&stable.versions[2].name).len(),
         "{m}"
     );
     let m = expect(LOCAL, "l-ahead", "UpToDate", Some("TargetOlder")).await?;
@@ -414,25 +393,25 @@ spec:
     eprintln!("every state and reason: ok");
 
     // Lists: one namespace, all, selectors.
-    let list = get_json(
-        bed,
-        &api(&format!("/namespaces/{FLEET_NAMESPACE}/machineinventories")),
-    )
-    .await?;
+    let list = bed
+        .admin_get_json::<Value>(&api(&format!(
+            "/namespaces/{FLEET_NAMESPACE}/machineinventories"
+        )))
+        .await?;
     ensure!(
         list["kind"] == "MachineInventoryChangelogSummaryList",
         "{list}"
     );
     ensure!(list["items"].as_array().map(Vec::len) == Some(9), "{list}");
-    let all = get_json(bed, &api("/machineinventories")).await?;
+    let all = bed
+        .admin_get_json::<Value>(&api("/machineinventories"))
+        .await?;
     ensure!(all["items"].as_array().map(Vec::len) == Some(13), "{all}");
-    let pool = get_json(
-        bed,
-        &api(&format!(
+    let pool = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/machineinventories?labelSelector=pool%3Da"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     let names: Vec<&str> = pool["items"]
         .as_array()
         .context("items")?
@@ -440,11 +419,11 @@ spec:
         .filter_map(|i| i["metadata"]["name"].as_str())
         .collect();
     ensure!(names == ["m-new", "m-old"], "labelSelector: {names:?}");
-    let one = get_json(
-        bed,
-        &api("/machineinventories?fieldSelector=metadata.name%3Dl-free"),
-    )
-    .await?;
+    let one = bed
+        .admin_get_json::<Value>(&api(
+            "/machineinventories?fieldSelector=metadata.name%3Dl-free",
+        ))
+        .await?;
     ensure!(one["items"].as_array().map(Vec::len) == Some(1), "{one}");
 
     // ?cve=: the first stable version (after the first) whose advisories name a CVE none
@@ -455,25 +434,27 @@ spec:
         .enumerate()
         .skip(1)
         .find_map(|(i, v)| {
-            v.advisories
-                .iter()
+            stable
+                .advisories(&v.name)
+                .into_iter()
                 .flat_map(|a| a.cves.iter())
                 .find(|c| {
-                    !stable.versions[..i]
-                        .iter()
-                        .any(|p| p.advisories.iter().any(|a| a.cves.contains(c)))
+                    !stable.versions[..i].iter().any(|p| {
+                        stable
+                            .advisories(&p.name)
+                            .iter()
+                            .any(|a| a.cves.contains(c))
+                    })
                 })
                 .map(|c| (c.clone(), i))
         })
         .context("the generated stable channel has no CVE after its first version")?;
     let fixed_name = &stable.versions[fixed_in].name;
-    let list = get_json(
-        bed,
-        &api(&format!(
+    let list = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/machineinventories?cve={cve}"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     let cve_of = |name: &str| -> Value {
         list["items"]
             .as_array()
@@ -535,7 +516,9 @@ spec:
             "/namespaces/{ns}/machineinventories/{name}/changelog{query}"
         ))
     };
-    let c = get_json(bed, &changelog_path(FLEET_NAMESPACE, "m-old", "")).await?;
+    let c = bed
+        .admin_get_json::<Value>(&changelog_path(FLEET_NAMESPACE, "m-old", ""))
+        .await?;
     ensure!(
         c["kind"] == "ManagedOSVersionChangelog"
             && c["metadata"]["name"] == "stable-v1-4"
@@ -543,29 +526,27 @@ spec:
         "{c}"
     );
     ensure!(c["summary"]["advisories"] == expected_advisories, "{c}");
-    let c = get_json(
-        bed,
-        &changelog_path(FLEET_NAMESPACE, "m-old", "?to=stable-v1-2"),
-    )
-    .await?;
+    let c = bed
+        .admin_get_json::<Value>(&changelog_path(FLEET_NAMESPACE, "m-old", "?to=stable-v1-2"))
+        .await?;
     ensure!(
         c["metadata"]["name"] == "stable-v1-2" && c["from"]["name"] == "stable-v1-1",
         "{c}"
     );
-    let (status, text) = get(
-        bed,
-        &changelog_path(FLEET_NAMESPACE, "m-old", "?format=text"),
-    )
-    .await?;
+    let (status, text) = bed
+        .admin_get(&changelog_path(FLEET_NAMESPACE, "m-old", "?format=text"))
+        .await?;
     ensure!(
         status == 200 && !text.trim_start().starts_with('{') && text.contains("stable-v1-4"),
         "{status}: {text}"
     );
-    let (status, text) = get(
-        bed,
-        &changelog_path(FLEET_NAMESPACE, "m-old", "?format=markdown"),
-    )
-    .await?;
+    let (status, text) = bed
+        .admin_get(&changelog_path(
+            FLEET_NAMESPACE,
+            "m-old",
+            "?format=markdown",
+        ))
+        .await?;
     ensure!(status == 200 && text.contains('#'), "{status}: {text}");
     for (name, query, code) in [
         ("m-old", "?to=edge-v1-2", 400),
@@ -573,28 +554,32 @@ spec:
         ("m-none", "", 404),
         ("m-missing", "", 404),
     ] {
-        let (status, body) = get(bed, &changelog_path(FLEET_NAMESPACE, name, query)).await?;
+        let (status, body) = bed
+            .admin_get(&changelog_path(FLEET_NAMESPACE, name, query))
+            .await?;
         ensure!(status == code, "{name}{query}: {status} {body}");
     }
-    let (status, body) = get(bed, &changelog_path(LOCAL, "l-switch", "")).await?;
+    let (status, body) = bed
+        .admin_get(&changelog_path(LOCAL, "l-switch", ""))
+        .await?;
     ensure!(
         status == 404 && body.contains("OtherChannel"),
         "{status} {body}"
     );
-    let c = get_json(bed, &changelog_path(LOCAL, "l-switch", "?to=stable-v1-4")).await?;
+    let c = bed
+        .admin_get_json::<Value>(&changelog_path(LOCAL, "l-switch", "?to=stable-v1-4"))
+        .await?;
     ensure!(
         c["metadata"]["name"] == "stable-v1-4" && c["from"]["name"] == "stable-v1-1",
         "{c}"
     );
 
     // A ManagedOSImage's plan.
-    let plan = get_json(
-        bed,
-        &api(&format!(
+    let plan = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{LOCAL}/managedosimages/pin/changelog"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(
         plan["kind"] == "ManagedOSImageChangelog" && plan["target"]["name"] == "stable-v1-3",
         "{plan}"
@@ -611,13 +596,11 @@ spec:
             && g["machines"] == serde_json::json!(["l-ahead"])),
         "{plan}"
     );
-    let canary = get_json(
-        bed,
-        &api(&format!(
+    let canary = bed
+        .admin_get_json::<Value>(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/managedosimages/canary/changelog"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(canary["target"]["name"] == "stable-v1-3", "{canary}");
     ensure!(
         canary["unknownMachines"]
@@ -625,13 +608,11 @@ spec:
             .is_some_and(|u| !u.is_empty()),
         "{canary}"
     );
-    let (status, _) = get(
-        bed,
-        &api(&format!(
+    let (status, _) = bed
+        .admin_get(&api(&format!(
             "/namespaces/{LOCAL}/managedosimages/nope/changelog"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(status == 404, "missing ManagedOSImage: {status}");
     eprintln!("machine changelogs and plans: ok");
 
@@ -729,15 +710,15 @@ spec:
         "/namespaces/{FLEET_NAMESPACE}/machineinventories/m-lost"
     ));
     let (_, took) = poll("m-lost gone", DEADLINE, POLL, async || {
-        let (status, _) = get(bed, &path).await?;
+        let (status, _) = bed.admin_get(&path).await?;
         Ok((status == 404).then_some(()))
     })
     .await?;
-    let list = get_json(
-        bed,
-        &api(&format!("/namespaces/{FLEET_NAMESPACE}/machineinventories")),
-    )
-    .await?;
+    let list = bed
+        .admin_get_json::<Value>(&api(&format!(
+            "/namespaces/{FLEET_NAMESPACE}/machineinventories"
+        )))
+        .await?;
     ensure!(list["items"].as_array().map(Vec::len) == Some(8), "{list}");
     eprintln!("deleted machine gone after {took:?}");
 
@@ -824,13 +805,11 @@ async fn plugin(bed: &TestBed) -> Result<()> {
         bed,
         &["changelog", "-n", FLEET_NAMESPACE, "--machine", "m-old"],
     )?;
-    let (_, served) = get(
-        bed,
-        &api(&format!(
+    let (_, served) = bed
+        .admin_get(&api(&format!(
             "/namespaces/{FLEET_NAMESPACE}/machineinventories/m-old/changelog?format=text"
-        )),
-    )
-    .await?;
+        )))
+        .await?;
     ensure!(
         text == served,
         "changelog --machine:\n{text}\n?format=text:\n{served}"

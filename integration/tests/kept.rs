@@ -17,14 +17,10 @@ use elemental_changelog_integration::{
     bench::{Rss, settled_rss},
     fixtures::metric,
     generated::{Channel, Spec},
-    image::{self, Compression, Format, Image},
     paths::{changelog_path, summary_path},
     publish,
     registry::Registry,
-    testbed::{
-        FLEET_NAMESPACE, TestBed, TestBedOptions,
-        elemental::{self, channel_resource},
-    },
+    testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::channel_resource},
     wait::{POLL, SERVED, poll},
 };
 use kube::Api;
@@ -75,17 +71,18 @@ async fn kept_data_is_bounded_in_total() -> Result<()> {
     })
     .await?;
     let result = async {
-        bed.start_server(&[
-            "--insecure-registry",
-            registry.host(),
-            "--architecture",
-            "x86_64",
-            "--max-kept-total",
-            &limit.to_string(),
-            // No answers rendered ahead: the RSS figures are the data's.
-            "--answer-cache-size",
-            "0",
-        ])
+        bed.start_server_reading(
+            &registry,
+            &[
+                "--architecture",
+                "x86_64",
+                "--max-kept-total",
+                &limit.to_string(),
+                // No answers rendered ahead: the RSS figures are the data's.
+                "--answer-cache-size",
+                "0",
+            ],
+        )
         .await?;
         attack(&bed, &registry, &models, &sizes, limit).await
     }
@@ -93,53 +90,23 @@ async fn kept_data_is_bounded_in_total() -> Result<()> {
     bed.finish(result)
 }
 
-/// Pushes `model`'s image and creates its channel and versions in `namespace`,
-/// without waiting for them to be served.
-async fn create(
-    bed: &TestBed,
-    registry: &Registry,
-    namespace: &str,
-    model: &Channel,
-) -> Result<()> {
-    let files = model.raw_files("updateinfo.xml.zst")?;
-    let tag = format!("{}/raw:1", model.name);
-    image::push(
-        registry,
-        &tag,
-        &Image::channel(Format::Oci, Compression::Gzip, &files),
-    )
-    .await?;
-    let object = elemental::apply_custom_channel(
-        &bed.client(),
-        namespace,
-        &model.name,
-        &registry.image(&tag),
-    )
-    .await?;
-    elemental::sync_channel(&bed.client(), &object, &model.entries()).await?;
-    Ok(())
-}
-
 /// The newest version of `model`'s changelog through the aggregator: status and body.
 async fn changelog(bed: &TestBed, namespace: &str, model: &Channel) -> Result<(u16, Value)> {
     let name = &model.versions.last().context("no versions")?.name;
-    let url = format!("{}{}", bed.apiserver_url(), changelog_path(namespace, name));
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let response = http.get(&url).send().await?;
-    let status = response.status().as_u16();
-    Ok((status, response.json().await.unwrap_or_default()))
+    let (status, body) = bed.admin_get(&changelog_path(namespace, name)).await?;
+    Ok((
+        status.as_u16(),
+        serde_json::from_str(&body).unwrap_or_default(),
+    ))
 }
 
 /// The summary of the newest version of `model`.
 async fn summary(bed: &TestBed, model: &Channel) -> Result<Value> {
     let name = &model.versions.last().context("no versions")?.name;
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        summary_path(FLEET_NAMESPACE, name)
-    );
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    Ok(http.get(&url).send().await?.json().await?)
+    Ok(bed
+        .admin_get_value(&summary_path(FLEET_NAMESPACE, name))
+        .await?
+        .1)
 }
 
 /// Whether `model`'s newest version is served (200), refused for the limit
@@ -195,7 +162,7 @@ async fn attack(
     // The rest, all at once.
     let started = Instant::now();
     for model in &models[FIT..] {
-        create(bed, registry, FLEET_NAMESPACE, model).await?;
+        publish::create_generated_channel(bed, registry, FLEET_NAMESPACE, model).await?;
     }
     for model in &models[FIT..] {
         poll(

@@ -129,10 +129,8 @@ async fn kubectl_elemental_plugin() -> Result<()> {
         ..TestBedOptions::default()
     })
     .await?;
-    let mut flags = registry.server_flags()?;
-    flags.extend(["--architecture".to_owned(), "x86_64".to_owned()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &["--architecture", "x86_64"])
+        .await?;
     let result = checks(&bed, &registry).await;
     eprintln!("plugin checks done after {:?}", started.elapsed());
     bed.finish(result)

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{GeneratedChannel, OperatorChannel, metric},
+    fixtures::{OperatorChannel, cause, metric},
+    generated::Listing,
     image::{self, Compression, Format},
     paths,
     registry::Registry,
@@ -26,6 +27,9 @@ use serde_json::Value;
 /// The history ConfigMap of the chart's release in the test bed.
 const HISTORY: &str = "elemental-changelog-history";
 const CHANNEL: &str = "stable";
+/// Seeds of the channel's data, and of the data a ConfigMap writer forges for it.
+const STABLE: u64 = 1;
+const FORGED: u64 = 2;
 
 fn list_path(query: &str) -> String {
     format!("{}{query}", paths::summaries_path(FLEET_NAMESPACE))
@@ -55,23 +59,9 @@ async fn route(bed: &TestBed, only: Option<usize>) -> Result<()> {
 /// GET through the aggregator, answered by replica `index`.
 async fn get_via(bed: &TestBed, index: usize, path: &str) -> Result<(u16, Vec<u8>)> {
     route(bed, Some(index)).await?;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{path}", bed.apiserver_url());
-    let answer = get(&http, &url).await;
+    let answer = bed.admin_get(path).await;
     route(bed, None).await?;
-    answer
-}
-
-/// The `reason` of a `Status`'s first cause.
-fn cause(body: &[u8]) -> String {
-    serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            v["details"]["causes"][0]["reason"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .unwrap_or_default()
+    answer.map(|(status, body)| (status.as_u16(), body.into_bytes()))
 }
 
 /// Polls replica `index` (through the aggregator) until `path` answers 200;
@@ -86,7 +76,7 @@ async fn wait_served(bed: &TestBed, index: usize, path: &str) -> Result<(Vec<u8>
             let (status, body) = get_via(bed, index, path).await?;
             match status {
                 200 => Ok(Some(body)),
-                503 if cause(&body) == "NotFetched" => Ok(None),
+                503 if cause(&body).0 == "NotFetched" => Ok(None),
                 _ => bail!(
                     "replica {index}: {path} answered {status} (only 200 or NotFetched allowed): {}",
                     String::from_utf8_lossy(&body)
@@ -160,10 +150,8 @@ async fn replicas_agree_and_survive_restarts() -> Result<()> {
 }
 
 async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let started = Instant::now();
-    bed.start_replicas(2, &flags).await?;
+    bed.start_replicas(2, &registry.server_flags()?).await?;
     eprintln!("two replicas registered in {:?}", started.elapsed());
 
     // Four images, three re-syncs: 1..=3, 1..=4, 2..=5 (drops 1), 3..=6 (drops 2).
@@ -171,7 +159,7 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
     let mut digests = Vec::new();
     for numbers in [1..=3, 1..=4, 2..=5, 3..=6] {
         let newest = *numbers.end();
-        let data = GeneratedChannel::generate(CHANNEL, "fleet-stable", numbers);
+        let data = Listing::generate(CHANNEL, STABLE, numbers);
         let pushed = image::push(
             registry,
             "elemental/stable:latest",
@@ -207,7 +195,7 @@ async fn scenarios(bed: &mut TestBed, registry: &Registry) -> Result<()> {
         }
     }
     let channel = channel.context("no channel")?;
-    let all = GeneratedChannel::generate(CHANNEL, "fleet-stable", 1..=6);
+    let all = Listing::generate(CHANNEL, STABLE, 1..=6);
     let retained_1 = agree(bed, &paths::changelog_path(FLEET_NAMESPACE, "stable-v1-1")).await?;
     let retained_2 = agree(bed, &paths::changelog_path(FLEET_NAMESPACE, "stable-v1-2")).await?;
     all.check(&changelog(&retained_1)?, "stable-v1-1")?;
@@ -364,7 +352,7 @@ async fn load_during_a_restart(bed: &mut TestBed, expected: &[u8]) -> Result<()>
     for (status, body) in &answers {
         match status {
             200 if body.as_slice() == expected => ok += 1,
-            503 if cause(body) == "NotFetched" => not_fetched += 1,
+            503 if cause(body).0 == "NotFetched" => not_fetched += 1,
             _ => bail!(
                 "unexpected answer {status}: {}",
                 String::from_utf8_lossy(body)
@@ -454,7 +442,7 @@ async fn a_forged_history_record_is_not_followed(
     digest: &str,
     expected: &[u8],
 ) -> Result<()> {
-    let forged = GeneratedChannel::generate(CHANNEL, "forged-by-a-configmap-writer", 1..=6);
+    let forged = Listing::generate(CHANNEL, FORGED, 1..=6);
     let pushed = image::push(
         registry,
         "elemental/forged:latest",

@@ -18,10 +18,10 @@ use elemental_changelog_apiserver::request::RequestInfo;
 use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Severity};
 use elemental_changelog_integration::audit::AuditLog;
 use elemental_changelog_integration::generated::updates_log;
-use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{
     GROUP_VERSION, all_summaries_path, changelog_path, summaries_path,
 };
+use elemental_changelog_integration::publish;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
@@ -30,7 +30,7 @@ use k8s_openapi::jiff::Timestamp;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const CHANNEL: &str = "request-model";
 const VERSIONS: [&str; 3] = ["rm-a", "rm-b", "rm-c"];
@@ -56,9 +56,7 @@ async fn request_model_agrees_with_kube_apiserver_and_rbac() -> Result<()> {
         namespaces: vec![FLEET_NAMESPACE.to_owned()],
     })
     .await?;
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &[]).await?;
     let result = async {
         publish_channel(&bed, &registry).await?;
         attributes_agree_with_kube_apiserver(&bed, &log).await?;
@@ -400,20 +398,16 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: one-version}}
 // Setup
 
 async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
-    let entries: Vec<Value> = VERSIONS
+    let entries: Vec<VersionEntry> = VERSIONS
         .iter()
         .enumerate()
-        .map(|(i, name)| {
-            json!({
-                "metadata": {"name": name},
-                "spec": {"version": format!("v1.{i}.0"), "type": "container", "metadata": {
-                    "upgradeImage": format!("registry.example/os:v1.{i}.0"),
-                    "created": 1_700_000_000 + i64::try_from(i).unwrap_or_default() * 1000,
-                }},
-            })
+        .map(|(i, name)| VersionEntry {
+            name: (*name).to_owned(),
+            version: format!("v1.{i}.0"),
+            upgrade_image: format!("registry.example/os:v1.{i}.0"),
+            created: Some(1_700_000_000 + i64::try_from(i).unwrap_or_default() * 1000),
         })
         .collect();
-    let channel_json = serde_json::to_vec(&entries)?;
     let updates = updates_log(&[Advisory {
         type_: "security".to_owned(),
         id: "SUSE-SU-2024:0001-1".to_owned(),
@@ -433,36 +427,21 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
     let files: Vec<(String, Vec<u8>)> = VERSIONS
         .iter()
         .map(|name| (format!("changelogs/{name}.updates.log"), updates.clone()))
-        .chain([("channel.json".to_owned(), channel_json)])
+        .chain([("channel.json".to_owned(), elemental::channel_json(&entries))])
         .collect();
-    let channel_image = Image::channel(Format::Oci, Compression::Gzip, &files);
-    image::push(registry, "request-model:v1", &channel_image).await?;
-    let channel = elemental::apply_custom_channel(
-        &bed.client(),
+    publish::channel(
+        bed,
+        registry,
         FLEET_NAMESPACE,
         CHANNEL,
-        &registry.image("request-model:v1"),
+        "request-model:v1",
+        &files,
+        &entries,
     )
     .await?;
-    let versions: Vec<VersionEntry> = VERSIONS
-        .iter()
-        .enumerate()
-        .map(|(i, name)| VersionEntry {
-            name: (*name).to_owned(),
-            version: format!("v1.{i}.0"),
-            upgrade_image: format!("registry.example/os:v1.{i}.0"),
-            created: Some(1_700_000_000 + i64::try_from(i).unwrap_or_default() * 1000),
-        })
-        .collect();
-    elemental::sync_channel(&bed.client(), &channel, &versions).await?;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        changelog_path(FLEET_NAMESPACE, ALLOWED)
-    );
+    let path = changelog_path(FLEET_NAMESPACE, ALLOWED);
     soon("the channel is served", async || {
-        Ok((http.get(&url).send().await?.status() == StatusCode::OK).then_some(()))
+        Ok((bed.admin_get(&path).await?.0 == StatusCode::OK).then_some(()))
     })
     .await
 }

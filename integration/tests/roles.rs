@@ -48,10 +48,8 @@ async fn view_edit_and_admin_read_changelogs() -> Result<()> {
         ..TestBedOptions::default()
     })
     .await?;
-    let mut flags = registry.server_flags()?;
-    flags.extend(["--architecture".to_owned(), "x86_64".to_owned()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &["--architecture", "x86_64"])
+        .await?;
     let result = checks(&bed, &registry).await;
     phases.mark("role checks done");
     bed.finish(result)

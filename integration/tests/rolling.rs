@@ -32,7 +32,6 @@ async fn a_replica_stopped_by_sigterm_loses_no_request() -> Result<()> {
         format!("--shutdown-delay-duration={SHUTDOWN_DELAY}"),
         "--shutdown-grace-period=10s".to_owned(),
     ]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     bed.start_replicas(2, &flags).await?;
     let result = rolling_stop(&mut bed, &registry).await;
     bed.finish(result)

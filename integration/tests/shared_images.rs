@@ -39,22 +39,23 @@ async fn one_image_in_two_namespaces_is_pulled_and_parsed_once() -> Result<()> {
     })
     .await?;
     let result = async {
-        bed.start_server(&[
-            "--insecure-registry",
-            registry.host(),
-            "--architecture",
-            "x86_64",
-            // Far more than real channel images keep (500 package lists
-            // of 800 packages); the budget must hold 17 times it plus a
-            // quarter of itself.
-            "--max-kept-size",
-            "128MiB",
-            "--memory-budget",
-            "3GiB",
-            // One such channel keeps about 90 MiB of parsed data.
-            "--max-kept-total",
-            "1GiB",
-        ])
+        bed.start_server_reading(
+            &registry,
+            &[
+                "--architecture",
+                "x86_64",
+                // Far more than real channel images keep (500 package lists
+                // of 800 packages); the budget must hold 17 times it plus a
+                // quarter of itself.
+                "--max-kept-size",
+                "128MiB",
+                "--memory-budget",
+                "3GiB",
+                // One such channel keeps about 90 MiB of parsed data.
+                "--max-kept-total",
+                "1GiB",
+            ],
+        )
         .await?;
         two_namespaces(&bed, &registry).await
     }
@@ -162,26 +163,13 @@ async fn together(bed: &TestBed, registry: &Registry) -> Result<()> {
         elemental::sync_channel(&bed.client(), channel, &model.entries()).await?;
     }
     let newest = &model.versions.last().context("no versions")?.name;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     for namespace in [FLEET_NAMESPACE, WORKSPACE] {
-        let url = format!(
-            "{}{}",
-            bed.apiserver_url(),
-            changelog_path(namespace, newest)
-        );
+        let path = changelog_path(namespace, newest);
         poll(
             &format!("{namespace}/{newest} served"),
             SOON,
             POLL,
-            || async {
-                Ok(http
-                    .get(&url)
-                    .send()
-                    .await?
-                    .status()
-                    .is_success()
-                    .then_some(()))
-            },
+            || async { Ok(bed.admin_get(&path).await?.0.is_success().then_some(())) },
         )
         .await?;
     }
@@ -224,20 +212,13 @@ async fn same_answers(bed: &TestBed, model: &Channel) -> Result<()> {
         &model.versions.first().context("no versions")?.name,
         &model.versions.last().context("no versions")?.name,
     );
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let mut answers = Vec::new();
     for namespace in [FLEET_NAMESPACE, WORKSPACE] {
-        let url = format!(
-            "{}{}?from={oldest}",
-            bed.apiserver_url(),
-            changelog_path(namespace, newest)
-        );
-        let mut body: Value = http
-            .get(&url)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
+        let mut body: Value = bed
+            .admin_get_json(&format!(
+                "{}?from={oldest}",
+                changelog_path(namespace, newest)
+            ))
             .await?;
         ensure!(
             body["advisories"].as_array().is_some_and(|a| !a.is_empty()),

@@ -305,13 +305,8 @@ async fn missing_version_is_a_not_found_status(bed: &TestBed) -> Result<()> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(stderr.contains("NotFound"), "kubectl said: {stderr}");
 
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let response = http
-        .get(format!("{}{path}", bed.apiserver_url()))
-        .send()
-        .await?;
-    ensure!(response.status() == 404, "{path}: {}", response.status());
-    let status: Value = response.json().await?;
+    let (code, status) = bed.admin_get_value(&path).await?;
+    ensure!(code == 404, "{path}: {code}");
     expect_status(&status, 404, "NotFound")?;
     ensure!(status["details"]["name"] == "nope", "{status}");
     Ok(())

@@ -27,15 +27,15 @@ use elemental_changelog_integration::audit::AuditLog;
 use elemental_changelog_integration::bench::rss;
 use elemental_changelog_integration::fixtures::metric;
 use elemental_changelog_integration::generated::updates_log;
-use elemental_changelog_integration::image::{self, Compression, Format, Image};
 use elemental_changelog_integration::paths::{self, GROUP_VERSION, summaries_path};
+use elemental_changelog_integration::publish;
 use elemental_changelog_integration::registry::Registry;
 use elemental_changelog_integration::testbed::elemental::{self, VersionEntry};
 use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions};
 use elemental_changelog_integration::wait::{POLL, SOON, poll};
 use k8s_openapi::jiff::Timestamp;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const CHANNEL: &str = "viewers";
 /// `big` carries [`BIG_ADVISORIES`] advisories; `evil` the hostile title; `small` little.
@@ -78,10 +78,8 @@ async fn viewers_and_clients_are_bounded() -> Result<()> {
         namespaces: vec![FLEET_NAMESPACE.to_owned()],
     })
     .await?;
-    let mut flags = registry.server_flags()?;
-    flags.push(format!("--answer-cache-size={ANSWER_CACHE}"));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &[&format!("--answer-cache-size={ANSWER_CACHE}")])
+        .await?;
     let result = async {
         publish_channel(&bed, &registry).await?;
         bind_roles(&bed).await?;
@@ -99,20 +97,14 @@ async fn viewers_and_clients_are_bounded() -> Result<()> {
 // 1. Terminal escapes
 
 async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
-    let admin = bed.apiserver_http(Some(&bed.pki().admin))?;
     for format in ["text", "markdown"] {
-        let url = format!(
-            "{}{}?format={format}",
-            bed.apiserver_url(),
-            paths::changelog_path(FLEET_NAMESPACE, "evil")
-        );
-        let response = admin.get(&url).send().await?;
-        ensure!(
-            response.status() == StatusCode::OK,
-            "{format}: {}",
-            response.status()
-        );
-        let text = response.text().await?;
+        let (status, text) = bed
+            .admin_get(&format!(
+                "{}?format={format}",
+                paths::changelog_path(FLEET_NAMESPACE, "evil")
+            ))
+            .await?;
+        ensure!(status == StatusCode::OK, "{format}: {status}");
         ensure!(
             !text.contains('\u{1b}') && !text.contains('\u{9b}') && !text.contains('\r'),
             "{format}: a terminal control character is served:\n{text:?}"
@@ -127,12 +119,9 @@ async fn text_outputs_carry_no_terminal_escapes(bed: &TestBed) -> Result<()> {
         );
     }
     // The JSON keeps the data as it is (JSON escapes control characters itself).
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        paths::changelog_path(FLEET_NAMESPACE, "evil")
-    );
-    let body: Value = admin.get(&url).send().await?.json().await?;
+    let (_, body) = bed
+        .admin_get_value(&paths::changelog_path(FLEET_NAMESPACE, "evil"))
+        .await?;
     ensure!(
         body["advisories"][0]["title"] == EVIL_TITLE,
         "the JSON changed the title: {}",
@@ -516,19 +505,7 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
             created: Some(1_700_000_000 + i64::try_from(i).unwrap_or_default() * 1000),
         })
         .collect();
-    let channel_json = serde_json::to_vec(
-        &entries
-            .iter()
-            .map(|e| {
-                json!({
-                    "metadata": {"name": e.name},
-                    "spec": {"version": e.version, "type": "container", "metadata": {
-                        "upgradeImage": e.upgrade_image, "created": e.created,
-                    }},
-                })
-            })
-            .collect::<Vec<_>>(),
-    )?;
+    let channel_json = elemental::channel_json(&entries);
     let small = updates_log(&[advisory(1, "Security update for openssl")]);
     let evil = updates_log(&[advisory(2, EVIL_TITLE)]);
     let big = updates_log(
@@ -542,24 +519,19 @@ async fn publish_channel(bed: &TestBed, registry: &Registry) -> Result<()> {
         ("changelogs/evil.updates.log", &evil),
         ("changelogs/big.updates.log", &big),
     ];
-    let channel_image = Image::channel(Format::Oci, Compression::Gzip, &files);
-    image::push(registry, "viewers:v1", &channel_image).await?;
-    let channel = elemental::apply_custom_channel(
-        &bed.client(),
+    publish::channel(
+        bed,
+        registry,
         FLEET_NAMESPACE,
         CHANNEL,
-        &registry.image("viewers:v1"),
+        "viewers:v1",
+        &files,
+        &entries,
     )
     .await?;
-    elemental::sync_channel(&bed.client(), &channel, &entries).await?;
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!(
-        "{}{}",
-        bed.apiserver_url(),
-        paths::changelog_path(FLEET_NAMESPACE, "big")
-    );
+    let path = paths::changelog_path(FLEET_NAMESPACE, "big");
     poll("the channel is served", SOON, POLL, async || {
-        Ok((http.get(&url).send().await?.status() == StatusCode::OK).then_some(()))
+        Ok((bed.admin_get(&path).await?.0 == StatusCode::OK).then_some(()))
     })
     .await?;
     Ok(())

@@ -66,9 +66,7 @@ async fn start() -> Result<(TestBed, Registry)> {
         registry.host()
     );
     println!("Starting elemental-changelog-apiserver and registering {APISERVICE_NAME} ...");
-    let flags = registry.server_flags()?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(&registry, &[]).await?;
     println!(
         "Registered and Available after {:.1?}.\n",
         started.elapsed()
@@ -201,11 +199,8 @@ async fn sample_channel(bed: &TestBed, registry: &Registry) -> Result<SampleChan
 /// Waits (bounded) until the server has fetched the channel image: the first
 /// fetch happens when the channel appears, within a second here.
 async fn wait_for_data(bed: &TestBed, path: &str) -> Result<()> {
-    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
-    let url = format!("{}{path}", bed.apiserver_url());
     soon("the sample changelog served", async || {
-        let status = http.get(&url).send().await?.status();
-        Ok(status.is_success().then_some(()))
+        Ok(bed.admin_get(path).await?.0.is_success().then_some(()))
     })
     .await
 }

@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_integration::fixtures::{GeneratedChannel, OperatorChannel, metric};
+use elemental_changelog_integration::fixtures::{OperatorChannel, metric};
+use elemental_changelog_integration::generated::Listing;
 use elemental_changelog_integration::image::{self, Compression, Format, Image, Layer};
 use elemental_changelog_integration::paths::{GROUP_VERSION, summaries_path};
 use elemental_changelog_integration::registry::{self, Registry};
@@ -32,6 +33,11 @@ const CLIENTS: usize = 4;
 const CHURN_EVERY: Duration = Duration::from_secs(15);
 /// Versions of the channel that stays put (`from=` requests range over it).
 const STABLE_VERSIONS: u32 = 8;
+/// Seeds of the first image of the churned and hostile channels; each round's
+/// image is from the next seed (fewer than a million rounds: generated CVE ids
+/// keep their 10 digits).
+const CHURN: u64 = 10_000;
+const HOSTILE: u64 = 500_000;
 /// The server's periodic digest check.
 const REFRESH: &str = "5s";
 const FETCHES: &str = "elemental_changelog_channel_fetches_total";
@@ -61,10 +67,8 @@ async fn main() -> Result<()> {
     let registry = Registry::start_plain().await?;
     let mut bed = TestBed::start(TestBedOptions::default()).await?;
     let result = async {
-        let mut flags = registry.server_flags()?;
-        flags.extend(["--refresh-interval".to_owned(), REFRESH.to_owned()]);
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        bed.start_server(&flags).await?;
+        bed.start_server_reading(&registry, &["--refresh-interval", REFRESH])
+            .await?;
         soak(&bed, &registry, duration, every).await
     }
     .await;
@@ -107,7 +111,7 @@ async fn soak(
     let server = bed.server().context("our server is not running")?;
     let pid = server.process().pid().context("our server has no pid")?;
     let client = bed.client();
-    let stable = GeneratedChannel::generate("stable", "stable", 1..=STABLE_VERSIONS);
+    let stable = Listing::generate("stable", 1, 1..=STABLE_VERSIONS);
     let stable_digest = push(registry, "stable", &stable, None).await?;
     OperatorChannel::custom(
         &client,
@@ -270,7 +274,7 @@ async fn soak(
 async fn push(
     registry: &Registry,
     repository: &str,
-    data: &GeneratedChannel,
+    data: &Listing,
     extra: Option<Layer>,
 ) -> Result<String> {
     let mut image: Image = data.image(Format::Oci, Compression::Gzip, "amd64");
@@ -293,10 +297,10 @@ async fn churn_once(
     bomb: &[u8],
     round: u32,
 ) -> Result<()> {
-    let data = GeneratedChannel::generate("churn", &format!("churn-{round}"), 1..=4);
+    let data = Listing::generate("churn", CHURN + u64::from(round), 1..=4);
     push(registry, "churn", &data, None).await?;
     churn.sync(&data.entries()).await?;
-    let data = GeneratedChannel::generate("hostile", &format!("hostile-{round}"), 1..=2);
+    let data = Listing::generate("hostile", HOSTILE + u64::from(round), 1..=2);
     push(
         registry,
         "hostile",

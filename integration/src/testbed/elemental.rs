@@ -100,58 +100,12 @@ pub async fn sync_channel_at(
     entries: &[VersionEntry],
     synced_at: Timestamp,
 ) -> Result<Vec<DynamicObject>> {
+    let applied = apply_versions(client, channel, entries, Some(synced_at)).await?;
     let namespace = channel
         .namespace()
         .context("a ManagedOSVersionChannel without a namespace")?;
     let channel_name = channel.name_any();
-    let uid = channel
-        .uid()
-        .context("a ManagedOSVersionChannel without a uid")?;
     let synced_at = serde_json::to_value(Time(synced_at)).context("formatting a time")?;
-    let resource = version_resource();
-    let versions: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
-    let mut applied = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let mut metadata = json!({
-            "upgradeImage": entry.upgrade_image,
-            "displayName": format!("OS {}", entry.version),
-        });
-        if let (Some(created), Some(map)) = (entry.created, metadata.as_object_mut()) {
-            map.insert("created".to_owned(), Value::from(created));
-        }
-        let version = json!({
-            "apiVersion": resource.api_version,
-            "kind": resource.kind,
-            "metadata": {
-                "name": entry.name,
-                "namespace": namespace,
-                "labels": { CHANNEL_LABEL: channel_name },
-                "annotations": { LAST_SYNC_ANNOTATION: synced_at },
-                "ownerReferences": [{
-                    "apiVersion": channel_resource().api_version,
-                    "kind": "ManagedOSVersionChannel",
-                    "name": channel_name,
-                    "uid": uid,
-                    "controller": true,
-                    "blockOwnerDeletion": true,
-                }],
-            },
-            "spec": {
-                "version": entry.version,
-                "type": "container",
-                "metadata": metadata,
-            },
-        });
-        let object = versions
-            .patch(
-                &entry.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&version),
-            )
-            .await
-            .with_context(|| format!("applying ManagedOSVersion {namespace}/{}", entry.name))?;
-        applied.push(object);
-    }
     let channels: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &namespace, &channel_resource());
     let status = json!({
@@ -177,4 +131,93 @@ pub async fn sync_channel_at(
         .await
         .with_context(|| format!("patching the status of channel {namespace}/{channel_name}"))?;
     Ok(applied)
+}
+
+/// Creates or updates the ManagedOSVersions of `entries` under `channel` as
+/// the operator does in a sync, each with the sync's time (the last-sync
+/// annotation) when `synced_at` is given; the channel's status is left alone
+/// ([`sync_channel`] records the sync there).
+pub async fn apply_versions(
+    client: &Client,
+    channel: &DynamicObject,
+    entries: &[VersionEntry],
+    synced_at: Option<Timestamp>,
+) -> Result<Vec<DynamicObject>> {
+    let namespace = channel
+        .namespace()
+        .context("a ManagedOSVersionChannel without a namespace")?;
+    let channel_name = channel.name_any();
+    let uid = channel
+        .uid()
+        .context("a ManagedOSVersionChannel without a uid")?;
+    let annotations = match synced_at {
+        Some(at) => {
+            let at = serde_json::to_value(Time(at)).context("formatting a time")?;
+            json!({ LAST_SYNC_ANNOTATION: at })
+        }
+        None => json!({}),
+    };
+    let resource = version_resource();
+    let versions: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+    let mut applied = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let mut metadata = json!({
+            "upgradeImage": entry.upgrade_image,
+            "displayName": format!("OS {}", entry.version),
+        });
+        if let (Some(created), Some(map)) = (entry.created, metadata.as_object_mut()) {
+            map.insert("created".to_owned(), Value::from(created));
+        }
+        let version = json!({
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {
+                "name": entry.name,
+                "namespace": namespace,
+                "labels": { CHANNEL_LABEL: channel_name },
+                "annotations": annotations,
+                "ownerReferences": [{
+                    "apiVersion": channel_resource().api_version,
+                    "kind": "ManagedOSVersionChannel",
+                    "name": channel_name,
+                    "uid": uid,
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {
+                "version": entry.version,
+                "type": "container",
+                "metadata": metadata,
+            },
+        });
+        let object = versions
+            .patch(
+                &entry.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&version),
+            )
+            .await
+            .with_context(|| format!("applying ManagedOSVersion {namespace}/{}", entry.name))?;
+        applied.push(object);
+    }
+    Ok(applied)
+}
+
+/// `channel.json` listing `entries` as an image carries it: each entry's
+/// name, version, `container` type, upgrade image and `created` (a number).
+pub fn channel_json(entries: &[VersionEntry]) -> Vec<u8> {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "metadata": {"name": e.name},
+                "spec": {"version": e.version, "type": "container", "metadata": {
+                    "upgradeImage": e.upgrade_image, "created": e.created,
+                }},
+            })
+        })
+        .collect();
+    // A list of JSON values always serializes.
+    serde_json::to_vec(&entries).unwrap_or_default()
 }

@@ -51,15 +51,16 @@ fn pipelined() -> Vec<u8> {
 
 /// Each kind against short timeouts, 300 connections at a time (20 for unread answers).
 pub async fn kind_by_kind(bed: &mut TestBed, registry: &Registry) -> Result<()> {
-    let mut flags = registry.server_flags()?;
-    flags.extend([
-        format!("--header-read-timeout={}s", HEADER_READ_TIMEOUT.as_secs()),
-        format!("--idle-connection-timeout={}s", IDLE_TIMEOUT.as_secs()),
-        format!("--write-timeout={}s", WRITE_TIMEOUT.as_secs()),
-        "--max-connections=2000".to_owned(),
-    ]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(
+        registry,
+        &[
+            &format!("--header-read-timeout={}s", HEADER_READ_TIMEOUT.as_secs()),
+            &format!("--idle-connection-timeout={}s", IDLE_TIMEOUT.as_secs()),
+            &format!("--write-timeout={}s", WRITE_TIMEOUT.as_secs()),
+            "--max-connections=2000",
+        ],
+    )
+    .await?;
     let dialer = Dialer::new(bed, None)?;
     large_heads_under_the_limit_are_answered(&dialer).await?;
     silent_connections_are_closed(bed, &dialer).await?;
@@ -354,15 +355,16 @@ async fn unread_h2_answers_end_their_connections(bed: &TestBed, dialer: &Dialer)
 /// 300 idle HTTP/2 connections, 20 + 20 unread answers and 300 silent connections. RSS stays under the container's limit and grows by less than
 /// [`GROWTH_LIMIT_MIB`]; discovery answers on a new connection meanwhile.
 pub async fn all_at_once(bed: &mut TestBed, registry: &Registry) -> Result<()> {
-    let mut flags = registry.server_flags()?;
-    flags.extend([
-        "--header-read-timeout=60s".to_owned(),
-        "--idle-connection-timeout=60s".to_owned(),
-        "--write-timeout=60s".to_owned(),
-        "--max-connections=2000".to_owned(),
-    ]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(
+        registry,
+        &[
+            "--header-read-timeout=60s",
+            "--idle-connection-timeout=60s",
+            "--write-timeout=60s",
+            "--max-connections=2000",
+        ],
+    )
+    .await?;
     let pid = bed
         .server()
         .and_then(|s| s.process().pid())
@@ -485,13 +487,14 @@ const PRESSURED_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// discovery on a new connection is served from a full slot (200) instead of the
 /// probe-only pool (429).
 pub async fn under_pressure(bed: &mut TestBed, registry: &Registry) -> Result<()> {
-    let mut flags = registry.server_flags()?;
-    flags.extend([
-        "--idle-connection-timeout=60s".to_owned(),
-        format!("--max-connections={PRESSURE_MAX_CONNECTIONS}"),
-    ]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server(&flags).await?;
+    bed.start_server_reading(
+        registry,
+        &[
+            "--idle-connection-timeout=60s",
+            &format!("--max-connections={PRESSURE_MAX_CONNECTIONS}"),
+        ],
+    )
+    .await?;
     let dialer = Dialer::new(bed, None)?;
     let conns = open(&dialer, PRESSURE_MAX_CONNECTIONS, None, h2_one_answer).await?;
     let last_answer = conns
