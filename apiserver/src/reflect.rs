@@ -1,5 +1,5 @@
 //! Reflectors: every watch of this server (channels and versions; the fleet view's machines,
-//! selectors and images) runs through one driver, [`watch`], into [`Stores`].
+//! selectors and images) runs through one driver, [`watch()`], into [`Stores`].
 //!
 //! A kind is watched with one watch for all namespaces, or one per watched namespace, each
 //! feeding its own store (one store fed by several watches would be wiped by each watch's
