@@ -418,24 +418,6 @@ impl ChannelData {
         }
     }
 
-    /// Lets `share` replace the data of each version with an equal copy held elsewhere (the
-    /// same version parsed from another image: the images of one channel list its older
-    /// versions again, with the same files), so that it is kept once.
-    ///
-    /// # Panics
-    ///
-    /// In debug builds, when `share` returns data that is not equal to the version's.
-    pub fn share_versions(&mut self, mut share: impl FnMut(&Arc<VersionData>) -> Arc<VersionData>) {
-        for own in self.versions.values_mut() {
-            let shared = share(own);
-            debug_assert!(
-                Arc::ptr_eq(&shared, own) || shared == *own,
-                "shared version data differs from the parsed one"
-            );
-            *own = shared;
-        }
-    }
-
     /// Files that were not used, and why.
     pub fn problems(&self) -> &[FileProblem] {
         &self.problems

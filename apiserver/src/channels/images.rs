@@ -15,9 +15,6 @@
 //! release built from the same repositories carry the same `updateinfo.xml`, whose advisories
 //! are most of an image's parsed data. A new parse whose `updateinfo.xml` has the SHA-256 of
 //! one a held image was parsed from serves that image's advisories and drops its own copy.
-//! Likewise each version's data (its `channel.json` entry, package list and `updates.log`
-//! advisories): the images of a channel list its older versions again, with the same files,
-//! so a version whose data equals that of the same version in a held image serves that copy.
 //! (The kept-data total, `kept.rs`, still counts each image's
 //! [`parsed_bytes`](ChannelData::parsed_bytes) whole: it may count shared advisories more
 //! than once, never less.)
@@ -35,7 +32,7 @@ use std::{
 };
 
 use elemental_changelog::{
-    data::{self, ChannelData, DataError, VersionData},
+    data::{self, ChannelData, DataError},
     updateinfo,
 };
 use elemental_changelog_apiservice::{Arch, types::Advisory};
@@ -109,9 +106,6 @@ pub(super) struct ParsedImages {
     /// Parsed `updateinfo.xml` advisories that some held image serves, by the SHA-256 of the
     /// file they were parsed from.
     updateinfo: Mutex<HashMap<FileDigest, Weak<Vec<Advisory>>>>,
-    /// The data of versions that some held image serves, by version name (the data itself is
-    /// compared before it is shared: one name may have other data in another channel).
-    versions: Mutex<HashMap<String, Vec<Weak<VersionData>>>>,
 }
 
 /// The right to read an image, held while reading it (see [`ParsedImages::turn`]).
@@ -165,7 +159,6 @@ impl ParsedImages {
     /// bytes (`digests`: the SHA-256 of each `updateinfo.xml` file of `data`'s image, by path),
     /// or offers its own to the next parses; forgets advisories no image holds any more.
     fn share_files(&self, data: &mut ChannelData, digests: &HashMap<String, FileDigest>) {
-        self.share_versions(data);
         let Some(digest) = data.updateinfo_path().and_then(|path| digests.get(path)) else {
             return;
         };
@@ -179,28 +172,6 @@ impl ParsedImages {
             None => {
                 shared.insert(*digest, Arc::downgrade(own));
                 Arc::clone(own)
-            }
-        });
-    }
-
-    /// Makes `data` serve, for each version, the equal data a held image parsed (its
-    /// `channel.json` entry, package list and `updates.log`: an image lists the older versions
-    /// of its channel again, with the same files), or offers its own to the next parses;
-    /// forgets version data no image holds any more.
-    fn share_versions(&self, data: &mut ChannelData) {
-        let mut shared = self.versions.lock().unwrap_or_else(PoisonError::into_inner);
-        shared.retain(|_, held| {
-            held.retain(|version| version.strong_count() > 0);
-            !held.is_empty()
-        });
-        data.share_versions(|own| {
-            let held = shared.entry(own.entry.name.clone()).or_default();
-            match held.iter().filter_map(Weak::upgrade).find(|v| **v == **own) {
-                Some(equal) => equal,
-                None => {
-                    held.push(Arc::downgrade(own));
-                    Arc::clone(own)
-                }
             }
         });
     }
@@ -552,53 +523,6 @@ mod tests {
         let f = parse(&images, files);
         assert!(f.updateinfo().is_none());
         assert_eq!(images.updateinfo.lock().unwrap().len(), 1);
-    }
-
-    /// A package list of one package, at version `version`.
-    fn package_list(version: &str) -> Vec<u8> {
-        format!("openssl|(none)|{version}|1.1|x86_64|obs://build/openssl|OpenSSL\n").into_bytes()
-    }
-
-    #[test]
-    fn equal_version_data_is_kept_once_across_images() {
-        let images = ParsedImages::default();
-        let with_lists = |names: &[&str], lists: &[(&str, &str)]| {
-            let mut files = image_files(names, "changelogs/updateinfo.xml", UPDATEINFO);
-            for (name, version) in lists {
-                files.push((format!("changelogs/{name}.packages"), package_list(version)));
-            }
-            files
-        };
-        // The next image of a channel lists v1 again, with the same file.
-        let a = parse(&images, with_lists(&["v1"], &[("v1", "3.0.1")]));
-        let b = parse(
-            &images,
-            with_lists(&["v1", "v2"], &[("v1", "3.0.1"), ("v2", "3.0.2")]),
-        );
-        let (a1, b1) = (a.version("v1").unwrap(), b.version("v1").unwrap());
-        assert!(a1.packages.is_some());
-        assert!(Arc::ptr_eq(a1, b1), "one copy of v1");
-
-        // The same name with other data (another channel's v1) is its own, and both are
-        // offered to the next parses.
-        let c = parse(&images, with_lists(&["v1"], &[("v1", "9.9.9")]));
-        let c1 = c.version("v1").unwrap();
-        assert_ne!(c1, a1);
-        let d = parse(&images, with_lists(&["v1"], &[("v1", "9.9.9")]));
-        assert!(Arc::ptr_eq(d.version("v1").unwrap(), c1));
-        assert!(Arc::ptr_eq(
-            parse(&images, with_lists(&["v1"], &[("v1", "3.0.1")]))
-                .version("v1")
-                .unwrap(),
-            a1
-        ));
-
-        // Never kept alive by the table: once no image holds them, they go.
-        drop((a, b, c, d));
-        let e = parse(&images, with_lists(&["v3"], &[]));
-        assert_eq!(Arc::strong_count(e.version("v3").unwrap()), 1);
-        let held: Vec<String> = images.versions.lock().unwrap().keys().cloned().collect();
-        assert_eq!(held, ["v3"], "dead entries pruned at the next share");
     }
 
     #[tokio::test(start_paused = true)]
