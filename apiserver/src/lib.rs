@@ -21,3 +21,4 @@ pub mod request;
 pub mod routes;
 pub mod server;
 pub mod telemetry;
+pub mod watch;
