@@ -351,6 +351,19 @@ impl FleetView {
         Ok(plan.to_object(image_meta(&image), |p| summaries.of(&inputs.channels, p)))
     }
 
+    /// The summary of every machine for `arch`, computed now (what the live hub keeps, see
+    /// [`crate::live`]).
+    pub fn machine_summaries(&self, arch: &Arch) -> Vec<MachineInventoryChangelogSummary> {
+        let machines = self.stores.machines.list(None);
+        let inputs = self.inputs(None, arch);
+        summarize(&inputs, &machines, None, &self.summaries)
+    }
+
+    /// A receiver told of every change of the fleet objects.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.stores.changes()
+    }
+
     /// Recomputes the machines gauge after each change of the fleet objects or the channel
     /// data (at most every 2 s), and every 30 s. Runs until the process ends.
     pub async fn keep_gauge(self: Arc<Self>, metrics: Arc<Metrics>) {

@@ -300,8 +300,33 @@ impl Resources {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.arch(params.arch.as_ref())?.clone();
                 let version = self.version(namespace, name)?;
+                if let Some(item) = self
+                    .live
+                    .versions(&arch)
+                    .and_then(|hub| hub.get(namespace, name))
+                {
+                    return Ok(kept_summary(&item, representation));
+                }
+                // Not computed yet (created a moment ago): computed for this request.
                 let lookup = self.lookup(&version, &arch);
                 self.plan_summaries(vec![(version, lookup)], None, arch, representation, false)
+            }
+            Resource::List { namespace, params } if params.cve.is_none() => {
+                let representation = content::negotiate(accept, params.include_object)?;
+                params.fields.check_supported()?;
+                let arch = self.arch(params.arch.as_ref())?.clone();
+                let hub = self
+                    .live
+                    .versions(&arch)
+                    .cloned()
+                    .ok_or_else(|| StatusError::internal(&"no summaries kept for a served arch"))?;
+                let (namespace, params) = (namespace.clone(), params.clone());
+                Ok(Plan::Render(Render {
+                    cost: Cost::Heavy,
+                    job: Job::Run(Box::new(move || {
+                        kept_summaries(&hub, namespace.as_deref(), &params, representation)
+                    })),
+                }))
             }
             Resource::List { namespace, params } => {
                 let representation = content::negotiate(accept, params.include_object)?;
@@ -327,6 +352,18 @@ impl Resources {
                 }))
             }
         }
+    }
+
+    /// The summary of every version for `arch`, computed now (what the live hub keeps, see
+    /// [`crate::live`]); each names the ManagedOSVersion's own resourceVersion until the hub
+    /// gives it one.
+    pub fn summaries(&self, arch: &Arch) -> Vec<ManagedOSVersionChangelogSummary> {
+        self.objects
+            .versions
+            .list(None)
+            .iter()
+            .map(|v| summary(v, &self.lookup(v, arch)))
+            .collect()
     }
 
     /// Renders, ahead of any request, the default answer (JSON, the default architecture,
@@ -977,7 +1014,64 @@ fn render_summaries(
         None => selection,
     };
     let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
-    respond_summaries(representation, items, list)
+    respond_summaries(representation, items, list, None)
+}
+
+/// One kept summary, as JSON or a Table.
+fn kept_summary(
+    item: &Arc<Item<ManagedOSVersionChangelogSummary>>,
+    representation: Representation,
+) -> Plan {
+    match representation {
+        Representation::Json => Plan::Ready(Arc::new(Ready::answer(
+            item.json.to_vec(),
+            content::JSON,
+        ))),
+        Representation::Table { .. } => {
+            let object = item.object.clone();
+            Plan::Render(Render {
+                cost: Cost::Light,
+                job: Job::Run(Box::new(move || {
+                    let (body, content_type) =
+                        respond_summaries(representation, vec![object], false, None)?;
+                    Ok(Answer::Fresh(ok(body, content_type)))
+                })),
+            })
+        }
+    }
+}
+
+/// The kept summaries of `namespace` (or all) that `params` select, as a list with the
+/// resourceVersion a watch may start from.
+fn kept_summaries(
+    hub: &Hub<ManagedOSVersionChangelogSummary>,
+    namespace: Option<&str>,
+    params: &ListParams,
+    representation: Representation,
+) -> Result<Answer, StatusError> {
+    let (version, items) = hub.list(namespace);
+    let selected: Vec<_> = items
+        .iter()
+        .filter(|i| selects(params, &i.object.metadata))
+        .collect();
+    let (body, content_type) = match representation {
+        Representation::Json => (
+            crate::live::list_json(API_VERSION, SUMMARY_LIST_KIND, version, &selected),
+            content::JSON,
+        ),
+        Representation::Table { .. } => respond_summaries(
+            representation,
+            selected.iter().map(|i| i.object.clone()).collect(),
+            true,
+            Some(version),
+        )?,
+    };
+    Ok(Answer::Fresh(ok(body, content_type)))
+}
+
+/// Whether `params`' label and field selectors select an object with `meta`.
+pub fn selects(params: &ListParams, meta: &ObjectMeta) -> bool {
+    params.labels.matches(&meta.labels) && params.fields.matches(&meta.name, &meta.namespace)
 }
 
 /// The body and content type of summaries in `representation`.
@@ -985,6 +1079,7 @@ fn respond_summaries(
     representation: Representation,
     items: Vec<ManagedOSVersionChangelogSummary>,
     list: bool,
+    resource_version: Option<ResourceVersion>,
 ) -> Result<(Vec<u8>, &'static str), StatusError> {
     let content_type = representation.content_type();
     let body = match representation {
@@ -992,17 +1087,24 @@ fn respond_summaries(
             version,
             include_object,
         } => {
-            let table = table::summaries_table_version(
+            let mut table = table::summaries_table_version(
                 &items,
                 true,
                 version,
                 include_object,
                 jiff::Timestamp::now(),
             );
+            if let Some(rv) = resource_version {
+                table.metadata.resource_version = rv.text();
+            }
             serde_json::to_vec(&table)
         }
         Representation::Json if list => {
-            serde_json::to_vec(&ManagedOSVersionChangelogSummaryList::new(items))
+            let mut list = ManagedOSVersionChangelogSummaryList::new(items);
+            if let Some(rv) = resource_version {
+                list.metadata.resource_version = rv.text();
+            }
+            serde_json::to_vec(&list)
         }
         Representation::Json => match items.into_iter().next() {
             Some(item) => serde_json::to_vec(&item),
