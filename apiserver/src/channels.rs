@@ -40,6 +40,7 @@ pub mod crd;
 pub mod history;
 mod images;
 mod kept;
+pub mod metrics;
 mod publish;
 mod reconcile;
 mod retained;
@@ -62,13 +63,13 @@ use self::{
     history::{ConfigMapHistory, HistoryStore},
     images::ParsedImages,
     kept::Kept,
+    metrics::ChannelMetrics,
     publish::Publisher,
 };
 use crate::{
     cache::{Cache, ChannelKey},
     health::Health,
-    metrics::{Metrics, WatchedResource},
-    reflect::{self, Kind, Stores},
+    reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
 };
 
 /// The read side shared with request handlers.
@@ -147,7 +148,7 @@ struct Context {
     /// The bound on the parsed data kept for all channels.
     kept: Kept,
     cache: Arc<Cache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ChannelMetrics>,
     versions: Stores<ManagedOSVersion>,
     settings: RefreshSettings,
     /// The channel history in the cluster; `None` when disabled (retained
@@ -170,13 +171,15 @@ enum ChannelEvent {
 
 /// Builds the reflectors and returns the read side, plus the future that runs
 /// everything (watches, channel workers); the future returns only on a fatal
-/// error, and the caller treats its end as fatal.
+/// error, and the caller treats its end as fatal. The watches are counted in `watches`.
+#[allow(clippy::too_many_arguments)] // main's parts, none derivable from another
 pub fn start(
     client: Client,
     namespaces: &[String],
     fetcher: Arc<ReloadingFetcher>,
     cache: Arc<Cache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ChannelMetrics>,
+    watches: &Arc<WatchMetrics>,
     health: &Health,
     settings: RefreshSettings,
 ) -> (Objects, BoxFuture<'static, ()>) {
@@ -187,7 +190,7 @@ pub fn start(
         &client,
         namespaces,
         Kind::required(WatchedResource::Channels),
-        &metrics,
+        watches,
         &mut drivers,
         {
             let tx = events_tx.clone();
@@ -202,7 +205,7 @@ pub fn start(
         &client,
         namespaces,
         Kind::required(WatchedResource::Versions),
-        &metrics,
+        watches,
         &mut drivers,
         {
             let tx = events_tx.clone();
