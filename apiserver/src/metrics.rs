@@ -21,7 +21,9 @@ const NAMESPACE: &str = "elemental_changelog";
 #[derive(Clone, Default)]
 pub struct Registry(prometheus::Registry);
 
-/// Metrics a module declares and registers together, declared with `family!`.
+/// Metrics a module declares and registers together, declared with `family!`. A registry
+/// holds each family once (registering it again is a bug: the names are taken), so the code
+/// that counts shares it (`Arc`).
 pub trait Family: Sized {
     /// Creates the family's metrics and registers them in `registry`.
     fn register(registry: &Registry) -> Self;
