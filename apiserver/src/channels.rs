@@ -6,17 +6,17 @@
 //! 1. **watch**: [`start`] watches channels and versions through the server's one watch
 //!    driver ([`reflect::watch`]) into stores; `channel_event`/`version_event` turn watch
 //!    events into a `ChannelEvent`.
-//! 2. **runtime** ([`controller`]): one worker per channel, started, woken (a new image or
+//! 2. **runtime** (`channels/controller.rs`): one worker per channel, started, woken (a new image or
 //!    sync key, a new version the last read did not know) and stopped (deleted) by those
 //!    events; supervised (a panic is counted, the worker restarted with backoff).
-//! 3. **reconcile** ([`reconcile`]): the worker's one function of channel logic: resolve the
+//! 3. **reconcile** (`channels/reconcile.rs`): the worker's one function of channel logic: resolve the
 //!    image per architecture (no pull when the digest is unchanged), read what changed
-//!    through the image store ([`images`]: one read per image key at a time, parses shared
-//!    between channels), admit it under `--max-kept-total` ([`kept`]), and serve the versions
-//!    an older image listed ([`retained`], from the [`history`]). It writes nothing shared:
+//!    through the image store (`images`: one read per image key at a time, parses shared
+//!    between channels), admit it under `--max-kept-total` (`kept`), and serve the versions
+//!    an older image listed (`retained`, from the [`history`]). It writes nothing shared:
 //!    it returns the channel's `NextState`, or a `RefreshError` with its cause and the state
 //!    to publish all the same (the failure recorded next to the last good data).
-//! 4. **publish** ([`publish`]): the one place where new state becomes visible: the cache
+//! 4. **publish** (`channels/publish.rs`): the one place where new state becomes visible: the cache
 //!    (`Cache::apply`), the images read in the channel history, the totals. Each channel's
 //!    changes come from its one worker, in order, under a lease the controller voids when
 //!    the channel is deleted.
