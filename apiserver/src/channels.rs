@@ -6,17 +6,17 @@
 //! 1. **watch**: [`start`] watches channels and versions through the server's one watch
 //!    driver ([`reflect::watch`]) into stores; `channel_event`/`version_event` turn watch
 //!    events into a `ChannelEvent`.
-//! 2. **runtime** ([`controller`]): one worker per channel, started, woken (a new image or
+//! 2. **runtime** (`channels/controller.rs`): one worker per channel, started, woken (a new image or
 //!    sync key, a new version the last read did not know) and stopped (deleted) by those
 //!    events; supervised (a panic is counted, the worker restarted with backoff).
-//! 3. **reconcile** ([`reconcile`]): the worker's one function of channel logic: resolve the
+//! 3. **reconcile** (`channels/reconcile.rs`): the worker's one function of channel logic: resolve the
 //!    image per architecture (no pull when the digest is unchanged), read what changed
-//!    through the image store ([`images`]: one read per image key at a time, parses shared
-//!    between channels), admit it under `--max-kept-total` ([`kept`]), and serve the versions
-//!    an older image listed ([`retained`], from the [`history`]). It writes nothing shared:
+//!    through the image store (`images`: one read per image key at a time, parses shared
+//!    between channels), admit it under `--max-kept-total` (`kept`), and serve the versions
+//!    an older image listed (`retained`, from the [`history`]). It writes nothing shared:
 //!    it returns the channel's `NextState`, or a `RefreshError` with its cause and the state
 //!    to publish all the same (the failure recorded next to the last good data).
-//! 4. **publish** ([`publish`]): the one place where new state becomes visible: the cache
+//! 4. **publish** (`channels/publish.rs`): the one place where new state becomes visible: the cache
 //!    (`Cache::apply`), the images read in the channel history, the totals. Each channel's
 //!    changes come from its one worker, in order, under a lease the controller voids when
 //!    the channel is deleted.
@@ -40,6 +40,7 @@ pub mod crd;
 pub mod history;
 mod images;
 mod kept;
+pub mod metrics;
 mod publish;
 mod reconcile;
 mod retained;
@@ -62,13 +63,13 @@ use self::{
     history::{ConfigMapHistory, HistoryStore},
     images::ParsedImages,
     kept::Kept,
+    metrics::ChannelMetrics,
     publish::Publisher,
 };
 use crate::{
     cache::{Cache, ChannelKey},
     health::Health,
-    metrics::{Metrics, WatchedResource},
-    reflect::{self, Kind, Stores},
+    reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
 };
 
 /// The read side shared with request handlers.
@@ -147,7 +148,7 @@ struct Context {
     /// The bound on the parsed data kept for all channels.
     kept: Kept,
     cache: Arc<Cache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ChannelMetrics>,
     versions: Stores<ManagedOSVersion>,
     settings: RefreshSettings,
     /// The channel history in the cluster; `None` when disabled (retained
@@ -170,13 +171,15 @@ enum ChannelEvent {
 
 /// Builds the reflectors and returns the read side, plus the future that runs
 /// everything (watches, channel workers); the future returns only on a fatal
-/// error, and the caller treats its end as fatal.
+/// error, and the caller treats its end as fatal. The watches are counted in `watches`.
+#[allow(clippy::too_many_arguments)] // main's parts, none derivable from another
 pub fn start(
     client: Client,
     namespaces: &[String],
     fetcher: Arc<ReloadingFetcher>,
     cache: Arc<Cache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ChannelMetrics>,
+    watches: &Arc<WatchMetrics>,
     health: &Health,
     settings: RefreshSettings,
 ) -> (Objects, BoxFuture<'static, ()>) {
@@ -187,7 +190,7 @@ pub fn start(
         &client,
         namespaces,
         Kind::required(WatchedResource::Channels),
-        &metrics,
+        watches,
         &mut drivers,
         {
             let tx = events_tx.clone();
@@ -202,7 +205,7 @@ pub fn start(
         &client,
         namespaces,
         Kind::required(WatchedResource::Versions),
-        &metrics,
+        watches,
         &mut drivers,
         {
             let tx = events_tx.clone();

@@ -33,10 +33,11 @@ use kube::{
         watcher,
     },
 };
+use prometheus::{IntCounterVec, IntGaugeVec};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::metrics::{Metrics, WatchedResource};
+use crate::metrics::family;
 
 /// Seconds a watch lasts before it is renewed. kube-rs ends a watch whose connection
 /// went silent only after its timeout (290 s by default) plus a margin; a shorter one
@@ -215,6 +216,71 @@ where
     }
 }
 
+family! {
+    /// What the watches count (this module's, the channel history's and the authentication
+    /// ConfigMap's).
+    pub struct WatchMetrics {
+        errors: IntCounterVec = metric(
+            "watch_errors_total",
+            "Errors of the watches on the Kubernetes API, by watched resource; each is retried with backoff.",
+            &["resource"],
+        ),
+        synced: IntGaugeVec = metric(
+            "watch_synced",
+            "1 when the watch of a resource has completed its initial list.",
+            &["resource"],
+        ),
+    }
+}
+
+impl WatchMetrics {
+    /// Counts a watch error of `resource`.
+    pub fn watch_error(&self, resource: WatchedResource) {
+        self.errors.with_label_values(&[resource.as_str()]).inc();
+    }
+
+    /// Records whether the watch of `resource` has synced.
+    pub fn watch_synced(&self, resource: WatchedResource, synced: bool) {
+        self.synced
+            .with_label_values(&[resource.as_str()])
+            .set(i64::from(synced));
+    }
+}
+
+/// What a watch watches: the `resource` label of watch metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchedResource {
+    /// The operator's `ManagedOSVersionChannel` objects.
+    Channels,
+    /// The operator's `ManagedOSVersion` objects.
+    Versions,
+    /// The ConfigMap of the channel history.
+    History,
+    /// `kube-system/extension-apiserver-authentication`.
+    AuthConfig,
+    /// The operator's `MachineInventory` objects (the fleet view).
+    MachineInventories,
+    /// The operator's `MachineInventorySelector` objects (the fleet view).
+    MachineInventorySelectors,
+    /// The operator's `ManagedOSImage` objects (the fleet view).
+    ManagedOsImages,
+}
+
+impl WatchedResource {
+    /// The `resource` label value: the plural of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MachineInventories => "machineinventories",
+            Self::MachineInventorySelectors => "machineinventoryselectors",
+            Self::ManagedOsImages => "managedosimages",
+            Self::Channels => "managedosversionchannels",
+            Self::Versions => "managedosversions",
+            Self::History => "configmaps",
+            Self::AuthConfig => "extension-apiserver-authentication",
+        }
+    }
+}
+
 /// What is watched of one kind.
 pub struct Kind<K> {
     /// The kind's label in the watch metrics and logs.
@@ -252,7 +318,7 @@ pub fn watch<K>(
     client: &Client,
     namespaces: &[String],
     kind: Kind<K>,
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<WatchMetrics>,
     drivers: &mut Vec<BoxFuture<'static, ()>>,
     on_event: impl Fn(&watcher::Event<K>) + Clone + Send + Sync + 'static,
 ) -> Stores<K>

@@ -271,55 +271,50 @@ fn call_arguments(source: &str) -> Option<(&str, String)> {
     None
 }
 
-/// The metrics the server defines, with their labels: read from the source file of the
-/// server crates that sets the `elemental_changelog` namespace, from its calls
-/// `counter(&r, "name", "help", &["label", …])` (and `plain_counter`, `gauge`,
-/// `gauge_vec`, `histogram`, and `register(&r, "name", <a metric with labels>)`): the
-/// first string is the name, the last `&[…]` the labels.
+/// The metrics the server defines, with their labels: read from the `family!` declarations
+/// of the server crates, one field per metric,
+/// `name: Kind = metric("name", "help", &["label", …])` (no labels for a single series): the
+/// first string is the name, the `&[…]` the labels.
 fn defined_metrics(source: &str) -> BTreeMap<String, Vec<String>> {
+    const FIELD: &str = "= metric(";
     let mut metrics = BTreeMap::new();
-    for helper in [
-        "counter(",
-        "gauge(",
-        "gauge_vec(",
-        "histogram(",
-        "register(",
-    ] {
-        let mut rest = source;
-        while let Some(at) = rest.find(helper) {
-            rest = &rest[at + helper.len()..];
-            let Some((raw, masked)) = call_arguments(rest) else {
-                continue;
-            };
-            if !masked.trim_start().starts_with("&r,") {
-                continue;
-            }
-            let quotes: Vec<usize> = masked
-                .char_indices()
-                .filter(|(_, c)| *c == '"')
-                .map(|(i, _)| i)
-                .collect();
-            let (Some(&open), Some(&close)) = (quotes.first(), quotes.get(1)) else {
-                continue;
-            };
-            let name = raw.get(open + 1..close).unwrap_or_default();
-            let labels = masked
-                .rfind("&[")
-                .and_then(|start| {
-                    let end = start + masked[start..].find(']')?;
-                    Some(
-                        raw.get(start..end)
-                            .unwrap_or_default()
-                            .split('"')
-                            .skip(1)
-                            .step_by(2)
-                            .map(str::to_owned)
-                            .collect::<Vec<_>>(),
-                    )
-                })
-                .unwrap_or_default();
-            metrics.insert(format!("elemental_changelog_{name}"), labels);
+    if !source.contains("family! {") {
+        return metrics;
+    }
+    let mut rest = source;
+    while let Some(at) = rest.find(FIELD) {
+        rest = &rest[at + FIELD.len()..];
+        let Some((raw, masked)) = call_arguments(rest) else {
+            continue;
+        };
+        if !masked.trim_start().starts_with('"') {
+            continue;
         }
+        let quotes: Vec<usize> = masked
+            .char_indices()
+            .filter(|(_, c)| *c == '"')
+            .map(|(i, _)| i)
+            .collect();
+        let (Some(&open), Some(&close)) = (quotes.first(), quotes.get(1)) else {
+            continue;
+        };
+        let name = raw.get(open + 1..close).unwrap_or_default();
+        let labels = masked
+            .rfind("&[")
+            .and_then(|start| {
+                let end = start + masked[start..].find(']')?;
+                Some(
+                    raw.get(start..end)
+                        .unwrap_or_default()
+                        .split('"')
+                        .skip(1)
+                        .step_by(2)
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .unwrap_or_default();
+        metrics.insert(format!("elemental_changelog_{name}"), labels);
     }
     metrics
 }
@@ -354,10 +349,7 @@ fn every_metric_is_documented_with_its_labels() -> Result<()> {
     }
     let mut defined = BTreeMap::new();
     for file in &files {
-        let source = std::fs::read_to_string(file)?;
-        if source.contains(".namespace(\"elemental_changelog\")") {
-            defined.extend(defined_metrics(&source));
-        }
+        defined.extend(defined_metrics(&std::fs::read_to_string(file)?));
     }
     ensure!(
         defined.len() > 20,
@@ -391,23 +383,26 @@ fn every_metric_is_documented_with_its_labels() -> Result<()> {
 #[test]
 fn metric_definitions_are_read_with_their_labels() {
     let source = r#"
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {}
-fn plain_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {}
-        let a = counter(
-            &r,
+macro_rules! family { ($kind:ty = metric($name:literal, $help:literal)) => {} }
+family! {
+    pub struct Counted {
+        a: IntCounterVec = metric(
             "requests_total",
             "Requests, by \"verb\".",
             &["verb", "code"],
-        );
-        b: plain_counter(&r, "panics_total", "Panics."),
-        c: gauge(&r, "channels", "Channels (all)."),
-        d: histogram(&r, "duration_seconds", "Time (when \"done\"), by result.", &["result"], vec![0.1]),
-        e: register(
-            &r,
-            "age_seconds",
-            GaugeVec::new(opts("age_seconds", "Age (s), by channel."), &["namespace", "channel"]),
         ),
-        f: counter(&r, "files_total", "Files (did not parse), by kind.", &["file"]),
+        b: IntCounter = metric("panics_total", "Panics."),
+        c: IntGauge = metric("channels", "Channels (all)."),
+        d: HistogramVec = metric("duration_seconds", "Time (when \"done\"), by result.", &["result"])
+            .buckets(&[0.1]),
+        e: GaugeVec = metric(
+            "age_seconds",
+            "Age (s), by channel.",
+            &["namespace", "channel"],
+        ),
+        f: IntCounterVec = metric("files_total", "Files (did not parse), by kind.", &["file"]),
+    }
+}
     "#;
     let metrics = defined_metrics(source);
     assert_eq!(

@@ -20,11 +20,11 @@ use super::{
     Objects,
     history::{Change as HistoryChange, History, HistoryStore},
     kept,
+    metrics::ChannelMetrics,
     reconcile::NextState,
 };
 use crate::{
     cache::{Cache, Change, ChannelKey, ChannelState, RetainedStatuses},
-    metrics::Metrics,
     telemetry::error_chain,
 };
 
@@ -46,7 +46,7 @@ impl Lease {
 /// Publishes the channel path's state: the cache, the channel history, the totals.
 pub(super) struct Publisher {
     cache: Arc<Cache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ChannelMetrics>,
     /// The channel history in the cluster; `None` when disabled.
     history: Option<Arc<dyn HistoryStore>>,
     /// The lease of each channel with a worker, and the next lease's id.
@@ -57,7 +57,7 @@ impl Publisher {
     /// A publisher into `cache` and `history`, counting in `metrics`.
     pub(super) fn new(
         cache: Arc<Cache>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ChannelMetrics>,
         history: Option<Arc<dyn HistoryStore>>,
     ) -> Self {
         Self {

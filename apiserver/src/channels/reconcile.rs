@@ -19,13 +19,13 @@ use super::{
     crd::SyncKey,
     images::{self, Read, ReadError},
     kept::{Claim, ImageId, Refusals},
+    metrics::{FetchResult, FileProblem},
     retained::{self, Retained},
 };
 use crate::{
     cache::{
         ArchState, ChannelKey, ChannelState, FetchFailure, Refreshed, RetainedStatuses, Snapshot,
     },
-    metrics::{FetchResult, FileProblem},
     read_error::ReadErrorKind,
 };
 

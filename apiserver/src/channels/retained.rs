@@ -25,13 +25,13 @@ use super::{
     controller::Progress,
     history::History,
     images::{self, Read},
+    metrics::RetainedPull,
 };
 use crate::{
     cache::{
         ArchState, ChannelKey, ChannelState, FetchFailure, RetainedStatus, RetainedStatuses,
         Snapshot,
     },
-    metrics::RetainedPull,
     read_error::ReadErrorKind,
     telemetry::error_chain,
 };

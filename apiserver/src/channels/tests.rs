@@ -279,7 +279,7 @@ struct Harness {
     calls: mpsc::UnboundedReceiver<Call>,
     fake: Arc<Fake>,
     cache: Arc<Cache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ChannelMetrics>,
     health: Arc<Health>,
     started: Instant,
 }
@@ -353,7 +353,7 @@ fn context(
         images: ParsedImages::default(),
         kept: Kept::new(kept_limit),
         cache: Arc::new(Cache::default()),
-        metrics: Arc::new(Metrics::new()),
+        metrics: crate::metrics::Registry::default().register(),
         versions: objects.versions.clone(),
         settings: RefreshSettings {
             interval: INTERVAL,

@@ -18,8 +18,7 @@ use tracing::warn;
 use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage};
 use crate::{
     health::Health,
-    metrics::{Metrics, WatchedResource},
-    reflect::{self, Kind, Stores},
+    reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
 };
 
 /// Prefix of the annotations a machine's OS is reported in (see [`super::os`]).
@@ -73,7 +72,7 @@ fn trim_image(i: &mut ManagedOSImage) {
 pub fn start(
     client: &Client,
     namespaces: &[String],
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<WatchMetrics>,
     health: &Health,
 ) -> (FleetStores, BoxFuture<'static, ()>) {
     let (tx, changes) = watch::channel(0u64);
