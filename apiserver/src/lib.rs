@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod fleet;
 pub mod health;
+pub mod live;
 pub mod metrics;
 pub mod objects;
 pub mod read_error;

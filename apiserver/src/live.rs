@@ -9,22 +9,17 @@
 //! or look a version up for a list: they copy the kept bytes. The machines gauge is counted
 //! from the kept answers after each pass.
 
-use std::{
-    collections::BTreeMap,
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use elemental_changelog_apiservice::{
-    Arch, fleet::MachineInventoryChangelogSummary,
-    types::ManagedOSVersionChangelogSummary,
+    Arch, fleet::MachineInventoryChangelogSummary, types::ManagedOSVersionChangelogSummary,
 };
 use tokio::sync::watch;
 use tracing::debug;
 
 use crate::{
+    fleet::metrics::FleetMetrics,
     health::ReadyFlag,
-    metrics::Metrics,
     routes::{fleet::FleetView, resources::Resources},
     watch::{Clock, Hub, Item, Object, ResourceVersion},
 };
@@ -98,7 +93,7 @@ impl Live {
         self: Arc<Self>,
         resources: Arc<Resources>,
         fleet: Arc<FleetView>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<FleetMetrics>,
         ready: ReadyFlag,
     ) {
         let objects = resources.objects().clone();

@@ -501,8 +501,9 @@ impl WatchParams {
         }
         let timeout_seconds = non_empty(query, "timeoutSeconds")
             .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| invalid_value("timeoutSeconds", v, "must be a non-negative integer"))
+                v.parse::<u64>().map_err(|_| {
+                    invalid_value("timeoutSeconds", v, "must be a non-negative integer")
+                })
             })
             .transpose()?;
         Ok(Self {

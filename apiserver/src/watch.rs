@@ -256,7 +256,11 @@ impl<T: Object> Watcher<T> {
 
 impl<T> Drop for Watcher<T> {
     fn drop(&mut self) {
-        let mut state = self.hub.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self
+            .hub
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         state.watchers.retain(|w| w.id != self.id);
     }
 }

@@ -18,11 +18,10 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
-    time::Duration,
 };
 
 use elemental_changelog_apiservice::{
-    Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, content,
+    API_VERSION, Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, MACHINE_SUMMARY_LIST_KIND, content,
     content::Representation,
     fleet::{
         MachineInventoryChangelogSummary, MachineInventoryChangelogSummaryList, MachineReason,
@@ -31,14 +30,13 @@ use elemental_changelog_apiservice::{
     types::{ChangelogSummary, ObjectMeta},
 };
 use kube::{Resource as _, ResourceExt};
-use tracing::debug;
 
 use sha2::{Digest, Sha256};
 
 use super::{
     ok,
     ready::Ready,
-    resources::{Answer, AnswerKey, Cost, Job, Plan, Render, Resources},
+    resources::{Answer, AnswerKey, Cost, Job, Plan, Render, Resources, selects},
 };
 use crate::{
     cache::Snapshot,
@@ -46,21 +44,17 @@ use crate::{
     fleet::{
         Fleet, FleetIndex, MachineResolution, Orders, Pending,
         crd::{MachineInventory, ManagedOSImage},
-        metrics::FleetMetrics,
         reflect::FleetStores,
     },
     request::{
         ChangelogParams, ListParams, Resource,
         fleet::{FleetResource, MachineChangelogParams},
     },
+    watch::Hub,
 };
 
 /// Seconds a client should wait before asking again for a channel being fetched.
 const RETRY_AFTER_NOT_FETCHED: u32 = 2;
-/// Shortest time between two recomputations of the machines gauge.
-const GAUGE_MIN_INTERVAL: Duration = Duration::from_secs(2);
-/// Longest time between two recomputations (ManagedOSVersions change without a signal here).
-const GAUGE_RECHECK: Duration = Duration::from_secs(30);
 
 /// Answers the fleet view's requests.
 pub struct FleetView {
@@ -128,6 +122,12 @@ impl FleetView {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
                 let arch = self.resources.served_arch(params.arch.as_ref())?;
+                if let (None, Some(hub)) = (&params.cve, self.resources.live().machines(&arch)) {
+                    let hub = hub.clone();
+                    return Ok(run(Cost::Heavy, move || {
+                        kept_machines(&hub, namespace.as_deref(), &params, representation)
+                    }));
+                }
                 Ok(run(Cost::Heavy, move || {
                     let machines = this.select(namespace.as_deref(), &params);
                     let inputs = this.inputs(namespace.as_deref(), &arch);
@@ -141,6 +141,28 @@ impl FleetView {
             } => {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.resources.served_arch(params.arch.as_ref())?;
+                let kept = self
+                    .stores
+                    .machines
+                    .get(&namespace, &name)
+                    .filter(|_| params.cve.is_none())
+                    .and_then(|_| {
+                        self.resources
+                            .live()
+                            .machines(&arch)?
+                            .get(&namespace, &name)
+                    });
+                if let Some(item) = kept {
+                    return Ok(run(Cost::Light, move || {
+                        let body = match representation {
+                            Representation::Json => item.json.to_vec(),
+                            Representation::Table { .. } => {
+                                render(representation, vec![item.object.clone()], false, false)?
+                            }
+                        };
+                        Ok(Answer::Fresh(ok(body, representation.content_type())))
+                    }));
+                }
                 Ok(run(Cost::Light, move || {
                     let machine = this
                         .stores
@@ -359,55 +381,16 @@ impl FleetView {
         summarize(&inputs, &machines, None, &self.summaries)
     }
 
+    /// Waits until the fleet stores have listed.
+    pub async fn wait_until_ready(&self) {
+        self.stores.machines.wait_until_ready().await;
+        self.stores.selectors.wait_until_ready().await;
+        self.stores.images.wait_until_ready().await;
+    }
+
     /// A receiver told of every change of the fleet objects.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.stores.changes()
-    }
-
-    /// Recomputes the machines gauge after each change of the fleet objects or the channel
-    /// data (at most every 2 s), and every 30 s. Runs until the process ends.
-    pub async fn keep_gauge(self: Arc<Self>, metrics: Arc<FleetMetrics>) {
-        let mut fleet = self.stores.changes();
-        let mut channels = self.resources.changes();
-        loop {
-            let this = self.clone();
-            let metrics = metrics.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                let counts = this.gauge_counts();
-                metrics.set_machines(&counts);
-            })
-            .await;
-            tokio::time::sleep(GAUGE_MIN_INTERVAL).await;
-            let _ = tokio::time::timeout(GAUGE_RECHECK, async {
-                tokio::select! {
-                    r = fleet.changed() => r.is_ok(),
-                    r = channels.changed() => r.is_ok(),
-                }
-            })
-            .await;
-        }
-    }
-
-    /// Machines by namespace, state and highest pending severity (`none` without a pending
-    /// changelog), for the default architecture.
-    fn gauge_counts(&self) -> BTreeMap<(String, String, String), i64> {
-        let mut counts = BTreeMap::new();
-        let Ok(arch) = self.resources.served_arch(None) else {
-            return counts;
-        };
-        let machines = self.stores.machines.list(None);
-        let inputs = self.inputs(None, &arch);
-        for item in summarize(&inputs, &machines, None, &self.summaries) {
-            let severity = item
-                .summary
-                .as_ref()
-                .map_or_else(|| "none".to_owned(), |s| wire(&s.highest_severity));
-            *counts
-                .entry((item.metadata.namespace, wire(&item.state), severity))
-                .or_default() += 1;
-        }
-        debug!(series = counts.len(), "machines gauge recomputed");
-        counts
     }
 }
 
@@ -488,6 +471,42 @@ fn summarize(
             resolution.to_object(machine_meta(machine), summary, cve)
         })
         .collect()
+}
+
+/// The kept machines of `namespace` (or all) that `params` select, as a list with the
+/// resourceVersion a watch may start from.
+fn kept_machines(
+    hub: &Hub<MachineInventoryChangelogSummary>,
+    namespace: Option<&str>,
+    params: &ListParams,
+    representation: Representation,
+) -> Result<Answer, StatusError> {
+    let (version, items) = hub.list(namespace);
+    let selected: Vec<_> = items
+        .iter()
+        .filter(|i| selects(params, &i.object.metadata))
+        .collect();
+    let body = match representation {
+        Representation::Json => {
+            crate::live::list_json(API_VERSION, MACHINE_SUMMARY_LIST_KIND, version, &selected)
+        }
+        Representation::Table {
+            version: table_version,
+            include_object,
+        } => {
+            let objects: Vec<_> = selected.iter().map(|i| i.object.clone()).collect();
+            let mut table = elemental_changelog_apiservice::fleet::table::machines_table(
+                &objects,
+                true,
+                false,
+                table_version,
+                include_object,
+            );
+            table.metadata.resource_version = version.text();
+            serde_json::to_vec(&table).map_err(|e| StatusError::internal(&e))?
+        }
+    };
+    Ok(Answer::Fresh(ok(body, representation.content_type())))
 }
 
 /// A job run off the async threads whose answer is made for this request.

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use elemental_changelog::compute::QueryError;
 use elemental_changelog_apiservice::{
-    Arch, RESOURCE, content,
+    API_VERSION, Arch, RESOURCE, SUMMARY_LIST_KIND, content,
     content::{IncludeObject, Representation},
     render,
     status::{CauseReason, StatusCause, StatusDetails, StatusError},
@@ -32,8 +32,10 @@ use crate::{
         Objects,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
     },
+    live::Live,
     objects::{self, Source},
     request::{ChangelogParams, Format, ListParams, Resource},
+    watch::{Hub, Item, ResourceVersion},
 };
 
 /// Seconds a client should wait before asking again for data being fetched
@@ -49,6 +51,8 @@ pub struct Resources {
     default_arch: Arch,
     architectures: Vec<Arch>,
     ready: ReadyCache<AnswerKey>,
+    /// The summaries computed when their inputs change: lists, gets and watches.
+    live: Arc<Live>,
 }
 
 /// What a kept answer depends on: two requests with equal keys get the same bytes.
@@ -250,6 +254,7 @@ impl Resources {
         default_arch: Arch,
         architectures: Vec<Arch>,
         ready: ReadyCache<AnswerKey>,
+        live: Arc<Live>,
     ) -> Self {
         Self {
             objects,
@@ -257,7 +262,13 @@ impl Resources {
             default_arch,
             architectures,
             ready,
+            live,
         }
+    }
+
+    /// The answers computed when their inputs change.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
     }
 
     /// Plans the answer to `resource`, once: the ready bytes when they are kept (decided
@@ -311,27 +322,19 @@ impl Resources {
                 let lookup = self.lookup(&version, &arch);
                 self.plan_summaries(vec![(version, lookup)], None, arch, representation, false)
             }
-            Resource::List { namespace, params } if params.cve.is_none() => {
-                let representation = content::negotiate(accept, params.include_object)?;
-                params.fields.check_supported()?;
-                let arch = self.arch(params.arch.as_ref())?.clone();
-                let hub = self
-                    .live
-                    .versions(&arch)
-                    .cloned()
-                    .ok_or_else(|| StatusError::internal(&"no summaries kept for a served arch"))?;
-                let (namespace, params) = (namespace.clone(), params.clone());
-                Ok(Plan::Render(Render {
-                    cost: Cost::Heavy,
-                    job: Job::Run(Box::new(move || {
-                        kept_summaries(&hub, namespace.as_deref(), &params, representation)
-                    })),
-                }))
-            }
             Resource::List { namespace, params } => {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
                 let arch = self.arch(params.arch.as_ref())?.clone();
+                if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
+                    let (hub, namespace, params) = (hub.clone(), namespace.clone(), params.clone());
+                    return Ok(Plan::Render(Render {
+                        cost: Cost::Heavy,
+                        job: Job::Run(Box::new(move || {
+                            kept_summaries(&hub, namespace.as_deref(), &params, representation)
+                        })),
+                    }));
+                }
                 let (resources, namespace, params) =
                     (self.clone(), namespace.clone(), params.clone());
                 // Selecting grows with the number of versions: it is part of the job.
@@ -1023,10 +1026,9 @@ fn kept_summary(
     representation: Representation,
 ) -> Plan {
     match representation {
-        Representation::Json => Plan::Ready(Arc::new(Ready::answer(
-            item.json.to_vec(),
-            content::JSON,
-        ))),
+        Representation::Json => {
+            Plan::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
+        }
         Representation::Table { .. } => {
             let object = item.object.clone();
             Plan::Render(Render {

@@ -162,10 +162,7 @@ pub fn seen<'e, T: Object>(
     visible: &dyn Fn(&T) -> bool,
 ) -> Option<(EventType, &'e Arc<Item<T>>)> {
     let now = visible(&event.item.object);
-    let before = event
-        .previous
-        .as_ref()
-        .is_some_and(|p| visible(&p.object));
+    let before = event.previous.as_ref().is_some_and(|p| visible(&p.object));
     match (event.kind, before, now) {
         (EventType::Added, _, true) => Some((EventType::Added, &event.item)),
         (EventType::Modified, true, true) => Some((EventType::Modified, &event.item)),

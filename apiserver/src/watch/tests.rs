@@ -21,11 +21,21 @@ fn hub() -> Arc<Hub<Summary>> {
 fn drain(watcher: &mut Watcher<Summary>) -> Vec<(EventType, String, String)> {
     let mut out: Vec<_> = std::mem::take(&mut watcher.backlog)
         .into_iter()
-        .map(|e| (e.kind, e.item.object.metadata.name.clone(), e.item.version.text()))
+        .map(|e| {
+            (
+                e.kind,
+                e.item.object.metadata.name.clone(),
+                e.item.version.text(),
+            )
+        })
         .collect();
     while let Ok(message) = watcher.queue.try_recv() {
         if let Message::Event(e) = message {
-            out.push((e.kind, e.item.object.metadata.name.clone(), e.item.version.text()));
+            out.push((
+                e.kind,
+                e.item.object.metadata.name.clone(),
+                e.item.version.text(),
+            ));
         }
     }
     out
@@ -59,7 +69,8 @@ fn only_changed_answers_get_a_new_resource_version_and_an_event() {
         Some(x.version.text().as_str())
     );
     assert!(
-        String::from_utf8_lossy(&x.json).contains(&format!("\"resourceVersion\":\"{}\"", x.version)),
+        String::from_utf8_lossy(&x.json)
+            .contains(&format!("\"resourceVersion\":\"{}\"", x.version)),
         "the kept JSON carries the resourceVersion"
     );
     // y is gone from namespace a; objects of other namespaces are not touched by a scoped replace.
@@ -179,11 +190,21 @@ fn bookmarks_never_run_ahead_of_the_events_queued() {
             Message::Progress(rv) => format!("progress {rv}"),
         });
     }
-    let x = hub.get("a", "x").map(|i| i.version.text()).unwrap_or_default();
-    let y = hub.get("a", "y").map(|i| i.version.text()).unwrap_or_default();
+    let x = hub
+        .get("a", "x")
+        .map(|i| i.version.text())
+        .unwrap_or_default();
+    let y = hub
+        .get("a", "y")
+        .map(|i| i.version.text())
+        .unwrap_or_default();
     assert_eq!(
         order,
-        vec![format!("event {x}"), format!("progress {x}"), format!("event {y}")]
+        vec![
+            format!("event {x}"),
+            format!("progress {x}"),
+            format!("event {y}")
+        ]
     );
 }
 
