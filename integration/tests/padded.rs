@@ -294,6 +294,19 @@ async fn attack(bed: &mut TestBed, registry: &Registry) -> Result<()> {
         started.elapsed()
     );
     check_padded(bed).await?;
+    // Its changelog names the reason, as for any machine whose version is not known.
+    let (status, body) = bed
+        .admin_get(&api(
+            FLEET_NAMESPACE,
+            "/machineinventories/padded-000/changelog",
+        ))
+        .await?;
+    let status_body: Value = serde_json::from_str(&body)?;
+    ensure!(
+        status.as_u16() == 404
+            && status_body["details"]["causes"][0]["reason"] == "MetadataTooLarge",
+        "{status} {body}"
+    );
     ensure!(
         answers(bed).await? == before,
         "the ordinary machines' answers changed"
