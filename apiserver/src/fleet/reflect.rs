@@ -10,8 +10,9 @@
 //!
 //! Each object is trimmed to what the view reads before it is stored, and what is kept is
 //! capped, so that memory per object is bounded whatever a registering machine sends (the
-//! operator copies a machine's os-release values into annotations, and hardware data into
-//! labels, without an administrator): a machine keeps the `os.*` annotations the resolution
+//! operator stores every annotation a machine sends, of any key and length, as
+//! `elemental.cattle.io/<key>`, and renders the MachineRegistration's label templates from the
+//! machine's hardware data, without an administrator): a machine keeps the `os.*` annotations the resolution
 //! reads ([`READ_ANNOTATIONS`]), each at most [`MAX_OS_VALUE_BYTES`], and at most
 //! [`MAX_LABELS`] labels of at most [`MAX_LABEL_BYTES`] together. An object past a cap keeps
 //! only its identity (name, namespace, uid, resourceVersion, creation, its controller owner)
@@ -43,7 +44,8 @@ use crate::{
 pub const MAX_OS_VALUE_BYTES: usize = 1024;
 
 /// Most labels of one object that are kept. The operator's inventory labels are the ones an
-/// administrator's MachineRegistration names (a few to a few dozen).
+/// administrator's MachineRegistration names (a few to a few dozen; their values come from the
+/// machine, at most 58 bytes each).
 pub const MAX_LABELS: usize = 64;
 
 /// Most bytes of one object's labels (keys and values together) that are kept: 64 labels of
