@@ -11,14 +11,14 @@
 //! Each object is trimmed to what the view reads before it is stored, and what is kept is
 //! capped, so that memory per object is bounded whatever a registering machine sends (the
 //! operator stores every annotation a machine sends, of any key and length, as
-//! `elemental.cattle.io/<key>`, and renders the MachineRegistration's label templates from the
-//! machine's hardware data, without an administrator): a machine keeps the `os.*` annotations the resolution
-//! reads ([`READ_ANNOTATIONS`]), each at most [`MAX_OS_VALUE_BYTES`], and at most
-//! [`MAX_LABELS`] labels of at most [`MAX_LABEL_BYTES`] together. An object past a cap keeps
-//! only its identity (name, namespace, uid, resourceVersion, creation, its controller owner)
-//! and the [`Oversize`] marker: the view answers `Unknown` (`MetadataTooLarge`) for it, never
-//! from a partial copy. Lists are read in pages of [`LIST_PAGE_SIZE`] objects, so a list of
-//! padded objects is never held whole.
+//! `elemental.cattle.io/<key>`, and renders the MachineRegistration's label templates from
+//! the machine's hardware data, without an administrator): a machine keeps the `os.*`
+//! annotations the resolution reads ([`READ_ANNOTATIONS`]), each at most
+//! [`MAX_OS_VALUE_BYTES`], and at most [`MAX_LABELS`] labels of at most [`MAX_LABEL_BYTES`]
+//! together. An object past a cap keeps only its identity (name, namespace, uid,
+//! resourceVersion, creation, its controller owner) and the [`Oversize`] marker: the view
+//! answers `Unknown` (`MetadataTooLarge`) for it, never from a partial copy. Lists are read
+//! in pages of [`LIST_PAGE_SIZE`] objects, so a list of padded objects is never held whole.
 
 use std::{collections::BTreeMap, io, sync::Arc};
 
