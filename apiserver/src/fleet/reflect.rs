@@ -62,7 +62,7 @@ pub const MAX_IMAGE_SPEC_BYTES: usize = 64 * 1024;
 /// much of what a large page took: with 500 MachineInventories of 192 KiB of metadata, a
 /// server started with kube-runtime's default page (500) peaked at 381 MiB (past the chart's
 /// 256 Mi limit at every start) and kept 172 MiB more than before them; with pages of 50, 52
-/// MiB more; with pages of 10, 14 MiB (`integration/tests/padded.rs`). The cost: 50,000
+/// MiB more; with pages of 10, 14–15 MiB (`integration/tests/padded.rs`). The cost: 50,000
 /// ordinary machines list in 5,000 requests (5,000 took 2.0–2.5 s in pages of 10, 0.75–1.5 s
 /// in pages of 500, on a loopback test bed).
 pub const LIST_PAGE_SIZE: u32 = 10;
