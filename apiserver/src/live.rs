@@ -50,6 +50,11 @@ impl Live {
         })
     }
 
+    /// The architectures served.
+    pub fn architectures(&self) -> Vec<Arch> {
+        self.versions.keys().cloned().collect()
+    }
+
     /// The version summaries for `arch`.
     pub fn versions(&self, arch: &Arch) -> Option<&Arc<Hub<ManagedOSVersionChangelogSummary>>> {
         self.versions.get(arch)

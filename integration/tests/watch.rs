@@ -184,7 +184,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     let items = list["items"].as_array().context("items")?;
     for item in items {
         ensure!(
-            item["metadata"]["resourceVersion"].as_str().is_some_and(|v| !v.is_empty()),
+            item["metadata"]["resourceVersion"]
+                .as_str()
+                .is_some_and(|v| !v.is_empty()),
             "an item without resourceVersion: {item}"
         );
     }
@@ -207,7 +209,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     .await?;
     let mut selected = Events::open(
         bed,
-        &ours(&format!("{MACHINES}?watch=true&resourceVersion={rv}&labelSelector=pool%3Da")),
+        &ours(&format!(
+            "{MACHINES}?watch=true&resourceVersion={rv}&labelSelector=pool%3Da"
+        )),
     )
     .await?;
 
@@ -347,12 +351,21 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     }
     ensure!(names == ["m-b", "m-c"], "{names:?}");
     let (status, body) = bed
-        .admin_get(&ours(&format!("{MACHINES}?watch=true&sendInitialEvents=true")))
+        .admin_get(&ours(&format!(
+            "{MACHINES}?watch=true&sendInitialEvents=true"
+        )))
         .await?;
-    ensure!(status == 400, "sendInitialEvents without NotOlderThan: {status} {body}");
+    ensure!(
+        status == 400,
+        "sendInitialEvents without NotOlderThan: {status} {body}"
+    );
 
     // timeoutSeconds ends the watch.
-    let mut short = Events::open(bed, &ours(&format!("{MACHINES}?watch=true&timeoutSeconds=1"))).await?;
+    let mut short = Events::open(
+        bed,
+        &ours(&format!("{MACHINES}?watch=true&timeoutSeconds=1")),
+    )
+    .await?;
     let started = Instant::now();
     while short.next_within(EVENT).await?.is_some() {}
     ensure!(
@@ -369,7 +382,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         .to_owned();
     let mut versions = Events::open(
         bed,
-        &ours(&format!("managedosversions?watch=true&resourceVersion={rv}")),
+        &ours(&format!(
+            "managedosversions?watch=true&resourceVersion={rv}"
+        )),
     )
     .await?;
     channel.sync(&entries).await?;
@@ -439,16 +454,21 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     let mut open = vec![watch, selected, resumed, versions, initial];
     open.push(Events::open(bed, &ours(&format!("{MACHINES}?watch=true"))).await?);
     drop(reference);
-    poll("a watch past --max-watches-per-user", EVENT, POLL, async || {
-        let (status, body) = bed
-            .admin_get(&ours(&format!("{MACHINES}?watch=true&timeoutSeconds=1")))
-            .await?;
-        ensure!(
-            status == 429 || status == 200,
-            "a watch past --max-watches-per-user: {status} {body}"
-        );
-        Ok((status == 429).then_some(()))
-    })
+    poll(
+        "a watch past --max-watches-per-user",
+        EVENT,
+        POLL,
+        async || {
+            let (status, body) = bed
+                .admin_get(&ours(&format!("{MACHINES}?watch=true&timeoutSeconds=1")))
+                .await?;
+            ensure!(
+                status == 429 || status == 200,
+                "a watch past --max-watches-per-user: {status} {body}"
+            );
+            Ok((status == 429).then_some(()))
+        },
+    )
     .await?;
     drop(open);
     Ok(())

@@ -18,13 +18,16 @@ pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
 /// Chunks the stream holds before the watcher's own queue takes the wait.
 const BODY_CHUNKS: usize = 16;
 
+/// Writes one object as a one-row Table (`true`: with the column definitions).
+pub type TableRow<T> = Box<dyn Fn(&T, bool) -> Vec<u8> + Send + Sync>;
+
 /// How a watch's objects are written.
 pub enum Encoding<T> {
     /// The objects as JSON (their kept bytes).
     Json,
     /// Each object as a one-row `Table` (column definitions in the first event only, as
     /// kube-apiserver sends them).
-    Table(Box<dyn Fn(&T, bool) -> Vec<u8> + Send + Sync>),
+    Table(TableRow<T>),
 }
 
 /// What a watch sends.
