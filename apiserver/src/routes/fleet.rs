@@ -24,10 +24,11 @@ use elemental_changelog_apiservice::{
     API_VERSION, Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, MACHINE_SUMMARY_LIST_KIND, content,
     content::Representation,
     fleet::{
-        MachineInventoryChangelogSummary, MachineInventoryChangelogSummaryList, MachineReason,
+        CveState, MachineCve, MachineInventoryChangelogSummary,
+        MachineInventoryChangelogSummaryList, MachineReason,
     },
     status::{CauseReason, StatusCause, StatusError},
-    types::{ChangelogSummary, ObjectMeta},
+    types::{ChangelogSummary, ObjectMeta, VersionRef},
 };
 use kube::{Resource as _, ResourceExt};
 
@@ -50,7 +51,7 @@ use crate::{
         ChangelogParams, ListParams, Resource,
         fleet::{FleetResource, MachineChangelogParams},
     },
-    watch::Hub,
+    watch::{Hub, Item},
 };
 
 /// Seconds a client should wait before asking again for a channel being fetched.
@@ -63,7 +64,17 @@ pub struct FleetView {
     /// Pending summaries by snapshot generation, `from` and `to`, shared by every request
     /// and the gauge: a snapshot never changes, so neither does a summary computed from it.
     summaries: SummaryCache,
+    /// See [`FirstFixes`].
+    first_fixes: FirstFixes,
 }
+
+/// The first version of a channel's data fixing a CVE (its position in the channel's order),
+/// by snapshot generation and CVE: found once per (channel data, CVE), whatever the number of
+/// machines asked about.
+type FirstFixes = quick_cache::sync::Cache<(u64, String), Option<usize>>;
+
+/// First fixes kept (each a few dozen bytes).
+const FIRST_FIXES_KEPT: usize = 10_000;
 
 /// Pending summaries kept across requests: see [`FleetView`].
 type SummaryCache = quick_cache::sync::Cache<(u64, String, String), Option<ChangelogSummary>>;
@@ -107,6 +118,7 @@ impl FleetView {
             stores,
             resources,
             summaries: SummaryCache::new(SUMMARIES_KEPT),
+            first_fixes: FirstFixes::new(FIRST_FIXES_KEPT),
         }
     }
 
@@ -122,10 +134,19 @@ impl FleetView {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
                 let arch = self.resources.served_arch(params.arch.as_ref())?;
-                if let (None, Some(hub)) = (&params.cve, self.resources.live().machines(&arch)) {
+                if let Some(hub) = self.resources.live().machines(&arch) {
                     let hub = hub.clone();
                     return Ok(run(Cost::Heavy, move || {
-                        kept_machines(&hub, namespace.as_deref(), &params, representation)
+                        let exposure = params.cve.as_deref().map(|cve| {
+                            move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
+                        });
+                        kept_machines(
+                            &hub,
+                            namespace.as_deref(),
+                            &params,
+                            representation,
+                            exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
+                        )
                     }));
                 }
                 Ok(run(Cost::Heavy, move || {
@@ -381,6 +402,70 @@ impl FleetView {
         summarize(&inputs, &machines, None, &self.summaries)
     }
 
+    /// A machine's exposure to `cve`, from its kept answer (the version it runs) and its
+    /// channel's data for `arch`: the channel's first version fixing the CVE is found once
+    /// per channel data and CVE ([`FirstFixes`]), so a list or a watch of any number of
+    /// machines walks each channel once.
+    pub fn exposure(
+        &self,
+        machine: &MachineInventoryChangelogSummary,
+        cve: &str,
+        arch: &Arch,
+    ) -> MachineCve {
+        let unknown = MachineCve {
+            id: cve.to_owned(),
+            state: CveState::Unknown,
+            fixed_in: None,
+        };
+        let Some(current) = &machine.current else {
+            return unknown;
+        };
+        let namespace = machine.metadata.namespace.as_str();
+        let Some(snapshot) = self
+            .resources
+            .channel_snapshot(namespace, &current.channel, arch)
+        else {
+            return unknown;
+        };
+        let order = snapshot.data.order();
+        let Some(position) = order.iter().position(|n| *n == current.name) else {
+            return unknown;
+        };
+        let first = self
+            .first_fixes
+            .get_or_insert_with(&(snapshot.generation().get(), cve.to_owned()), || {
+                Ok::<_, std::convert::Infallible>(
+                    order
+                        .iter()
+                        .position(|name| snapshot.data.fixes_cve(name, cve)),
+                )
+            })
+            .unwrap_or_else(|never| match never {});
+        let Some(first) = first else {
+            return MachineCve {
+                id: cve.to_owned(),
+                state: CveState::NoFixInChannel,
+                fixed_in: None,
+            };
+        };
+        let name = order[first].clone();
+        let version = self
+            .resources
+            .objects()
+            .versions
+            .get(namespace, &name)
+            .map_or_else(|| name.clone(), |v| v.spec.version.clone());
+        MachineCve {
+            id: cve.to_owned(),
+            state: if first <= position {
+                CveState::Fixed
+            } else {
+                CveState::Exposed
+            },
+            fixed_in: Some(VersionRef { name, version }),
+        }
+    }
+
     /// Waits until the fleet stores have listed.
     pub async fn wait_until_ready(&self) {
         self.stores.machines.wait_until_ready().await;
@@ -474,31 +559,47 @@ fn summarize(
 }
 
 /// The kept machines of `namespace` (or all) that `params` select, as a list with the
-/// resourceVersion a watch may start from.
+/// resourceVersion a watch may start from; with `exposure`, each with its exposure to the
+/// CVE asked.
 fn kept_machines(
     hub: &Hub<MachineInventoryChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
     representation: Representation,
+    exposure: Option<&dyn Fn(&MachineInventoryChangelogSummary) -> MachineCve>,
 ) -> Result<Answer, StatusError> {
     let (version, items) = hub.list(namespace);
     let selected: Vec<_> = items
         .iter()
         .filter(|i| selects(params, &i.object.metadata))
         .collect();
-    let body = match representation {
-        Representation::Json => {
+    let with_cve = |i: &&Arc<Item<MachineInventoryChangelogSummary>>| {
+        let mut object = i.object.clone();
+        object.cve = exposure.map(|f| f(&object));
+        object
+    };
+    let body = match (representation, exposure) {
+        (Representation::Json, None) => {
             crate::live::list_json(API_VERSION, MACHINE_SUMMARY_LIST_KIND, version, &selected)
         }
-        Representation::Table {
-            version: table_version,
-            include_object,
-        } => {
-            let objects: Vec<_> = selected.iter().map(|i| i.object.clone()).collect();
+        (Representation::Json, Some(_)) => {
+            let mut list =
+                MachineInventoryChangelogSummaryList::new(selected.iter().map(with_cve).collect());
+            list.metadata.resource_version = version.text();
+            serde_json::to_vec(&list).map_err(|e| StatusError::internal(&e))?
+        }
+        (
+            Representation::Table {
+                version: table_version,
+                include_object,
+            },
+            _,
+        ) => {
+            let objects: Vec<_> = selected.iter().map(with_cve).collect();
             let mut table = elemental_changelog_apiservice::fleet::table::machines_table(
                 &objects,
                 true,
-                false,
+                exposure.is_some(),
                 table_version,
                 include_object,
             );
