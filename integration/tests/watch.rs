@@ -402,6 +402,31 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "{event}"
     );
 
+    // ?cve=: the list has a resourceVersion, and a watch from it carries each machine's
+    // exposure (the first CVE the model's versions fix, after the first version).
+    let cve = stable
+        .versions
+        .iter()
+        .skip(1)
+        .flat_map(|v| stable.advisories(&v.name))
+        .flat_map(|a| a.cves.clone())
+        .next()
+        .context("the generated channel names no CVE")?;
+    let cve_list: Value = bed
+        .admin_get_json(&ours(&format!("{MACHINES}?cve={cve}")))
+        .await?;
+    let cve_rv = cve_list["metadata"]["resourceVersion"]
+        .as_str()
+        .context("no resourceVersion on a ?cve= list")?
+        .to_owned();
+    let mut exposure = Events::open(
+        bed,
+        &ours(&format!(
+            "{MACHINES}?watch=true&cve={cve}&resourceVersion={cve_rv}"
+        )),
+    )
+    .await?;
+
     // kubectl get -w, as a user runs it.
     let mut kubectl = tokio::process::Command::new(tools_dir().join("kubectl"))
         .args([
@@ -448,6 +473,14 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "kubectl get -w never showed m-c UpToDate: {seen:?}"
     );
     drop(kubectl);
+    let event = exposure.next("m-c upgraded (?cve=)").await?;
+    ensure!(
+        kind_and_name(&event) == ("MODIFIED".to_owned(), "m-c".to_owned())
+            && event["object"]["cve"]["id"] == cve.as_str()
+            && event["object"]["cve"]["state"] == "Fixed",
+        "{event}"
+    );
+    drop(exposure);
 
     // The per-user limit (6 here): with six watches of admin open, the next is a 429
     // (kubectl's watch, just closed, may hold its place for a moment: tried again then).

@@ -404,7 +404,7 @@ impl FleetView {
 
     /// A machine's exposure to `cve`, from its kept answer (the version it runs) and its
     /// channel's data for `arch`: the channel's first version fixing the CVE is found once
-    /// per channel data and CVE ([`FirstFixes`]), so a list or a watch of any number of
+    /// per channel data and CVE (`FirstFixes`), so a list or a watch of any number of
     /// machines walks each channel once.
     pub fn exposure(
         &self,
