@@ -341,19 +341,20 @@ impl App {
                     .await
                     .unwrap_or_else(|error| status(&error))
             }
-            Target::Fleet(resource) => match {
+            Target::Fleet(resource) => {
                 if matches!(
                     resource,
                     FleetResource::Machines { .. } | FleetResource::Machine { .. }
                 ) {
                     self.resources.live().fresh(Answers::Machines).await;
                 }
-                self.fleet.plan(resource, accept)
-            } {
-                Ok(plan) => self.answer_plan(plan, headers).await,
-                Err(error) => Err(error),
+                let planned = self.fleet.plan(resource, accept);
+                match planned {
+                    Ok(plan) => self.answer_plan(plan, headers).await,
+                    Err(error) => Err(error),
+                }
+                .unwrap_or_else(|error| status(&error))
             }
-            .unwrap_or_else(|error| status(&error)),
             Target::Invalid { error, .. } => status(error),
             Target::NotFound => status(&not_found_path(info.path())),
         }
