@@ -190,8 +190,9 @@ export function liveList<T extends Listable>(options: LiveListOptions<T>): LiveL
     await sleep(ceiling / 2 + (ceiling / 2) * random(), signal);
   };
 
-  /** Applies one event; returns what ends the watch, if it does. */
+  /** Where the next watch starts: the list's, then each event's and bookmark's; undefined: list first. */
   let resourceVersion: string | undefined;
+  /** Applies one event; returns what ends the watch, if it does. */
   const apply = (event: WatchEvent): WatchEnd | undefined => {
     if (event.type === 'ERROR') {
       const status = event.object as Status;
