@@ -397,9 +397,22 @@ impl FleetView {
     /// The summary of every machine for `arch`, computed now (what the live hub keeps, see
     /// [`crate::live`]).
     pub fn machine_summaries(&self, arch: &Arch) -> Vec<MachineInventoryChangelogSummary> {
-        let machines = self.stores.machines.list(None);
+        self.summaries_of(&self.stores.machines.list(None), arch)
+    }
+
+    /// The summaries of `machines` for `arch`, computed now.
+    pub fn summaries_of(
+        &self,
+        machines: &[Arc<MachineInventory>],
+        arch: &Arch,
+    ) -> Vec<MachineInventoryChangelogSummary> {
         let inputs = self.inputs(None, arch);
-        summarize(&inputs, &machines, None, &self.summaries)
+        summarize(&inputs, machines, None, &self.summaries)
+    }
+
+    /// Every MachineInventory, by namespace and name.
+    pub fn machine_list(&self) -> Vec<Arc<MachineInventory>> {
+        self.stores.machines.list(None)
     }
 
     /// A machine's exposure to `cve`, from its kept answer (the version it runs) and its
@@ -473,9 +486,22 @@ impl FleetView {
         self.stores.images.wait_until_ready().await;
     }
 
-    /// A receiver told of every change of the fleet objects.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.stores.changes()
+    /// Receivers told of every change of the MachineInventories, and of the other fleet
+    /// objects (MachineInventorySelectors, ManagedOSImages): a machine's change touches its own
+    /// answer only, the others' may touch any.
+    pub fn changes(
+        &self,
+    ) -> (
+        tokio::sync::watch::Receiver<u64>,
+        [tokio::sync::watch::Receiver<u64>; 2],
+    ) {
+        (
+            self.stores.machines.changes(),
+            [
+                self.stores.selectors.changes(),
+                self.stores.images.changes(),
+            ],
+        )
     }
 }
 
