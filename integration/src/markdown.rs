@@ -184,7 +184,7 @@ pub struct Flag {
 }
 
 /// The flags of a clap `--help`, short or long form (`[env: NAME=]` and `[default: VALUE]`
-/// on the flag's line or the lines below it), `--help` and `--version` left out.
+/// on the flag's line or the lines below it), `--help` and clap's `-V, --version` left out.
 pub fn help_flags(help: &str) -> BTreeMap<String, Flag> {
     let mut flags: BTreeMap<String, Flag> = BTreeMap::new();
     let mut current: Option<String> = None;
@@ -244,7 +244,13 @@ pub fn help_flags(help: &str) -> BTreeMap<String, Flag> {
         }
     }
     flags.remove("--help");
-    flags.remove("--version");
+    // clap's own `-V, --version`; a program's `--version` flag of its own stays.
+    if flags
+        .get("--version")
+        .is_some_and(|f| f.short.as_deref() == Some("-V"))
+    {
+        flags.remove("--version");
+    }
     flags
 }
 

@@ -1116,6 +1116,23 @@ async fn chart_values_mean_what_they_say() -> Result<()> {
         );
         if extra.is_empty() {
             ensure!(least == 237, "the smallest default limit is {least}Mi");
+            // What users read says the same.
+            for (file, text) in [
+                ("docs/install.md", format!("at least {least}Mi")),
+                (
+                    "docs/operations.md",
+                    format!("the smallest limit is {least} MiB"),
+                ),
+                (
+                    "charts/elemental-changelog/questions.yaml",
+                    format!("at least {least}Mi"),
+                ),
+            ] {
+                ensure!(
+                    std::fs::read_to_string(workspace_root().join(file))?.contains(&text),
+                    "{file} does not say `{text}`, the smallest memory limit the chart renders"
+                );
+            }
         }
     }
 
