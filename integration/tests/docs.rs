@@ -7,9 +7,19 @@
 //!   the crate split puts it) is a row of the metrics table with the same labels, and every
 //!   metric row there is registered;
 //! - every `Status` reason and every cause reason the server sends is a row of the error
-//!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent.
+//!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent;
+//! - the flags of `inspect` and of the extension's file server against their tables;
+//! - `docs/kubectl-plugin.md`'s usage block and command table against the plugin's `--help`;
+//! - `docs/api.md`'s discovery table against the `APIResourceList` the server sends, its
+//!   machine reasons against `MachineReason` (`fleet.rs` checks the fleet error table
+//!   against the server's answers);
+//! - every number of `docs/operations.md`'s size limits table against the constant it
+//!   names, and the budget's start-up formula against `MemoryPlan`;
+//! - the README's first commands (what `.ci/run` runs), and what the docs say `make server`
+//!   and the Dockerfile do.
 //!
-//! Needs `target/debug/elemental-changelog-apiserver` (`make server`).
+//! A mismatch names the file and line to fix. `docs_chart.rs` does the same for
+//! `docs/install.md` and the chart. Needs `make server` (the three binaries).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -5,15 +5,18 @@
 //!   value, or a map whose values it covers, or `x.*`), and every value a row names exists;
 //! - the questions table: one row per question of `questions.yaml`, with its group, label
 //!   and variable, and no row for a question the form does not ask;
-//! - the `Chart.yaml` annotations table: each annotation named has the value written.
+//! - the `Chart.yaml` annotations table: each annotation named has the value written;
+//! - "What gets installed": every kind of object the chart renders (every option on, on
+//!   Rancher) is named there or in the RBAC table.
 //!
-//! Offline: reads files only.
+//! Offline: reads files and runs the test bed's `helm template` (`make tools`).
 
 use std::collections::BTreeSet;
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::markdown::{Document, code_spans};
-use elemental_changelog_integration::testbed::workspace_root;
+use elemental_changelog_integration::testbed::{tools_dir, workspace_root};
+use serde::Deserialize as _;
 use serde_yaml::Value;
 
 const CHART: &str = "charts/elemental-changelog";
@@ -287,5 +290,82 @@ fn install_md_quotes_the_chart_annotations() -> Result<()> {
         }
     }
     ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+/// The kinds of the objects `helm template` renders with `args`.
+fn rendered_kinds(args: &[&str]) -> Result<BTreeSet<String>> {
+    let home = tempfile::tempdir()?;
+    let chart = workspace_root().join(CHART);
+    let output = std::process::Command::new(tools_dir().join("helm"))
+        .args(["template", "elemental-changelog"])
+        .arg(&chart)
+        .args(["--namespace", "cattle-elemental-system"])
+        .args(args)
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .env("KUBECONFIG", home.path().join("none"))
+        .output()
+        .context("running the test bed's helm (make tools)")?;
+    ensure!(
+        output.status.success(),
+        "helm template {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut kinds = BTreeSet::new();
+    for document in serde_yaml::Deserializer::from_str(std::str::from_utf8(&output.stdout)?) {
+        let value = Value::deserialize(document)?;
+        if let Some(kind) = value["kind"].as_str() {
+            kinds.insert(kind.to_owned());
+        }
+    }
+    Ok(kinds)
+}
+
+#[test]
+fn install_md_names_every_kind_the_chart_installs() -> Result<()> {
+    let rancher = [
+        "--api-versions",
+        "catalog.cattle.io/v1/UIPlugin",
+        "--api-versions",
+        "management.cattle.io/v3/RoleTemplate",
+        "--api-versions",
+        "management.cattle.io/v3/GlobalRole",
+        "--set",
+        "serviceMonitor.enabled=true,networkPolicy.enabled=true",
+    ];
+    let mut kinds = rendered_kinds(&rancher)?;
+    let mut cert_manager = rancher.to_vec();
+    cert_manager.extend(["--set", "tls.certManager.enabled=true"]);
+    kinds.extend(rendered_kinds(&cert_manager)?);
+    let mut own = rancher.to_vec();
+    own.extend(["--set", "tls.existingSecret=mine,tls.caBundle=x"]);
+    kinds.extend(rendered_kinds(&own)?);
+    ensure!(
+        kinds.contains("UIPlugin") && kinds.contains("Issuer"),
+        "{kinds:?}"
+    );
+
+    let doc = Document::read("docs/install.md")?;
+    let mut named = String::new();
+    for header in [["object", "purpose"], ["object", "grants"]] {
+        for table in doc.tables_with_header(&header) {
+            for row in table.rows {
+                named.push_str(&row.cells[0]);
+                named.push('\n');
+            }
+        }
+    }
+    let words: BTreeSet<&str> = named.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    let missing: Vec<&String> = kinds
+        .iter()
+        .filter(|k| !words.contains(k.as_str()) && !words.contains(format!("{k}s").as_str()))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{}: the chart installs {missing:?}, which neither \"What gets installed\" nor the RBAC table names",
+        doc.path
+    );
     Ok(())
 }
