@@ -40,7 +40,6 @@ use rustls_pki_types::CertificateDer;
 use self::fleet::FleetResource;
 pub use self::query::QueryValues;
 use self::selector::{FieldSelector, LabelSelector};
-use crate::metrics::RequestResource;
 pub use elemental_changelog_auth::{Attributes, ResourceAttributes};
 
 /// The longest query string accepted, in bytes (kube-apiserver takes what fits in its
@@ -100,6 +99,49 @@ pub enum Target {
     },
     /// Anything else: 404.
     NotFound,
+}
+
+/// What a request asks for, in a few words: the `resource` label of request metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestResource {
+    /// `managedosversions` (summaries).
+    Summaries,
+    /// `managedosversions/changelog`.
+    Changelog,
+    /// `machineinventories` (the fleet view's machines).
+    Machines,
+    /// `machineinventories/changelog`.
+    MachineChangelog,
+    /// `managedosimages/changelog`.
+    ImageChangelog,
+    /// Discovery documents.
+    Discovery,
+    /// OpenAPI documents.
+    OpenApi,
+    /// `/livez`, `/readyz`, `/healthz`.
+    Health,
+    /// `/metrics`.
+    Metrics,
+    /// Anything else (answered 404).
+    Other,
+}
+
+impl RequestResource {
+    /// The `resource` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Summaries => "managedosversions",
+            Self::Changelog => "managedosversions/changelog",
+            Self::Machines => "machineinventories",
+            Self::MachineChangelog => "machineinventories/changelog",
+            Self::ImageChangelog => "managedosimages/changelog",
+            Self::Discovery => "discovery",
+            Self::OpenApi => "openapi",
+            Self::Health => "health",
+            Self::Metrics => "metrics",
+            Self::Other => "other",
+        }
+    }
 }
 
 /// Discovery documents.

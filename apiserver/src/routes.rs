@@ -5,6 +5,7 @@
 //! This API is read-only: any verb but GET (and HEAD) is a 405.
 
 pub mod fleet;
+pub mod metrics;
 pub mod ready;
 pub mod resources;
 
@@ -31,13 +32,16 @@ use elemental_changelog_auth::{
 };
 
 use self::{
+    metrics::{ServingLimit, ServingMetrics},
     ready::Ready,
     resources::{Answer, Cost, Job, Plan},
 };
 use crate::{
     health::{self, Health},
-    metrics::{Metrics, RequestResource, ServingLimit},
-    request::{Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},
+    metrics::Registry,
+    request::{
+        Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, RequestResource, Resource, Target,
+    },
     telemetry::error_chain,
 };
 
@@ -51,8 +55,10 @@ const DEFAULTS_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Everything a request may need.
 pub struct App {
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
+    /// What serving counts.
+    pub metrics: Arc<ServingMetrics>,
+    /// Every metric of the process, for `/metrics`.
+    pub registry: Registry,
     /// Liveness and readiness.
     pub health: Arc<Health>,
     /// Who is asking.
@@ -208,7 +214,7 @@ impl App {
                 Probe::Ready => health_response(&self.health.ready(), "readyz", *verbose),
             },
             Target::Metrics => ok(
-                self.metrics.encode(),
+                self.registry.encode(),
                 "text/plain; version=0.0.4; charset=utf-8",
             ),
             Target::Resource(resource) => self

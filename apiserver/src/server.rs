@@ -17,6 +17,8 @@
 //! 16 MiB); an answer nobody reads holds at most one TLS record besides
 //! its body, for the write timeout. So what any number of hostile connections can make
 //! the server hold is bounded by `--max-connections`, whoever sends them.
+//!
+//! The serving certificate is reloaded when its files change ([`reload_certificates`]).
 
 mod heads;
 mod io;
@@ -34,6 +36,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use elemental_changelog_certs::serving::{self, ReloadingResolver};
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
@@ -41,6 +44,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
+use prometheus::IntCounterVec;
 use rustls::pki_types::CertificateDer;
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -55,7 +59,7 @@ use self::{
     io::Guarded,
     lifetime::{Activity, Next, Timeouts},
 };
-use crate::{request::Peer, routes::App, telemetry::error_chain};
+use crate::{metrics::family, request::Peer, routes::App, telemetry::error_chain};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -514,4 +518,62 @@ fn builder(header_read_timeout: Duration, keep_alive: bool) -> auto::Builder<Tok
         .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
     builder
+}
+
+/// Reloads the serving certificate when its files change and counts the
+/// reloads; never completes.
+pub async fn reload_certificates(resolver: Arc<ReloadingResolver>, metrics: Arc<CertMetrics>) {
+    let mut status = resolver.status();
+    let count = async move {
+        let (mut reloads, mut failures) = (0, 0);
+        while status.changed().await.is_ok() {
+            let now = status.borrow_and_update().clone();
+            for _ in reloads..now.reloads {
+                metrics.cert_reload(CertReload::Loaded);
+            }
+            for _ in failures..now.failures {
+                metrics.cert_reload(CertReload::Rejected);
+            }
+            (reloads, failures) = (now.reloads, now.failures);
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::join!(resolver.watch(serving::DEFAULT_POLL_INTERVAL), count);
+}
+
+family! {
+    /// What the serving certificate's reloads count.
+    pub struct CertMetrics {
+        reloads: IntCounterVec = metric(
+            "serving_cert_reloads_total",
+            "Serving certificate reloads, by result (loaded, rejected).",
+            &["result"],
+        ),
+    }
+}
+
+impl CertMetrics {
+    /// Counts a serving certificate reload.
+    pub fn cert_reload(&self, result: CertReload) {
+        self.reloads.with_label_values(&[result.as_str()]).inc();
+    }
+}
+
+/// How a reload of the serving certificate ended: the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertReload {
+    /// The new pair was loaded and is served.
+    Loaded,
+    /// The new pair was refused; the old one is kept.
+    Rejected,
+}
+
+impl CertReload {
+    /// The `result` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Loaded => "loaded",
+            Self::Rejected => "rejected",
+        }
+    }
 }

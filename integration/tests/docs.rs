@@ -8,10 +8,11 @@
 //!   metric row there is registered;
 //! - every `Status` reason and every cause reason the server sends is a row of the error
 //!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent;
+//! - every machine reason of the fleet view is a row of its reason table with its state.
 //! - the flags of `inspect` and of the extension's file server against their tables;
 //! - `docs/kubectl-plugin.md`'s usage block and command table against the plugin's `--help`;
-//! - `docs/api.md`'s discovery table against the `APIResourceList` the server sends, its
-//!   machine reasons against `MachineReason` (`fleet.rs` checks the fleet error table
+//! - `docs/api.md`'s discovery table against the `APIResourceList` the server sends, and
+//!   its fleet error table's causes against `MachineReason` (`fleet.rs` checks that table
 //!   against the server's answers);
 //! - every number of `docs/operations.md`'s size limits table against the constant it
 //!   names, and the budget's start-up formula against `MemoryPlan`;
@@ -28,7 +29,6 @@ use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog::updateinfo;
 use elemental_changelog_apiserver::{request, server};
 use elemental_changelog_apiservice::discovery;
-use elemental_changelog_apiservice::fleet::MachineReason;
 use elemental_changelog_apiservice::status::{Reason, StatusError};
 use elemental_changelog_apiservice::types::UnavailableReason;
 use elemental_changelog_integration::markdown::{
@@ -359,55 +359,50 @@ fn call_arguments(source: &str) -> Option<(&str, String)> {
     None
 }
 
-/// The metrics the server defines, with their labels: read from the source file of the
-/// server crates that sets the `elemental_changelog` namespace, from its calls
-/// `counter(&r, "name", "help", &["label", …])` (and `plain_counter`, `gauge`,
-/// `gauge_vec`, `histogram`, and `register(&r, "name", <a metric with labels>)`): the
-/// first string is the name, the last `&[…]` the labels.
+/// The metrics the server defines, with their labels: read from the `family!` declarations
+/// of the server crates, one field per metric,
+/// `name: Kind = metric("name", "help", &["label", …])` (no labels for a single series): the
+/// first string is the name, the `&[…]` the labels.
 fn defined_metrics(source: &str) -> BTreeMap<String, Vec<String>> {
+    const FIELD: &str = "= metric(";
     let mut metrics = BTreeMap::new();
-    for helper in [
-        "counter(",
-        "gauge(",
-        "gauge_vec(",
-        "histogram(",
-        "register(",
-    ] {
-        let mut rest = source;
-        while let Some(at) = rest.find(helper) {
-            rest = &rest[at + helper.len()..];
-            let Some((raw, masked)) = call_arguments(rest) else {
-                continue;
-            };
-            if !masked.trim_start().starts_with("&r,") {
-                continue;
-            }
-            let quotes: Vec<usize> = masked
-                .char_indices()
-                .filter(|(_, c)| *c == '"')
-                .map(|(i, _)| i)
-                .collect();
-            let (Some(&open), Some(&close)) = (quotes.first(), quotes.get(1)) else {
-                continue;
-            };
-            let name = raw.get(open + 1..close).unwrap_or_default();
-            let labels = masked
-                .rfind("&[")
-                .and_then(|start| {
-                    let end = start + masked[start..].find(']')?;
-                    Some(
-                        raw.get(start..end)
-                            .unwrap_or_default()
-                            .split('"')
-                            .skip(1)
-                            .step_by(2)
-                            .map(str::to_owned)
-                            .collect::<Vec<_>>(),
-                    )
-                })
-                .unwrap_or_default();
-            metrics.insert(format!("elemental_changelog_{name}"), labels);
+    if !source.contains("family! {") {
+        return metrics;
+    }
+    let mut rest = source;
+    while let Some(at) = rest.find(FIELD) {
+        rest = &rest[at + FIELD.len()..];
+        let Some((raw, masked)) = call_arguments(rest) else {
+            continue;
+        };
+        if !masked.trim_start().starts_with('"') {
+            continue;
         }
+        let quotes: Vec<usize> = masked
+            .char_indices()
+            .filter(|(_, c)| *c == '"')
+            .map(|(i, _)| i)
+            .collect();
+        let (Some(&open), Some(&close)) = (quotes.first(), quotes.get(1)) else {
+            continue;
+        };
+        let name = raw.get(open + 1..close).unwrap_or_default();
+        let labels = masked
+            .rfind("&[")
+            .and_then(|start| {
+                let end = start + masked[start..].find(']')?;
+                Some(
+                    raw.get(start..end)
+                        .unwrap_or_default()
+                        .split('"')
+                        .skip(1)
+                        .step_by(2)
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .unwrap_or_default();
+        metrics.insert(format!("elemental_changelog_{name}"), labels);
     }
     metrics
 }
@@ -442,10 +437,7 @@ fn every_metric_is_documented_with_its_labels() -> Result<()> {
     }
     let mut defined = BTreeMap::new();
     for file in &files {
-        let source = std::fs::read_to_string(file)?;
-        if source.contains(".namespace(\"elemental_changelog\")") {
-            defined.extend(defined_metrics(&source));
-        }
+        defined.extend(defined_metrics(&std::fs::read_to_string(file)?));
     }
     ensure!(
         defined.len() > 20,
@@ -479,23 +471,26 @@ fn every_metric_is_documented_with_its_labels() -> Result<()> {
 #[test]
 fn metric_definitions_are_read_with_their_labels() {
     let source = r#"
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {}
-fn plain_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {}
-        let a = counter(
-            &r,
+macro_rules! family { ($kind:ty = metric($name:literal, $help:literal)) => {} }
+family! {
+    pub struct Counted {
+        a: IntCounterVec = metric(
             "requests_total",
             "Requests, by \"verb\".",
             &["verb", "code"],
-        );
-        b: plain_counter(&r, "panics_total", "Panics."),
-        c: gauge(&r, "channels", "Channels (all)."),
-        d: histogram(&r, "duration_seconds", "Time (when \"done\"), by result.", &["result"], vec![0.1]),
-        e: register(
-            &r,
-            "age_seconds",
-            GaugeVec::new(opts("age_seconds", "Age (s), by channel."), &["namespace", "channel"]),
         ),
-        f: counter(&r, "files_total", "Files (did not parse), by kind.", &["file"]),
+        b: IntCounter = metric("panics_total", "Panics."),
+        c: IntGauge = metric("channels", "Channels (all)."),
+        d: HistogramVec = metric("duration_seconds", "Time (when \"done\"), by result.", &["result"])
+            .buckets(&[0.1]),
+        e: GaugeVec = metric(
+            "age_seconds",
+            "Age (s), by channel.",
+            &["namespace", "channel"],
+        ),
+        f: IntCounterVec = metric("files_total", "Files (did not parse), by kind.", &["file"]),
+    }
+}
     "#;
     let metrics = defined_metrics(source);
     assert_eq!(
@@ -660,6 +655,64 @@ fn every_status_reason_and_cause_is_in_the_error_table() -> Result<()> {
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
     }
+    Ok(())
+}
+
+/// Every machine reason of the fleet view, with the state it comes with (no wildcard: a new
+/// reason does not compile until it is listed here, and so checked in api.md).
+fn machine_reasons() -> Vec<(&'static str, &'static str)> {
+    use elemental_changelog_apiservice::fleet::MachineReason;
+    let all = [
+        MachineReason::NoAnnotation,
+        MachineReason::Unmanaged,
+        MachineReason::VersionInNoChannel,
+        MachineReason::Ambiguous,
+        MachineReason::ChannelNotFetched,
+        MachineReason::TargetOlder,
+        MachineReason::OtherChannel,
+        MachineReason::MetadataTooLarge,
+    ];
+    all.into_iter()
+        .map(|reason| match reason {
+            MachineReason::NoAnnotation => ("NoAnnotation", "Unknown"),
+            MachineReason::Unmanaged => ("Unmanaged", "Unknown"),
+            MachineReason::VersionInNoChannel => ("VersionInNoChannel", "Unknown"),
+            MachineReason::Ambiguous => ("Ambiguous", "Unknown"),
+            MachineReason::ChannelNotFetched => ("ChannelNotFetched", "Unknown"),
+            MachineReason::TargetOlder => ("TargetOlder", "UpToDate"),
+            MachineReason::OtherChannel => ("OtherChannel", "UpdatesAvailable"),
+            MachineReason::MetadataTooLarge => ("MetadataTooLarge", "Unknown"),
+        })
+        .collect()
+}
+
+#[test]
+fn every_machine_reason_is_in_the_fleet_reason_table() -> Result<()> {
+    let api = doc("api.md")?;
+    // The reason table of the fleet view: `| reason | state | meaning |`.
+    let documented: BTreeSet<(String, String)> = table_rows(&api)
+        .into_iter()
+        .filter(|cells| {
+            cells.len() == 3
+                && ["Unknown", "UpToDate", "UpdatesAvailable"]
+                    .iter()
+                    .any(|s| leading_code(&cells[1]) == Some(s))
+        })
+        .filter_map(|cells| {
+            Some((
+                leading_code(&cells[0])?.to_owned(),
+                leading_code(&cells[1])?.to_owned(),
+            ))
+        })
+        .collect();
+    let code: BTreeSet<(String, String)> = machine_reasons()
+        .into_iter()
+        .map(|(r, s)| (r.to_owned(), s.to_owned()))
+        .collect();
+    ensure!(
+        documented == code,
+        "docs/api.md's fleet reason table {documented:?} differs from the machine reasons {code:?}"
+    );
     Ok(())
 }
 
@@ -966,83 +1019,13 @@ fn api_md_lists_what_discovery_lists() -> Result<()> {
     Ok(())
 }
 
-/// Every reason a machine can carry, with its state; no wildcard: a new reason does not
-/// compile until it is listed here (and so checked in api.md).
-fn machine_reasons() -> Vec<(MachineReason, &'static str)> {
-    let all = [
-        MachineReason::NoAnnotation,
-        MachineReason::Unmanaged,
-        MachineReason::VersionInNoChannel,
-        MachineReason::Ambiguous,
-        MachineReason::ChannelNotFetched,
-        MachineReason::TargetOlder,
-        MachineReason::OtherChannel,
-    ];
-    all.into_iter()
-        .map(|reason| {
-            let state = match reason {
-                MachineReason::NoAnnotation
-                | MachineReason::Unmanaged
-                | MachineReason::VersionInNoChannel
-                | MachineReason::Ambiguous
-                | MachineReason::ChannelNotFetched => "Unknown",
-                MachineReason::TargetOlder => "UpToDate",
-                MachineReason::OtherChannel => "UpdatesAvailable",
-            };
-            (reason, state)
-        })
-        .collect()
-}
-
 #[test]
-fn api_md_lists_every_machine_reason_and_only_those() -> Result<()> {
-    let doc = Document::read("docs/api.md")?;
-    let name = |reason: &MachineReason| -> Result<String> {
-        Ok(serde_json::to_value(reason)?
-            .as_str()
-            .context("reason")?
-            .to_owned())
-    };
-    let reasons: BTreeMap<String, &str> = machine_reasons()
-        .iter()
-        .map(|(r, s)| Ok((name(r)?, *s)))
-        .collect::<Result<_>>()?;
-    let mut problems = Vec::new();
-    // `reason` values: | reason | state | meaning |
-    let tables = doc.tables_with_header(&["reason", "state", "meaning"]);
-    ensure!(
-        tables.len() == 1,
-        "{}: no | reason | state | meaning | table",
-        doc.path
-    );
-    let mut documented = BTreeSet::new();
-    for row in &tables[0].rows {
-        let reason = leading_code(&row.cells[0]).unwrap_or_default();
-        let state = leading_code(&row.cells[1]).unwrap_or_default();
-        documented.insert(reason.to_owned());
-        match reasons.get(reason) {
-            None => problems.push(format!(
-                "{}: {reason} is no reason of a machine",
-                doc.at(row.line)
-            )),
-            Some(s) if *s != state => problems.push(format!(
-                "{}: {reason} comes with state {s}, the table says {state}",
-                doc.at(row.line)
-            )),
-            Some(_) => {}
-        }
-    }
-    for reason in reasons.keys() {
-        if !documented.contains(reason) {
-            problems.push(format!(
-                "{}: the machine reason {reason} is not in the reason table (line {})",
-                doc.path, tables[0].line
-            ));
-        }
-    }
+fn the_fleet_error_table_names_only_machine_reasons() -> Result<()> {
     // A machine changelog's errors: | code | `details.causes[].reason` | when |: every cause
     // named is a machine reason, or a cause of the main error table (`FieldValueInvalid`);
     // integration/tests/fleet.rs checks the server's answers against this table.
+    let doc = Document::read("docs/api.md")?;
+    let reasons: BTreeSet<&str> = machine_reasons().into_iter().map(|(r, _)| r).collect();
     let main_table = doc.tables_with_header(&["code", "`reason`", "`details.causes[].reason`"]);
     let general: BTreeSet<&str> = main_table
         .iter()
@@ -1051,12 +1034,13 @@ fn api_md_lists_every_machine_reason_and_only_those() -> Result<()> {
         .collect();
     let errors = doc.tables_with_header(&["code", "`details.causes[].reason`", "when"]);
     ensure!(errors.len() == 1, "{}: no fleet error table", doc.path);
+    let mut problems = Vec::new();
     for row in &errors[0].rows {
         for cause in code_spans(&row.cells[1]) {
             if cause.starts_with("field") {
                 continue;
             }
-            if !reasons.contains_key(cause) && !general.contains(cause) {
+            if !reasons.contains(cause) && !general.contains(cause) {
                 problems.push(format!(
                     "{}: {cause} is no reason of a machine",
                     doc.at(row.line)

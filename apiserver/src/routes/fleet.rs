@@ -46,9 +46,9 @@ use crate::{
     fleet::{
         Fleet, FleetIndex, MachineResolution, Orders, Pending,
         crd::{MachineInventory, ManagedOSImage},
+        metrics::FleetMetrics,
         reflect::FleetStores,
     },
-    metrics::Metrics,
     request::{
         ChangelogParams, ListParams, Resource,
         fleet::{FleetResource, MachineChangelogParams},
@@ -353,7 +353,7 @@ impl FleetView {
 
     /// Recomputes the machines gauge after each change of the fleet objects or the channel
     /// data (at most every 2 s), and every 30 s. Runs until the process ends.
-    pub async fn keep_gauge(self: Arc<Self>, metrics: Arc<Metrics>) {
+    pub async fn keep_gauge(self: Arc<Self>, metrics: Arc<FleetMetrics>) {
         let mut fleet = self.stores.changes();
         let mut channels = self.resources.changes();
         loop {

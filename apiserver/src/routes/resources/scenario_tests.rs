@@ -180,7 +180,7 @@ impl World {
             cache.clone(),
             arch(default_arch),
             archs.iter().map(|a| arch(a)).collect(),
-            ReadyCache::new(4 << 20, Arc::new(crate::metrics::Metrics::new())),
+            ReadyCache::new(4 << 20, crate::metrics::Registry::default().register()),
         ));
         Self {
             channels,
