@@ -25,7 +25,6 @@ use elemental_changelog_apiservice::{
     types::{ChangelogSummary, ObjectMeta, VersionRef},
 };
 
-
 use super::{
     ok,
     resources::{Answer, Cost, Job, Plan, Render, VersionSide, selects},
@@ -38,11 +37,11 @@ use crate::{
         crd::{MachineInventory, ManagedOSImage},
         reflect::FleetStores,
     },
+    live::Live,
     request::{
         ChangelogParams, ListParams,
         fleet::{FleetResource, MachineChangelogParams},
     },
-    live::Live,
     watch::{Hub, Item},
 };
 
