@@ -484,6 +484,55 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     );
     drop(exposure);
 
+    // A Role limited by resourceNames: its name's watch (fieldSelector, as `kubectl get NAME
+    // -w` sends it) streams that machine only; a watch of every machine is refused.
+    apply(
+        bed,
+        &format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: one-machine, namespace: {FLEET_NAMESPACE}}}\nrules:\n- apiGroups: [changelog.elemental.cattle.io]\n  resources: [machineinventories]\n  resourceNames: [m-b]\n  verbs: [get, list, watch]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: alice-one-machine, namespace: {FLEET_NAMESPACE}}}\nsubjects: [{{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}}]\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: one-machine}}\n"
+        ),
+    )
+    .await?;
+    let alice = bed.apiserver_http(None)?;
+    let token = bed.token("alice")?.to_owned();
+    let as_alice = async |query: &str| -> Result<reqwest::Response> {
+        Ok(alice
+            .get(format!(
+                "{}{}",
+                bed.apiserver_url(),
+                ours(&format!("{MACHINES}?{query}"))
+            ))
+            .bearer_auth(&token)
+            .send()
+            .await?)
+    };
+    let (mut one, _) = poll("alice's Role takes effect", EVENT, POLL, async || {
+        let response = as_alice("watch=true&fieldSelector=metadata.name%3Dm-b").await?;
+        Ok((response.status() == 200).then_some(response))
+    })
+    .await?;
+    let mut buffer = Vec::new();
+    while !buffer.contains(&b'\n') {
+        let chunk = tokio::time::timeout(EVENT, one.chunk())
+            .await
+            .context("alice's watch: no event")??
+            .context("alice's watch ended")?;
+        buffer.extend_from_slice(&chunk);
+    }
+    let event: Value =
+        serde_json::from_slice(&buffer[..=buffer.iter().position(|b| *b == b'\n').unwrap_or(0)])?;
+    ensure!(
+        event["type"] == "ADDED" && event["object"]["metadata"]["name"] == "m-b",
+        "alice's watch: {event}"
+    );
+    drop(one);
+    let every = as_alice("watch=true").await?;
+    ensure!(
+        every.status() == 403,
+        "alice watched every machine: {}",
+        every.status()
+    );
+
     // The per-user limit (6 here): with six watches of admin open, the next is a 429
     // (kubectl's watch, just closed, may hold its place for a moment: tried again then).
     let mut open = vec![watch, selected, versions];
