@@ -146,7 +146,7 @@ pub struct PlanGroupDraft {
 
 /// A ManagedOSImage's upgrade plan before summaries are computed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct UpgradePlan {
     /// What it installs.
     pub target: PlanTarget,
     /// Selected machines by current version: oldest first within a channel.
@@ -157,7 +157,7 @@ pub struct Plan {
     pub unresolved_targets: Vec<UnresolvedClusterTarget>,
 }
 
-impl Plan {
+impl UpgradePlan {
     /// The wire object; `summary` gives the counts of a pending changelog.
     pub fn to_object(
         self,
@@ -817,7 +817,7 @@ impl<'a> FleetIndex<'a> {
         &self,
         image: &ManagedOSImage,
         machines: impl IntoIterator<Item = &'m MachineInventory>,
-    ) -> Plan {
+    ) -> UpgradePlan {
         let ns = image.metadata.namespace.as_deref().unwrap_or_default();
         let target = self.image_target(image);
         let unresolved_targets = self.unresolved_targets(image, ns);
@@ -850,7 +850,7 @@ impl<'a> FleetIndex<'a> {
         }
         unknown_machines.sort_by(|a, b| a.name.cmp(&b.name));
         let drafts = self.plan_groups(ns, &target, groups);
-        Plan {
+        UpgradePlan {
             target,
             groups: drafts,
             unknown_machines,

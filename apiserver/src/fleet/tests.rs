@@ -839,7 +839,7 @@ fn plan_groups_machines_by_current_version() {
 }
 
 /// A plan's groups: current version, state, reason and machines.
-fn group_rows(plan: &Plan) -> Vec<(&str, MachineState, Option<MachineReason>, Vec<&str>)> {
+fn group_rows(plan: &UpgradePlan) -> Vec<(&str, MachineState, Option<MachineReason>, Vec<&str>)> {
     plan.groups
         .iter()
         .map(|g| {
@@ -855,7 +855,7 @@ fn group_rows(plan: &Plan) -> Vec<(&str, MachineState, Option<MachineReason>, Ve
 
 /// The wire object of [`plan_groups_machines_by_current_version`]'s plan, summaries asked
 /// for the groups with a pending changelog only.
-fn check_plan_object(plan: Plan) {
+fn check_plan_object(plan: UpgradePlan) {
     let summary = ChangelogSummary {
         advisories: 2,
         highest_severity: Severity::Critical,
