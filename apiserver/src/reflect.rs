@@ -50,6 +50,9 @@ pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
 /// list every second.
 pub const CRD_RECHECK: Duration = Duration::from_secs(30);
 
+/// Objects per page of a list, unless a kind says otherwise (kube-runtime's default).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
 /// The watch settings of every watch of this server.
 pub fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
@@ -274,6 +277,8 @@ pub struct Kind<K> {
     pub trim: fn(&mut K),
     /// Whether the kind's CRD may be missing (see the module documentation).
     pub optional: bool,
+    /// Objects per page of a list ([`DEFAULT_PAGE_SIZE`] unless [`Kind::paged`]).
+    pub page_size: u32,
 }
 
 impl<K> Kind<K> {
@@ -283,6 +288,7 @@ impl<K> Kind<K> {
             resource,
             trim: |_| {},
             optional: false,
+            page_size: DEFAULT_PAGE_SIZE,
         }
     }
 
@@ -292,7 +298,13 @@ impl<K> Kind<K> {
             resource,
             trim,
             optional: true,
+            page_size: DEFAULT_PAGE_SIZE,
         }
+    }
+
+    /// Lists the kind in pages of `page_size` objects.
+    pub fn paged(self, page_size: u32) -> Self {
+        Self { page_size, ..self }
     }
 }
 
@@ -320,6 +332,7 @@ where
         resource,
         trim,
         optional,
+        page_size,
     } = kind;
     let (stores, feeders) = Stores::new(namespaces);
     for mut feeder in feeders {
@@ -335,7 +348,7 @@ where
             resource = resource.as_str(),
             namespace = namespace.as_deref().unwrap_or("*")
         );
-        let stream = watcher(api, watch_config())
+        let stream = watcher(api, watch_config().page_size(page_size))
             .default_backoff()
             .map_ok(move |event| event.modify(trim));
         drivers.push(Box::pin(

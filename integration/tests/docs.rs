@@ -7,7 +7,8 @@
 //!   the crate split puts it) is a row of the metrics table with the same labels, and every
 //!   metric row there is registered;
 //! - every `Status` reason and every cause reason the server sends is a row of the error
-//!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent.
+//!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent;
+//! - every machine reason of the fleet view is a row of its reason table with its state.
 //!
 //! Needs `target/debug/elemental-changelog-apiserver` (`make server`).
 
@@ -567,5 +568,63 @@ fn every_status_reason_and_cause_is_in_the_error_table() -> Result<()> {
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
     }
+    Ok(())
+}
+
+/// Every machine reason of the fleet view, with the state it comes with (no wildcard: a new
+/// reason does not compile until it is listed here, and so checked in api.md).
+fn machine_reasons() -> Vec<(&'static str, &'static str)> {
+    use elemental_changelog_apiservice::fleet::MachineReason;
+    let all = [
+        MachineReason::NoAnnotation,
+        MachineReason::Unmanaged,
+        MachineReason::VersionInNoChannel,
+        MachineReason::Ambiguous,
+        MachineReason::ChannelNotFetched,
+        MachineReason::TargetOlder,
+        MachineReason::OtherChannel,
+        MachineReason::MetadataTooLarge,
+    ];
+    all.into_iter()
+        .map(|reason| match reason {
+            MachineReason::NoAnnotation => ("NoAnnotation", "Unknown"),
+            MachineReason::Unmanaged => ("Unmanaged", "Unknown"),
+            MachineReason::VersionInNoChannel => ("VersionInNoChannel", "Unknown"),
+            MachineReason::Ambiguous => ("Ambiguous", "Unknown"),
+            MachineReason::ChannelNotFetched => ("ChannelNotFetched", "Unknown"),
+            MachineReason::TargetOlder => ("TargetOlder", "UpToDate"),
+            MachineReason::OtherChannel => ("OtherChannel", "UpdatesAvailable"),
+            MachineReason::MetadataTooLarge => ("MetadataTooLarge", "Unknown"),
+        })
+        .collect()
+}
+
+#[test]
+fn every_machine_reason_is_in_the_fleet_reason_table() -> Result<()> {
+    let api = doc("api.md")?;
+    // The reason table of the fleet view: `| reason | state | meaning |`.
+    let documented: BTreeSet<(String, String)> = table_rows(&api)
+        .into_iter()
+        .filter(|cells| {
+            cells.len() == 3
+                && ["Unknown", "UpToDate", "UpdatesAvailable"]
+                    .iter()
+                    .any(|s| leading_code(&cells[1]) == Some(s))
+        })
+        .filter_map(|cells| {
+            Some((
+                leading_code(&cells[0])?.to_owned(),
+                leading_code(&cells[1])?.to_owned(),
+            ))
+        })
+        .collect();
+    let code: BTreeSet<(String, String)> = machine_reasons()
+        .into_iter()
+        .map(|(r, s)| (r.to_owned(), s.to_owned()))
+        .collect();
+    ensure!(
+        documented == code,
+        "docs/api.md's fleet reason table {documented:?} differs from the machine reasons {code:?}"
+    );
     Ok(())
 }
