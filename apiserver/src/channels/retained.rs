@@ -57,7 +57,7 @@ enum Source {
 type Pulled = BTreeMap<(Digest, Arch), Result<Arc<ChannelData>, FetchFailure>>;
 
 /// A snapshot to serve retained versions with (shared by the architectures a
-/// single-platform image serves), the architecture it was planned for, and
+/// single-platform image serves), the architecture its sources were found for, and
 /// where each retained version's data comes from.
 type Group = (Arc<Snapshot>, Arch, BTreeMap<String, Source>);
 
