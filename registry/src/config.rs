@@ -8,7 +8,7 @@ use rustls_pki_types::{CertificateDer, pem::PemObject as _};
 use serde::Deserialize;
 
 use crate::{
-    budget::{BudgetError, MemoryPlan},
+    budget::{BudgetError, PullMemory},
     limits::{FetchLimits, KeepFiles, MAX_INDEX_MANIFESTS, MAX_LAYERS},
 };
 
@@ -134,7 +134,7 @@ impl RegistryArgs {
             read_timeout: self.registry_read_timeout,
             fetch_timeout: self.fetch_timeout,
         };
-        MemoryPlan::new(config.memory_budget)
+        PullMemory::new(config.memory_budget)
             .largest_pull_fits(config.limits.max_kept_bytes)
             .map_err(ConfigError::Budget)?;
         Ok(config)
@@ -160,7 +160,7 @@ pub struct FetchConfig {
     pub read_timeout: Duration,
     /// Timeout for a whole fetch of one image.
     pub fetch_timeout: Duration,
-    /// Bytes of the memory budget of pulls and parses (see [`MemoryPlan`]).
+    /// Bytes of the memory budget of pulls and parses (see [`PullMemory`]).
     pub memory_budget: u64,
 }
 
