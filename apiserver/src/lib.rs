@@ -5,7 +5,9 @@
 //! model) → authentication and authorization ([`elemental_changelog_auth`]: front-proxy
 //! headers, client certificates, TokenReview, SubjectAccessReview) → [`routes`], which
 //! answers from the [reflector stores](reflect) and the [`cache`], building API objects with
-//! [`objects`] and the fleet view with [`fleet`].
+//! [`objects`] and the fleet view with [`fleet`]. Summaries and machines are computed when
+//! their inputs change ([`live`]) and kept in [`watch`] hubs, from which lists and watches
+//! are served.
 //!
 //! The [`cache`] is written by [`channels`] alone: its controller runs one worker per
 //! channel, each worker a reconcile function that reads the channel's image through
@@ -23,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod fleet;
 pub mod health;
+pub mod live;
 pub mod metrics;
 pub mod objects;
 pub mod read_error;
@@ -31,3 +34,4 @@ pub mod request;
 pub mod routes;
 pub mod server;
 pub mod telemetry;
+pub mod watch;

@@ -14,9 +14,13 @@ use elemental_changelog_apiserver::{
     cli,
     config::{Cli, Command, ServeArgs},
     health::Health,
+    live::Live,
     metrics::Registry,
     reflect::WatchMetrics,
-    routes::{App, fleet::FleetView, metrics::AuthCounts, ready::ReadyCache, resources::Resources},
+    routes::{
+        App, fleet::FleetView, metrics::AuthCounts, ready::ReadyCache, resources::Resources,
+        watch::WatchSlots,
+    },
     server, telemetry,
 };
 use elemental_changelog_auth::{authn::Authenticator, authz::Authorizer};
@@ -106,15 +110,30 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let auth_ready = health.ready_flag("authentication-config");
     let authn_run = authn.clone().run(move || auth_ready.set());
     let authz = Arc::new(Authorizer::new(client, &args.authz, auth_metrics));
+    let live = Live::new(&args.architectures);
     let resources = Arc::new(Resources::new(
         objects,
         cache,
         args.default_arch.clone(),
         args.architectures.clone(),
         ReadyCache::new(args.serving.answer_cache_size, registry.register()),
+        live.clone(),
     ));
     let fleet = Arc::new(FleetView::new(fleet_stores, resources.clone()));
-    let gauge_run = fleet.clone().keep_gauge(registry.register());
+    let live_run = {
+        let versions = live
+            .clone()
+            .keep_versions(resources.clone(), health.ready_flag("version-summaries"));
+        let machines = live.keep_machines(
+            resources.clone(),
+            fleet.clone(),
+            registry.register(),
+            health.ready_flag("machine-summaries"),
+        );
+        async move {
+            futures::future::select(Box::pin(versions), Box::pin(machines)).await;
+        }
+    };
     let certs_run = server::reload_certificates(resolver, registry.register());
     let app = Arc::new(App {
         metrics: registry.register(),
@@ -125,6 +144,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         resources,
         fleet,
         inflight: Arc::new(Semaphore::new(args.serving.max_requests_inflight)),
+        watches: WatchSlots::new(args.serving.max_watches, args.serving.max_watches_per_user),
         compute: Arc::new(Semaphore::new(compute_slots(
             args.serving.max_compute_concurrency,
         ))),
@@ -139,7 +159,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let shutdown = shutdown(health, args.serving.shutdown_delay_duration);
     let defaults = app.clone().keep_defaults_ready();
     let defaults_run = async move {
-        futures::future::select(Box::pin(defaults), Box::pin(gauge_run)).await;
+        futures::future::select(Box::pin(defaults), Box::pin(live_run)).await;
     };
     let server = server::serve(listener, tls_config, app, shutdown, &args.serving);
     let loops = Loops {

@@ -66,6 +66,8 @@ pub struct Stores<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
     namespaced: BTreeMap<String, Store<K>>,
     /// True once every store has listed (or, for an optional kind, found its CRD missing).
     synced: watch::Receiver<bool>,
+    /// Counts the changes of any store (objects applied or deleted, lists completed).
+    changes: watch::Receiver<u64>,
 }
 
 impl<K> Stores<K>
@@ -81,9 +83,11 @@ where
             namespaces.iter().cloned().map(Some).collect()
         };
         let (tx, synced) = watch::channel(false);
+        let (changed, changes) = watch::channel(0u64);
         let sync = Arc::new(SyncCount {
             left: AtomicUsize::new(wanted.len()),
             synced: tx,
+            changed,
         });
         let mut all = None;
         let mut namespaced = BTreeMap::new();
@@ -107,6 +111,7 @@ where
             all,
             namespaced,
             synced,
+            changes,
         };
         (stores, feeders)
     }
@@ -152,6 +157,11 @@ where
         out
     }
 
+    /// A receiver told of every change of any store of this kind.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
     /// Whether `namespace` is watched at all.
     pub fn watches(&self, namespace: &str) -> bool {
         self.all.is_some() || self.namespaced.contains_key(namespace)
@@ -169,6 +179,8 @@ where
 struct SyncCount {
     left: AtomicUsize,
     synced: watch::Sender<bool>,
+    /// Bumped at every change of a store.
+    changed: watch::Sender<u64>,
 }
 
 /// The write side of one store: applies watch events, and counts the store synced at its
@@ -191,6 +203,9 @@ where
         self.writer.apply_watcher_event(event);
         if matches!(event, watcher::Event::InitDone) {
             self.mark_synced();
+        }
+        if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+            self.sync.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 

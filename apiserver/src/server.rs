@@ -35,10 +35,8 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
 use elemental_changelog_certs::serving::{self, ReloadingResolver};
-use http::{Request, Response};
-use http_body_util::Full;
+use http::Request;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
@@ -122,6 +120,17 @@ pub struct ServingLimits {
         default_value_t = 400
     )]
     pub max_requests_inflight: usize,
+    /// Watches served at once (they do not count as requests in flight); past it, 429 with
+    /// Retry-After.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_WATCHES", default_value_t = 1000)]
+    pub max_watches: usize,
+    /// Watches one user may hold at once; past it, 429 with Retry-After.
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_MAX_WATCHES_PER_USER",
+        default_value_t = 100
+    )]
+    pub max_watches_per_user: usize,
     /// Deadline of one request; past it, 504.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -165,6 +174,8 @@ impl Default for ServingLimits {
         Self {
             max_connections: 1024,
             max_requests_inflight: 400,
+            max_watches: 1000,
+            max_watches_per_user: 100,
             request_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             idle_connection_timeout: Duration::from_secs(90),
@@ -408,9 +419,9 @@ impl Connection {
             let peer = peer.clone();
             let in_flight = requests.request();
             async move {
-                let response = app.handle(req, &peer).await;
-                drop(in_flight);
-                Ok::<Response<Full<Bytes>>, std::convert::Infallible>(response)
+                // A watch keeps `in_flight` until its stream ends: its connection is busy.
+                let response = app.handle(req, &peer, Box::new(in_flight)).await;
+                Ok::<_, std::convert::Infallible>(response)
             }
         });
         let io = Guarded::new(tls, activity.clone(), pool.write_timeout);

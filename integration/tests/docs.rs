@@ -444,6 +444,7 @@ fn reasons() -> Vec<(Reason, bool)> {
         Reason::NotFound,
         Reason::MethodNotAllowed,
         Reason::NotAcceptable,
+        Reason::Expired,
         Reason::UnsupportedMediaType,
         Reason::TooManyRequests,
         Reason::InternalError,
@@ -461,6 +462,7 @@ fn reasons() -> Vec<(Reason, bool)> {
                 | Reason::NotFound
                 | Reason::MethodNotAllowed
                 | Reason::NotAcceptable
+                | Reason::Expired
                 | Reason::TooManyRequests
                 | Reason::InternalError
                 | Reason::ServiceUnavailable

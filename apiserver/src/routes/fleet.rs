@@ -18,27 +18,26 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
-    time::Duration,
 };
 
 use elemental_changelog_apiservice::{
-    Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, content,
+    API_VERSION, Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, MACHINE_SUMMARY_LIST_KIND, content,
     content::Representation,
     fleet::{
-        MachineInventoryChangelogSummary, MachineInventoryChangelogSummaryList, MachineReason,
+        CveState, MachineCve, MachineInventoryChangelogSummary,
+        MachineInventoryChangelogSummaryList, MachineReason,
     },
     status::{CauseReason, StatusCause, StatusError},
-    types::{ChangelogSummary, ObjectMeta},
+    types::{ChangelogSummary, ObjectMeta, VersionRef},
 };
 use kube::{Resource as _, ResourceExt};
-use tracing::debug;
 
 use sha2::{Digest, Sha256};
 
 use super::{
     ok,
     ready::Ready,
-    resources::{Answer, AnswerKey, Cost, Job, Plan, Render, Resources},
+    resources::{Answer, AnswerKey, Cost, Job, Plan, Render, Resources, selects},
 };
 use crate::{
     cache::Snapshot,
@@ -46,21 +45,17 @@ use crate::{
     fleet::{
         Fleet, FleetIndex, MachineResolution, Orders, Pending,
         crd::{MachineInventory, ManagedOSImage},
-        metrics::FleetMetrics,
         reflect::FleetStores,
     },
     request::{
         ChangelogParams, ListParams, Resource,
         fleet::{FleetResource, MachineChangelogParams},
     },
+    watch::{Hub, Item},
 };
 
 /// Seconds a client should wait before asking again for a channel being fetched.
 const RETRY_AFTER_NOT_FETCHED: u32 = 2;
-/// Shortest time between two recomputations of the machines gauge.
-const GAUGE_MIN_INTERVAL: Duration = Duration::from_secs(2);
-/// Longest time between two recomputations (ManagedOSVersions change without a signal here).
-const GAUGE_RECHECK: Duration = Duration::from_secs(30);
 
 /// Answers the fleet view's requests.
 pub struct FleetView {
@@ -69,7 +64,17 @@ pub struct FleetView {
     /// Pending summaries by snapshot generation, `from` and `to`, shared by every request
     /// and the gauge: a snapshot never changes, so neither does a summary computed from it.
     summaries: SummaryCache,
+    /// See [`FirstFixes`].
+    first_fixes: FirstFixes,
 }
+
+/// The first version of a channel's data fixing a CVE (its position in the channel's order),
+/// by snapshot generation and CVE: found once per (channel data, CVE), whatever the number of
+/// machines asked about.
+type FirstFixes = quick_cache::sync::Cache<(u64, String), Option<usize>>;
+
+/// First fixes kept (each a few dozen bytes).
+const FIRST_FIXES_KEPT: usize = 10_000;
 
 /// Pending summaries kept across requests: see [`FleetView`].
 type SummaryCache = quick_cache::sync::Cache<(u64, String, String), Option<ChangelogSummary>>;
@@ -113,6 +118,7 @@ impl FleetView {
             stores,
             resources,
             summaries: SummaryCache::new(SUMMARIES_KEPT),
+            first_fixes: FirstFixes::new(FIRST_FIXES_KEPT),
         }
     }
 
@@ -128,6 +134,21 @@ impl FleetView {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
                 let arch = self.resources.served_arch(params.arch.as_ref())?;
+                if let Some(hub) = self.resources.live().machines(&arch) {
+                    let hub = hub.clone();
+                    return Ok(run(Cost::Heavy, move || {
+                        let exposure = params.cve.as_deref().map(|cve| {
+                            move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
+                        });
+                        kept_machines(
+                            &hub,
+                            namespace.as_deref(),
+                            &params,
+                            representation,
+                            exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
+                        )
+                    }));
+                }
                 Ok(run(Cost::Heavy, move || {
                     let machines = this.select(namespace.as_deref(), &params);
                     let inputs = this.inputs(namespace.as_deref(), &arch);
@@ -141,6 +162,28 @@ impl FleetView {
             } => {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.resources.served_arch(params.arch.as_ref())?;
+                let kept = self
+                    .stores
+                    .machines
+                    .get(&namespace, &name)
+                    .filter(|_| params.cve.is_none())
+                    .and_then(|_| {
+                        self.resources
+                            .live()
+                            .machines(&arch)?
+                            .get(&namespace, &name)
+                    });
+                if let Some(item) = kept {
+                    return Ok(run(Cost::Light, move || {
+                        let body = match representation {
+                            Representation::Json => item.json.to_vec(),
+                            Representation::Table { .. } => {
+                                render(representation, vec![item.object.clone()], false, false)?
+                            }
+                        };
+                        Ok(Answer::Fresh(ok(body, representation.content_type())))
+                    }));
+                }
                 Ok(run(Cost::Light, move || {
                     let machine = this
                         .stores
@@ -351,50 +394,88 @@ impl FleetView {
         Ok(plan.to_object(image_meta(&image), |p| summaries.of(&inputs.channels, p)))
     }
 
-    /// Recomputes the machines gauge after each change of the fleet objects or the channel
-    /// data (at most every 2 s), and every 30 s. Runs until the process ends.
-    pub async fn keep_gauge(self: Arc<Self>, metrics: Arc<FleetMetrics>) {
-        let mut fleet = self.stores.changes();
-        let mut channels = self.resources.changes();
-        loop {
-            let this = self.clone();
-            let metrics = metrics.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                let counts = this.gauge_counts();
-                metrics.set_machines(&counts);
+    /// The summary of every machine for `arch`, computed now (what the live hub keeps, see
+    /// [`crate::live`]).
+    pub fn machine_summaries(&self, arch: &Arch) -> Vec<MachineInventoryChangelogSummary> {
+        let machines = self.stores.machines.list(None);
+        let inputs = self.inputs(None, arch);
+        summarize(&inputs, &machines, None, &self.summaries)
+    }
+
+    /// A machine's exposure to `cve`, from its kept answer (the version it runs) and its
+    /// channel's data for `arch`: the channel's first version fixing the CVE is found once
+    /// per channel data and CVE (`FirstFixes`), so a list or a watch of any number of
+    /// machines walks each channel once.
+    pub fn exposure(
+        &self,
+        machine: &MachineInventoryChangelogSummary,
+        cve: &str,
+        arch: &Arch,
+    ) -> MachineCve {
+        let unknown = MachineCve {
+            id: cve.to_owned(),
+            state: CveState::Unknown,
+            fixed_in: None,
+        };
+        let Some(current) = &machine.current else {
+            return unknown;
+        };
+        let namespace = machine.metadata.namespace.as_str();
+        let Some(snapshot) = self
+            .resources
+            .channel_snapshot(namespace, &current.channel, arch)
+        else {
+            return unknown;
+        };
+        let order = snapshot.data.order();
+        let Some(position) = order.iter().position(|n| *n == current.name) else {
+            return unknown;
+        };
+        let first = self
+            .first_fixes
+            .get_or_insert_with(&(snapshot.generation().get(), cve.to_owned()), || {
+                Ok::<_, std::convert::Infallible>(
+                    order
+                        .iter()
+                        .position(|name| snapshot.data.fixes_cve(name, cve)),
+                )
             })
-            .await;
-            tokio::time::sleep(GAUGE_MIN_INTERVAL).await;
-            let _ = tokio::time::timeout(GAUGE_RECHECK, async {
-                tokio::select! {
-                    r = fleet.changed() => r.is_ok(),
-                    r = channels.changed() => r.is_ok(),
-                }
-            })
-            .await;
+            .unwrap_or_else(|never| match never {});
+        let Some(first) = first else {
+            return MachineCve {
+                id: cve.to_owned(),
+                state: CveState::NoFixInChannel,
+                fixed_in: None,
+            };
+        };
+        let name = order[first].clone();
+        let version = self
+            .resources
+            .objects()
+            .versions
+            .get(namespace, &name)
+            .map_or_else(|| name.clone(), |v| v.spec.version.clone());
+        MachineCve {
+            id: cve.to_owned(),
+            state: if first <= position {
+                CveState::Fixed
+            } else {
+                CveState::Exposed
+            },
+            fixed_in: Some(VersionRef { name, version }),
         }
     }
 
-    /// Machines by namespace, state and highest pending severity (`none` without a pending
-    /// changelog), for the default architecture.
-    fn gauge_counts(&self) -> BTreeMap<(String, String, String), i64> {
-        let mut counts = BTreeMap::new();
-        let Ok(arch) = self.resources.served_arch(None) else {
-            return counts;
-        };
-        let machines = self.stores.machines.list(None);
-        let inputs = self.inputs(None, &arch);
-        for item in summarize(&inputs, &machines, None, &self.summaries) {
-            let severity = item
-                .summary
-                .as_ref()
-                .map_or_else(|| "none".to_owned(), |s| wire(&s.highest_severity));
-            *counts
-                .entry((item.metadata.namespace, wire(&item.state), severity))
-                .or_default() += 1;
-        }
-        debug!(series = counts.len(), "machines gauge recomputed");
-        counts
+    /// Waits until the fleet stores have listed.
+    pub async fn wait_until_ready(&self) {
+        self.stores.machines.wait_until_ready().await;
+        self.stores.selectors.wait_until_ready().await;
+        self.stores.images.wait_until_ready().await;
+    }
+
+    /// A receiver told of every change of the fleet objects.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.stores.changes()
     }
 }
 
@@ -475,6 +556,58 @@ fn summarize(
             resolution.to_object(machine_meta(machine), summary, cve)
         })
         .collect()
+}
+
+/// The kept machines of `namespace` (or all) that `params` select, as a list with the
+/// resourceVersion a watch may start from; with `exposure`, each with its exposure to the
+/// CVE asked.
+fn kept_machines(
+    hub: &Hub<MachineInventoryChangelogSummary>,
+    namespace: Option<&str>,
+    params: &ListParams,
+    representation: Representation,
+    exposure: Option<&dyn Fn(&MachineInventoryChangelogSummary) -> MachineCve>,
+) -> Result<Answer, StatusError> {
+    let (version, items) = hub.list(namespace);
+    let selected: Vec<_> = items
+        .iter()
+        .filter(|i| selects(params, &i.object.metadata))
+        .collect();
+    let with_cve = |i: &&Arc<Item<MachineInventoryChangelogSummary>>| {
+        let mut object = i.object.clone();
+        object.cve = exposure.map(|f| f(&object));
+        object
+    };
+    let body = match (representation, exposure) {
+        (Representation::Json, None) => {
+            crate::live::list_json(API_VERSION, MACHINE_SUMMARY_LIST_KIND, version, &selected)
+        }
+        (Representation::Json, Some(_)) => {
+            let mut list =
+                MachineInventoryChangelogSummaryList::new(selected.iter().map(with_cve).collect());
+            list.metadata.resource_version = version.text();
+            serde_json::to_vec(&list).map_err(|e| StatusError::internal(&e))?
+        }
+        (
+            Representation::Table {
+                version: table_version,
+                include_object,
+            },
+            _,
+        ) => {
+            let objects: Vec<_> = selected.iter().map(with_cve).collect();
+            let mut table = elemental_changelog_apiservice::fleet::table::machines_table(
+                &objects,
+                true,
+                exposure.is_some(),
+                table_version,
+                include_object,
+            );
+            table.metadata.resource_version = version.text();
+            serde_json::to_vec(&table).map_err(|e| StatusError::internal(&e))?
+        }
+    };
+    Ok(Answer::Fresh(ok(body, representation.content_type())))
 }
 
 /// A job run off the async threads whose answer is made for this request.

@@ -88,6 +88,10 @@ pub enum ServingLimit {
     ComputeQueue,
     /// As many TokenReviews or SubjectAccessReviews as allowed were in flight.
     Reviews,
+    /// `--max-watches`.
+    Watches,
+    /// `--max-watches-per-user`.
+    WatchesPerUser,
 }
 
 impl ServingLimit {
@@ -99,6 +103,8 @@ impl ServingLimit {
             Self::Timeout => "request_timeout",
             Self::ComputeQueue => "compute_queue",
             Self::Reviews => "reviews_in_flight",
+            Self::Watches => "max_watches",
+            Self::WatchesPerUser => "max_watches_per_user",
         }
     }
 }

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use elemental_changelog::compute::QueryError;
 use elemental_changelog_apiservice::{
-    Arch, RESOURCE, content,
+    API_VERSION, Arch, RESOURCE, SUMMARY_LIST_KIND, content,
     content::{IncludeObject, Representation},
     render,
     status::{CauseReason, StatusCause, StatusDetails, StatusError},
@@ -32,8 +32,10 @@ use crate::{
         Objects,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
     },
+    live::Live,
     objects::{self, Source},
     request::{ChangelogParams, Format, ListParams, Resource},
+    watch::{Hub, Item, ResourceVersion},
 };
 
 /// Seconds a client should wait before asking again for data being fetched
@@ -49,6 +51,8 @@ pub struct Resources {
     default_arch: Arch,
     architectures: Vec<Arch>,
     ready: ReadyCache<AnswerKey>,
+    /// The summaries computed when their inputs change: lists, gets and watches.
+    live: Arc<Live>,
 }
 
 /// What a kept answer depends on: two requests with equal keys get the same bytes.
@@ -250,6 +254,7 @@ impl Resources {
         default_arch: Arch,
         architectures: Vec<Arch>,
         ready: ReadyCache<AnswerKey>,
+        live: Arc<Live>,
     ) -> Self {
         Self {
             objects,
@@ -257,7 +262,13 @@ impl Resources {
             default_arch,
             architectures,
             ready,
+            live,
         }
+    }
+
+    /// The answers computed when their inputs change.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
     }
 
     /// Plans the answer to `resource`, once: the ready bytes when they are kept (decided
@@ -300,6 +311,14 @@ impl Resources {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.arch(params.arch.as_ref())?.clone();
                 let version = self.version(namespace, name)?;
+                if let Some(item) = self
+                    .live
+                    .versions(&arch)
+                    .and_then(|hub| hub.get(namespace, name))
+                {
+                    return Ok(kept_summary(&item, representation));
+                }
+                // Not computed yet (created a moment ago): computed for this request.
                 let lookup = self.lookup(&version, &arch);
                 self.plan_summaries(vec![(version, lookup)], None, arch, representation, false)
             }
@@ -307,6 +326,15 @@ impl Resources {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
                 let arch = self.arch(params.arch.as_ref())?.clone();
+                if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
+                    let (hub, namespace, params) = (hub.clone(), namespace.clone(), params.clone());
+                    return Ok(Plan::Render(Render {
+                        cost: Cost::Heavy,
+                        job: Job::Run(Box::new(move || {
+                            kept_summaries(&hub, namespace.as_deref(), &params, representation)
+                        })),
+                    }));
+                }
                 let (resources, namespace, params) =
                     (self.clone(), namespace.clone(), params.clone());
                 // Selecting grows with the number of versions: it is part of the job.
@@ -327,6 +355,18 @@ impl Resources {
                 }))
             }
         }
+    }
+
+    /// The summary of every version for `arch`, computed now (what the live hub keeps, see
+    /// [`crate::live`]); each names the ManagedOSVersion's own resourceVersion until the hub
+    /// gives it one.
+    pub fn summaries(&self, arch: &Arch) -> Vec<ManagedOSVersionChangelogSummary> {
+        self.objects
+            .versions
+            .list(None)
+            .iter()
+            .map(|v| summary(v, &self.lookup(v, arch)))
+            .collect()
     }
 
     /// Renders, ahead of any request, the default answer (JSON, the default architecture,
@@ -977,7 +1017,63 @@ fn render_summaries(
         None => selection,
     };
     let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
-    respond_summaries(representation, items, list)
+    respond_summaries(representation, items, list, None)
+}
+
+/// One kept summary, as JSON or a Table.
+fn kept_summary(
+    item: &Arc<Item<ManagedOSVersionChangelogSummary>>,
+    representation: Representation,
+) -> Plan {
+    match representation {
+        Representation::Json => {
+            Plan::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
+        }
+        Representation::Table { .. } => {
+            let object = item.object.clone();
+            Plan::Render(Render {
+                cost: Cost::Light,
+                job: Job::Run(Box::new(move || {
+                    let (body, content_type) =
+                        respond_summaries(representation, vec![object], false, None)?;
+                    Ok(Answer::Fresh(ok(body, content_type)))
+                })),
+            })
+        }
+    }
+}
+
+/// The kept summaries of `namespace` (or all) that `params` select, as a list with the
+/// resourceVersion a watch may start from.
+fn kept_summaries(
+    hub: &Hub<ManagedOSVersionChangelogSummary>,
+    namespace: Option<&str>,
+    params: &ListParams,
+    representation: Representation,
+) -> Result<Answer, StatusError> {
+    let (version, items) = hub.list(namespace);
+    let selected: Vec<_> = items
+        .iter()
+        .filter(|i| selects(params, &i.object.metadata))
+        .collect();
+    let (body, content_type) = match representation {
+        Representation::Json => (
+            crate::live::list_json(API_VERSION, SUMMARY_LIST_KIND, version, &selected),
+            content::JSON,
+        ),
+        Representation::Table { .. } => respond_summaries(
+            representation,
+            selected.iter().map(|i| i.object.clone()).collect(),
+            true,
+            Some(version),
+        )?,
+    };
+    Ok(Answer::Fresh(ok(body, content_type)))
+}
+
+/// Whether `params`' label and field selectors select an object with `meta`.
+pub fn selects(params: &ListParams, meta: &ObjectMeta) -> bool {
+    params.labels.matches(&meta.labels) && params.fields.matches(&meta.name, &meta.namespace)
 }
 
 /// The body and content type of summaries in `representation`.
@@ -985,6 +1081,7 @@ fn respond_summaries(
     representation: Representation,
     items: Vec<ManagedOSVersionChangelogSummary>,
     list: bool,
+    resource_version: Option<ResourceVersion>,
 ) -> Result<(Vec<u8>, &'static str), StatusError> {
     let content_type = representation.content_type();
     let body = match representation {
@@ -992,17 +1089,24 @@ fn respond_summaries(
             version,
             include_object,
         } => {
-            let table = table::summaries_table_version(
+            let mut table = table::summaries_table_version(
                 &items,
                 true,
                 version,
                 include_object,
                 jiff::Timestamp::now(),
             );
+            if let Some(rv) = resource_version {
+                table.metadata.resource_version = rv.text();
+            }
             serde_json::to_vec(&table)
         }
         Representation::Json if list => {
-            serde_json::to_vec(&ManagedOSVersionChangelogSummaryList::new(items))
+            let mut list = ManagedOSVersionChangelogSummaryList::new(items);
+            if let Some(rv) = resource_version {
+                list.metadata.resource_version = rv.text();
+            }
+            serde_json::to_vec(&list)
         }
         Representation::Json => match items.into_iter().next() {
             Some(item) => serde_json::to_vec(&item),
