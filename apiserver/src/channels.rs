@@ -72,9 +72,9 @@ use crate::{
     reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
 };
 
-/// The read side shared with request handlers.
+/// The reflector stores of channels and versions: the read side shared with request handlers.
 #[derive(Clone)]
-pub struct Objects {
+pub struct ChannelStores {
     /// ManagedOSVersionChannels.
     pub channels: Stores<ManagedOSVersionChannel>,
     /// ManagedOSVersions.
@@ -194,10 +194,10 @@ pub fn start(
     watches: &Arc<WatchMetrics>,
     health: &Health,
     settings: RefreshSettings,
-) -> (Objects, BoxFuture<'static, ()>) {
+) -> (ChannelStores, BoxFuture<'static, ()>) {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
-    let objects = watch_objects(&client, namespaces, watches, &mut drivers, events_tx);
+    let stores = watch_stores(&client, namespaces, watches, &mut drivers, events_tx);
     let synced = health.ready_flag("informer-sync");
     let fetched = health.ready_flag("channels-first-fetch");
     let heartbeat = health.heartbeat("channel-controller");
@@ -222,13 +222,13 @@ pub fn start(
         kept: Kept::new(settings.max_kept_total),
         cache,
         metrics,
-        versions: objects.versions.clone(),
+        versions: stores.versions.clone(),
         settings,
         history,
     });
 
     let controller = controller::controller(
-        objects.clone(),
+        stores.clone(),
         ctx,
         publisher,
         events_rx,
@@ -245,18 +245,18 @@ pub fn start(
             warn!("a watch or the channel controller stopped");
         }
     };
-    (objects, Box::pin(run))
+    (stores, Box::pin(run))
 }
 
 /// Watches channels and versions in `namespaces` into stores, pushing the watches'
 /// drivers onto `drivers` and sending what the controller hears of each event to `events`.
-fn watch_objects(
+fn watch_stores(
     client: &Client,
     namespaces: &[String],
     watches: &Arc<WatchMetrics>,
     drivers: &mut Vec<BoxFuture<'static, ()>>,
     events: mpsc::UnboundedSender<ChannelEvent>,
-) -> Objects {
+) -> ChannelStores {
     let channels = reflect::watch(
         client,
         namespaces,
@@ -273,7 +273,7 @@ fn watch_objects(
         drivers,
         hear(events, version_event),
     );
-    Objects { channels, versions }
+    ChannelStores { channels, versions }
 }
 
 /// A watch's `on_event` that sends the controller what `heard` makes of each event.

@@ -76,7 +76,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     )?);
     let registry_run = reload_registry_settings(fetcher.clone());
     let cache = Arc::new(Cache::default());
-    let (objects, channels_run) = channels::start(
+    let (channel_stores, channels_run) = channels::start(
         client.clone(),
         &args.namespaces,
         fetcher,
@@ -112,7 +112,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let authz = Arc::new(Authorizer::new(client, &args.authz, auth_metrics));
     let live = Live::new(&args.architectures);
     let resources = Arc::new(Resources::new(
-        objects,
+        channel_stores,
         cache,
         args.default_arch.clone(),
         args.architectures.clone(),

@@ -348,7 +348,7 @@ fn context(
 ) -> (
     Arc<Fake>,
     mpsc::UnboundedReceiver<Call>,
-    Objects,
+    ChannelStores,
     Writers,
     Arc<Context>,
 ) {
@@ -363,7 +363,7 @@ fn context(
     });
     let (channel_stores, channels) = Stores::single();
     let (version_stores, versions) = Stores::single();
-    let objects = Objects {
+    let stores = ChannelStores {
         channels: channel_stores,
         versions: version_stores,
     };
@@ -373,7 +373,7 @@ fn context(
         kept: Kept::new(kept_limit),
         cache: Arc::new(Cache::default()),
         metrics: crate::metrics::Registry::default().register(),
-        versions: objects.versions.clone(),
+        versions: stores.versions.clone(),
         settings: RefreshSettings {
             interval: INTERVAL,
             architectures: archs.iter().map(|a| a.parse().unwrap()).collect(),
@@ -382,7 +382,7 @@ fn context(
         },
         history: history.map(|h| h as Arc<dyn HistoryStore>),
     });
-    (fake, calls, objects, Writers { channels, versions }, ctx)
+    (fake, calls, stores, Writers { channels, versions }, ctx)
 }
 
 struct Writers {
@@ -403,7 +403,7 @@ impl Harness {
 
     /// Starts the controller with a limit on the data kept for all channels.
     fn start_full(archs: &[&str], history: Option<Arc<MemHistory>>, kept_limit: u64) -> Self {
-        let (fake, calls, objects, writers, ctx) = context(archs, history, kept_limit);
+        let (fake, calls, stores, writers, ctx) = context(archs, history, kept_limit);
         let health = Arc::new(Health::default());
         let (events, events_rx) = mpsc::unbounded_channel();
         let cache = ctx.cache.clone();
@@ -414,7 +414,7 @@ impl Harness {
             ctx.history.clone(),
         ));
         tokio::spawn(controller(
-            objects,
+            stores,
             ctx,
             publisher,
             events_rx,

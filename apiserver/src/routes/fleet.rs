@@ -233,9 +233,9 @@ impl FleetView {
 
     /// What resolving the machines of `namespace` (or all) reads.
     fn inputs(&self, namespace: Option<&str>, arch: &Arch) -> Inputs {
-        let objects = self.resources.objects();
+        let stores = self.resources.channel_stores();
         let mut snapshots = HashMap::new();
-        for channel in objects.channels.list(namespace) {
+        for channel in stores.channels.list(namespace) {
             let (Some(ns), name) = (channel.namespace(), channel.name_any()) else {
                 continue;
             };
@@ -244,7 +244,7 @@ impl FleetView {
             }
         }
         Inputs {
-            versions: objects.versions.list(namespace),
+            versions: stores.versions.list(namespace),
             images: self.stores.images.list(namespace),
             selectors: self.stores.selectors.list(namespace),
             channels: Channels { snapshots },
@@ -353,7 +353,7 @@ impl FleetView {
                 return Err(error);
             }
         };
-        if let Some(version) = self.resources.objects().versions.get(namespace, &to)
+        if let Some(version) = self.resources.channel_stores().versions.get(namespace, &to)
             && version.channel_name() != Some(current.channel.as_str())
         {
             return Err(StatusError::bad_request(format!(
@@ -451,7 +451,7 @@ impl FleetView {
         let name = order[first].clone();
         let version = self
             .resources
-            .objects()
+            .channel_stores()
             .versions
             .get(namespace, &name)
             .map_or_else(|| name.clone(), |v| v.spec.version.clone());

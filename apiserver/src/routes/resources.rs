@@ -29,7 +29,7 @@ use crate::read_error::ReadErrorKind;
 use crate::{
     cache::{Cache, ChannelKey, ChannelState, Generation, RetainedStatus, Snapshot},
     channels::{
-        Objects,
+        ChannelStores,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
     },
     live::Live,
@@ -46,7 +46,7 @@ const NO_MATCHING_PLATFORM: ReadErrorKind = ReadErrorKind::NO_MATCHING_PLATFORM;
 
 /// Answers resource requests.
 pub struct Resources {
-    objects: Objects,
+    stores: ChannelStores,
     cache: Arc<Cache>,
     default_arch: Arch,
     architectures: Vec<Arch>,
@@ -249,7 +249,7 @@ impl Resources {
     /// channel workers read (the cache is keyed by their RPM names). Rendered answers are
     /// kept in `ready`.
     pub fn new(
-        objects: Objects,
+        stores: ChannelStores,
         cache: Arc<Cache>,
         default_arch: Arch,
         architectures: Vec<Arch>,
@@ -257,7 +257,7 @@ impl Resources {
         live: Arc<Live>,
     ) -> Self {
         Self {
-            objects,
+            stores,
             cache,
             default_arch,
             architectures,
@@ -361,7 +361,7 @@ impl Resources {
     /// [`crate::live`]); each names the ManagedOSVersion's own resourceVersion until the hub
     /// gives it one.
     pub fn summaries(&self, arch: &Arch) -> Vec<ManagedOSVersionChangelogSummary> {
-        self.objects
+        self.stores
             .versions
             .list(None)
             .iter()
@@ -375,7 +375,7 @@ impl Resources {
     pub fn prepare_defaults(&self, bytes: u64) -> usize {
         let mut rendered = 0;
         let params = ChangelogParams::default();
-        for version in self.objects.versions.list(None) {
+        for version in self.stores.versions.list(None) {
             if self.ready.weight() >= bytes {
                 break;
             }
@@ -398,8 +398,8 @@ impl Resources {
     }
 
     /// The reflector stores of channels and versions (the fleet view reads them).
-    pub fn objects(&self) -> &Objects {
-        &self.objects
+    pub fn channel_stores(&self) -> &ChannelStores {
+        &self.stores
     }
 
     /// The architecture asked for (the default when none), if this server reads it.
@@ -475,7 +475,7 @@ impl Resources {
     /// The versions a list selects (namespace, label and field selectors), each with where
     /// its data stands.
     fn select(&self, namespace: Option<&str>, params: &ListParams, arch: &Arch) -> Selection {
-        self.objects
+        self.stores
             .versions
             .list(namespace)
             .into_iter()
@@ -560,7 +560,7 @@ impl Resources {
     }
 
     fn version(&self, namespace: &str, name: &str) -> Result<Arc<ManagedOSVersion>, StatusError> {
-        self.objects
+        self.stores
             .versions
             .get(namespace, name)
             .ok_or_else(|| StatusError::not_found(RESOURCE, name))
@@ -580,7 +580,7 @@ impl Resources {
                 ),
             );
         };
-        let Some(channel) = self.objects.channels.get(&namespace, &channel_name) else {
+        let Some(channel) = self.stores.channels.get(&namespace, &channel_name) else {
             let message = format!(
                 "ManagedOSVersionChannel {namespace}/{channel_name} of ManagedOSVersion {name} does not exist"
             );
@@ -722,7 +722,7 @@ impl Resources {
         channel: &str,
     ) -> Result<(), StatusError> {
         let namespace = version.namespace().unwrap_or_default();
-        let Some(other) = self.objects.versions.get(&namespace, from) else {
+        let Some(other) = self.stores.versions.get(&namespace, from) else {
             return Err(StatusError::bad_request(format!(
                 "from: ManagedOSVersion {namespace}/{from} does not exist"
             )));

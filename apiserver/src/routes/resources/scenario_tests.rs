@@ -169,14 +169,14 @@ impl World {
     fn empty(default_arch: &str, archs: &[&str]) -> Self {
         let (channel_stores, channels) = Stores::single();
         let (version_stores, versions) = Stores::single();
-        let objects = Objects {
+        let stores = ChannelStores {
             channels: channel_stores,
             versions: version_stores,
         };
         let cache = Arc::new(Cache::default());
         let arch = |a: &str| a.parse::<Arch>().unwrap_or_else(|e| panic!("{e}"));
         let resources = Arc::new(Resources::new(
-            objects,
+            stores,
             cache.clone(),
             arch(default_arch),
             archs.iter().map(|a| arch(a)).collect(),
@@ -1263,7 +1263,7 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
     w.version(mov(NS, new, "sl-micro", "v2.2.0-4.1"));
     let channel = w
         .resources
-        .objects
+        .stores
         .channels
         .get(NS, "sl-micro")
         .unwrap_or_else(|| panic!("channel"));
