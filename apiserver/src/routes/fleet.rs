@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 use super::{
     ok,
     ready::Ready,
-    resources::{Answer, AnswerKey, Cost, Job, Plan, Render, Resources, selects},
+    resources::{Answer, AnswerKey, Answering, Cost, Job, Render, Resources, selects},
 };
 use crate::{
     cache::Snapshot,
@@ -122,12 +122,12 @@ impl FleetView {
         }
     }
 
-    /// Plans the answer to `resource`: cheap checks here (400, 406), the rest in the job.
-    pub fn plan(
+    /// How `resource` is answered: cheap checks here (400, 406), the rest in the job.
+    pub fn answering(
         self: &Arc<Self>,
         resource: &FleetResource,
         accept: Option<&str>,
-    ) -> Result<Plan, StatusError> {
+    ) -> Result<Answering, StatusError> {
         let this = self.clone();
         match resource.clone() {
             FleetResource::Machines { namespace, params } => {
@@ -211,7 +211,7 @@ impl FleetView {
                 Ok(run(Cost::Heavy, move || {
                     let resource = this.machine_changelog(&namespace, &name, &params, &arch)?;
                     this.resources
-                        .plan(&resource, accept.as_deref())?
+                        .answering(&resource, accept.as_deref())?
                         .run_here(&this.resources)
                 }))
             }
@@ -611,8 +611,11 @@ fn kept_machines(
 }
 
 /// A job run off the async threads whose answer is made for this request.
-fn run(cost: Cost, job: impl FnOnce() -> Result<Answer, StatusError> + Send + 'static) -> Plan {
-    Plan::Render(Render {
+fn run(
+    cost: Cost,
+    job: impl FnOnce() -> Result<Answer, StatusError> + Send + 'static,
+) -> Answering {
+    Answering::Render(Render {
         cost,
         job: Job::Run(Box::new(job)),
     })

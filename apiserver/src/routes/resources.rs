@@ -157,8 +157,9 @@ impl Answer {
     }
 }
 
-/// How a request is answered, decided once ([`Resources::plan`]).
-pub enum Plan {
+/// How a request is answered, decided once ([`Resources::answering`]): from kept bytes, or
+/// by a render.
+pub enum Answering {
     /// The answer is kept: send it.
     Ready(Arc<Ready>),
     /// It must be rendered.
@@ -197,8 +198,8 @@ pub enum Job {
     Run(Box<dyn FnOnce() -> Result<Answer, StatusError> + Send>),
 }
 
-impl Plan {
-    /// Carries the plan out on this thread (tests, the ahead-of-time pass, and jobs that
+impl Answering {
+    /// Answers on this thread (tests, the ahead-of-time pass, and jobs that
     /// already run on the blocking pool).
     pub fn run_here(self, resources: &Resources) -> Result<Answer, StatusError> {
         match self {
@@ -274,11 +275,11 @@ impl Resources {
     /// Plans the answer to `resource`, once: the ready bytes when they are kept (decided
     /// without rendering anything), else what renders them. Errors (404, 400, 503) are cheap
     /// and final. Only map lookups happen here; a list's selection is made by its job.
-    pub fn plan(
+    pub fn answering(
         self: &Arc<Self>,
         resource: &Resource,
         accept: Option<&str>,
-    ) -> Result<Plan, StatusError> {
+    ) -> Result<Answering, StatusError> {
         match resource {
             Resource::Changelog {
                 namespace,
@@ -287,7 +288,7 @@ impl Resources {
             } => {
                 let request = self.changelog_request(namespace, name, params, accept)?;
                 if let Some(ready) = self.ready.get(&request.key) {
-                    return Ok(Plan::Ready(ready));
+                    return Ok(Answering::Ready(ready));
                 }
                 let cost = if params.from.is_some() {
                     Cost::Heavy
@@ -295,7 +296,7 @@ impl Resources {
                     Cost::Light
                 };
                 let key = request.key.clone();
-                Ok(Plan::Render(Render {
+                Ok(Answering::Render(Render {
                     cost,
                     job: Job::Keep {
                         key,
@@ -320,7 +321,7 @@ impl Resources {
                 }
                 // Not computed yet (created a moment ago): computed for this request.
                 let lookup = self.lookup(&version, &arch);
-                self.plan_summaries(vec![(version, lookup)], None, arch, representation, false)
+                self.summaries_answering(vec![(version, lookup)], None, arch, representation, false)
             }
             Resource::List { namespace, params } => {
                 let representation = content::negotiate(accept, params.include_object)?;
@@ -328,7 +329,7 @@ impl Resources {
                 let arch = self.arch(params.arch.as_ref())?.clone();
                 if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
                     let (hub, namespace, params) = (hub.clone(), namespace.clone(), params.clone());
-                    return Ok(Plan::Render(Render {
+                    return Ok(Answering::Render(Render {
                         cost: Cost::Heavy,
                         job: Job::Run(Box::new(move || {
                             kept_summaries(&hub, namespace.as_deref(), &params, representation)
@@ -338,12 +339,12 @@ impl Resources {
                 let (resources, namespace, params) =
                     (self.clone(), namespace.clone(), params.clone());
                 // Selecting grows with the number of versions: it is part of the job.
-                Ok(Plan::Render(Render {
+                Ok(Answering::Render(Render {
                     cost: Cost::Heavy,
                     job: Job::Run(Box::new(move || {
                         let selection = resources.select(namespace.as_deref(), &params, &arch);
                         resources
-                            .plan_summaries(
+                            .summaries_answering(
                                 selection,
                                 params.cve.clone(),
                                 arch,
@@ -492,19 +493,19 @@ impl Resources {
             .collect()
     }
 
-    /// The plan for the summaries of `selection` (with `cve`, only the versions fixing it,
+    /// How the summaries of `selection` are answered (with `cve`, only the versions fixing it,
     /// first fix first). JSON is kept ready; a Table is made for each request.
-    fn plan_summaries(
+    fn summaries_answering(
         &self,
         selection: Selection,
         cve: Option<String>,
         arch: Arch,
         representation: Representation,
         list: bool,
-    ) -> Result<Plan, StatusError> {
+    ) -> Result<Answering, StatusError> {
         let cost = if list { Cost::Heavy } else { Cost::Light };
         if !matches!(representation, Representation::Json) {
-            return Ok(Plan::Render(Render {
+            return Ok(Answering::Render(Render {
                 cost,
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =
@@ -520,9 +521,9 @@ impl Resources {
             fingerprint: fingerprint(&selection),
         };
         if let Some(ready) = self.ready.get(&key) {
-            return Ok(Plan::Ready(ready));
+            return Ok(Answering::Ready(ready));
         }
-        Ok(Plan::Render(Render {
+        Ok(Answering::Render(Render {
             cost,
             job: Job::Keep {
                 key,
@@ -1024,14 +1025,14 @@ fn render_summaries(
 fn kept_summary(
     item: &Arc<Item<ManagedOSVersionChangelogSummary>>,
     representation: Representation,
-) -> Plan {
+) -> Answering {
     match representation {
         Representation::Json => {
-            Plan::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
+            Answering::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
         }
         Representation::Table { .. } => {
             let object = item.object.clone();
-            Plan::Render(Render {
+            Answering::Render(Render {
                 cost: Cost::Light,
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =

@@ -333,8 +333,8 @@ impl World {
         }
         match info.target() {
             crate::request::Target::Resource(resource) => {
-                let plan = self.resources.plan(resource, accept)?;
-                Ok(plan.run_here(&self.resources)?.respond(headers))
+                let answering = self.resources.answering(resource, accept)?;
+                Ok(answering.run_here(&self.resources)?.respond(headers))
             }
             crate::request::Target::Invalid { error, .. } => Err(error.clone()),
             other => panic!("{uri} is not a resource request: {other:?}"),
@@ -1045,9 +1045,9 @@ fn resource_of(uri: &str) -> Resource {
 impl Resources {
     /// The answer to `resource` when it is kept ready.
     fn kept(self: &Arc<Self>, resource: &Resource) -> Result<Option<Arc<Ready>>, StatusError> {
-        Ok(match self.plan(resource, None)? {
-            Plan::Ready(ready) => Some(ready),
-            Plan::Render(_) => None,
+        Ok(match self.answering(resource, None)? {
+            Answering::Ready(ready) => Some(ready),
+            Answering::Render(_) => None,
         })
     }
 }
