@@ -398,7 +398,7 @@ impl App {
         }
     }
 
-    /// Answers a resource request as [`resources::Resources::plan`] decides: the ready bytes
+    /// Answers a resource request as [`resources::Resources::answering`] decides: the ready bytes
     /// when they are kept (a lookup on the async threads, nothing rendered), else rendered on
     /// the blocking pool. Requests for an answer being rendered wait for it without holding a
     /// thread. Rendering that grows with the data (a range of versions, a list of summaries, a

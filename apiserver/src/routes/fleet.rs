@@ -4,7 +4,7 @@
 //! Resolution ([`crate::fleet`]) runs in the request's job, off the async threads: it reads
 //! the fleet reflector stores, the ManagedOSVersion stores and the channel snapshots through
 //! [`Resources`]. A machine's changelog is the changelog of a ManagedOSVersion
-//! (`managedosversions/{to}/changelog?from={current}`), answered by [`Resources::plan`]
+//! (`managedosversions/{to}/changelog?from={current}`), answered by [`Resources::answering`]
 //! with its ready-bytes cache.
 //!
 //! Machine summaries as JSON (a list or one machine) are kept ready too, under a fingerprint of
