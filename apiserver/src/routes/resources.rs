@@ -82,7 +82,7 @@ pub enum AnswerKey {
         cve: Option<String>,
         /// Architecture.
         arch: Arch,
-        /// SHA-256 of the selection.
+        /// SHA-256 of the versions matched.
         fingerprint: [u8; 32],
     },
     /// Machine summaries, one (`get`) or a list, as JSON or a Table (it has no column that
@@ -242,8 +242,9 @@ struct ChangelogRequest {
     arch: Arch,
 }
 
-/// The versions a summaries request selects, each with where its data stands.
-type Selection = Vec<(Arc<ManagedOSVersion>, Lookup)>;
+/// The versions a summaries list matches (its label and field selectors), each with where its
+/// data stands.
+type Matched = Vec<(Arc<ManagedOSVersion>, Lookup)>;
 
 impl Resources {
     /// Answers over the reflector stores and the cache; `architectures` are those the
@@ -272,9 +273,9 @@ impl Resources {
         &self.live
     }
 
-    /// Plans the answer to `resource`, once: the ready bytes when they are kept (decided
+    /// Decides how `resource` is answered, once: the ready bytes when they are kept (decided
     /// without rendering anything), else what renders them. Errors (404, 400, 503) are cheap
-    /// and final. Only map lookups happen here; a list's selection is made by its job.
+    /// and final. Only map lookups happen here; the versions a list matches are found by its job.
     pub fn answering(
         self: &Arc<Self>,
         resource: &Resource,
@@ -342,10 +343,10 @@ impl Resources {
                 Ok(Answering::Render(Render {
                     cost: Cost::Heavy,
                     job: Job::Run(Box::new(move || {
-                        let selection = resources.select(namespace.as_deref(), &params, &arch);
+                        let matched = resources.matching(namespace.as_deref(), &params, &arch);
                         resources
                             .summaries_answering(
-                                selection,
+                                matched,
                                 params.cve.clone(),
                                 arch,
                                 representation,
@@ -475,7 +476,7 @@ impl Resources {
 
     /// The versions a list selects (namespace, label and field selectors), each with where
     /// its data stands.
-    fn select(&self, namespace: Option<&str>, params: &ListParams, arch: &Arch) -> Selection {
+    fn matching(&self, namespace: Option<&str>, params: &ListParams, arch: &Arch) -> Matched {
         self.stores
             .versions
             .list(namespace)
@@ -493,11 +494,11 @@ impl Resources {
             .collect()
     }
 
-    /// How the summaries of `selection` are answered (with `cve`, only the versions fixing it,
+    /// How the summaries of `matched` are answered (with `cve`, only the versions fixing it,
     /// first fix first). JSON is kept ready; a Table is made for each request.
     fn summaries_answering(
         &self,
-        selection: Selection,
+        matched: Matched,
         cve: Option<String>,
         arch: Arch,
         representation: Representation,
@@ -509,7 +510,7 @@ impl Resources {
                 cost,
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =
-                        render_summaries(selection, cve.as_deref(), representation, list)?;
+                        render_summaries(matched, cve.as_deref(), representation, list)?;
                     Ok(Answer::Fresh(ok(body, content_type)))
                 })),
             }));
@@ -518,7 +519,7 @@ impl Resources {
             list,
             cve: cve.clone(),
             arch,
-            fingerprint: fingerprint(&selection),
+            fingerprint: fingerprint(&matched),
         };
         if let Some(ready) = self.ready.get(&key) {
             return Ok(Answering::Ready(ready));
@@ -529,7 +530,7 @@ impl Resources {
                 key,
                 render: Box::new(move || {
                     let (body, content_type) =
-                        render_summaries(selection, cve.as_deref(), representation, list)?;
+                        render_summaries(matched, cve.as_deref(), representation, list)?;
                     Ok(Ready::answer(body, content_type))
                 }),
             },
@@ -951,12 +952,12 @@ fn summary(version: &ManagedOSVersion, lookup: &Lookup) -> ManagedOSVersionChang
     }
 }
 
-/// The versions of `selection` whose changelog fixes `cve`, oldest first: by namespace and
+/// The versions of `matched` whose changelog fixes `cve`, oldest first: by namespace and
 /// channel, then the channel data's own order (`created`, then version), so the first is the
 /// first fix.
-fn fixing(selection: Selection, cve: &str) -> Selection {
+fn fixing(matched: Matched, cve: &str) -> Matched {
     let mut hits: Vec<(ChannelPosition, (Arc<ManagedOSVersion>, Lookup))> = Vec::new();
-    for (version, lookup) in selection {
+    for (version, lookup) in matched {
         let name = version.name_any();
         if let Lookup::Found { snapshot, .. } = &lookup
             && snapshot.data.fixes_cve(&name, cve)
@@ -974,15 +975,15 @@ fn fixing(selection: Selection, cve: &str) -> Selection {
     hits.into_iter().map(|(_, hit)| hit).collect()
 }
 
-/// What the summaries of `selection` depend on, hashed: each version's identity and
+/// What the summaries of `matched` depend on, hashed: each version's identity and
 /// resourceVersion, and the snapshot holding its data or why there is none.
-fn fingerprint(selection: &Selection) -> [u8; 32] {
+fn fingerprint(matched: &Matched) -> [u8; 32] {
     let mut hash = Sha256::new();
     let mut field = |bytes: &[u8]| {
         hash.update((bytes.len() as u64).to_le_bytes());
         hash.update(bytes);
     };
-    for (version, lookup) in selection {
+    for (version, lookup) in matched {
         field(version.namespace().unwrap_or_default().as_bytes());
         field(version.name_any().as_bytes());
         field(version.uid().unwrap_or_default().as_bytes());
@@ -1005,19 +1006,19 @@ fn fingerprint(selection: &Selection) -> [u8; 32] {
 /// Where a version stands: namespace, channel, index in the channel's order.
 type ChannelPosition = (Option<String>, Option<String>, usize);
 
-/// The summaries of `selection` (with `cve`, only the versions fixing it) in
+/// The summaries of `matched` (with `cve`, only the versions fixing it) in
 /// `representation`.
 fn render_summaries(
-    selection: Selection,
+    matched: Matched,
     cve: Option<&str>,
     representation: Representation,
     list: bool,
 ) -> Result<(Vec<u8>, &'static str), StatusError> {
-    let selection = match cve {
-        Some(cve) => fixing(selection, cve),
-        None => selection,
+    let matched = match cve {
+        Some(cve) => fixing(matched, cve),
+        None => matched,
     };
-    let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
+    let items = matched.iter().map(|(v, l)| summary(v, l)).collect();
     respond_summaries(representation, items, list, None)
 }
 
