@@ -277,7 +277,10 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     .await?;
     mine.push(kind_and_name(&watch.next("m-a deleted").await?));
     theirs.push(kind_and_name(&reference.next("m-a deleted (CRD)").await?));
-    ensure!(mine == theirs, "this API {mine:?}, kube-apiserver {theirs:?}");
+    ensure!(
+        mine == theirs,
+        "this API {mine:?}, kube-apiserver {theirs:?}"
+    );
     ensure!(
         mine == [
             ("ADDED".to_owned(), "m-c".to_owned()),
