@@ -49,7 +49,7 @@ use crate::{
     },
     request::{
         ChangelogParams, ListParams, Resource,
-        fleet::{FleetResource, MachineChangelogParams},
+        fleet::{FleetResource, MachineChangelogParams, MachineParams},
     },
     watch::{Hub, Item},
 };
@@ -131,76 +131,13 @@ impl FleetView {
         let this = self.clone();
         match resource.clone() {
             FleetResource::Machines { namespace, params } => {
-                let representation = content::negotiate(accept, params.include_object)?;
-                params.fields.check_supported()?;
-                let arch = self.resources.served_arch(params.arch.as_ref())?;
-                if let Some(hub) = self.resources.live().machines(&arch) {
-                    let hub = hub.clone();
-                    return Ok(run(Cost::Heavy, move || {
-                        let exposure = params.cve.as_deref().map(|cve| {
-                            move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
-                        });
-                        kept_machines(
-                            &hub,
-                            namespace.as_deref(),
-                            &params,
-                            representation,
-                            exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
-                        )
-                    }));
-                }
-                Ok(run(Cost::Heavy, move || {
-                    let machines = this.select(namespace.as_deref(), &params);
-                    let inputs = this.inputs(namespace.as_deref(), &arch);
-                    this.answer(representation, &inputs, machines, params.cve, arch, true)
-                }))
+                self.machines_answering(namespace, params, accept)
             }
             FleetResource::Machine {
                 namespace,
                 name,
                 params,
-            } => {
-                let representation = content::negotiate(accept, params.include_object)?;
-                let arch = self.resources.served_arch(params.arch.as_ref())?;
-                let kept = self
-                    .stores
-                    .machines
-                    .get(&namespace, &name)
-                    .filter(|_| params.cve.is_none())
-                    .and_then(|_| {
-                        self.resources
-                            .live()
-                            .machines(&arch)?
-                            .get(&namespace, &name)
-                    });
-                if let Some(item) = kept {
-                    return Ok(run(Cost::Light, move || {
-                        let body = match representation {
-                            Representation::Json => item.json.to_vec(),
-                            Representation::Table { .. } => {
-                                render(representation, vec![item.object.clone()], false, false)?
-                            }
-                        };
-                        Ok(Answer::Fresh(ok(body, representation.content_type())))
-                    }));
-                }
-                Ok(run(Cost::Light, move || {
-                    let machine = this
-                        .stores
-                        .machines
-                        .get(&namespace, &name)
-                        .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, &name))?;
-                    let inputs = this.inputs(Some(&namespace), &arch);
-                    this.answer(
-                        representation,
-                        &inputs,
-                        vec![machine],
-                        params.cve,
-                        arch,
-                        false,
-                    )
-                }))
-            }
+            } => self.machine_answering(namespace, name, params, accept),
             FleetResource::MachineChangelog {
                 namespace,
                 name,
@@ -229,6 +166,92 @@ impl FleetView {
                 }))
             }
         }
+    }
+
+    /// How a list of machines is answered: from the live hub's kept machines, or (before the
+    /// hub exists) resolved in the job.
+    fn machines_answering(
+        self: &Arc<Self>,
+        namespace: Option<String>,
+        params: ListParams,
+        accept: Option<&str>,
+    ) -> Result<Answering, StatusError> {
+        let this = self.clone();
+        let representation = content::negotiate(accept, params.include_object)?;
+        params.fields.check_supported()?;
+        let arch = self.resources.served_arch(params.arch.as_ref())?;
+        if let Some(hub) = self.resources.live().machines(&arch) {
+            let hub = hub.clone();
+            return Ok(run(Cost::Heavy, move || {
+                let exposure = params.cve.as_deref().map(|cve| {
+                    move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
+                });
+                kept_machines(
+                    &hub,
+                    namespace.as_deref(),
+                    &params,
+                    representation,
+                    exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
+                )
+            }));
+        }
+        Ok(run(Cost::Heavy, move || {
+            let machines = this.select(namespace.as_deref(), &params);
+            let inputs = this.inputs(namespace.as_deref(), &arch);
+            this.answer(representation, &inputs, machines, params.cve, arch, true)
+        }))
+    }
+
+    /// How one machine is answered: kept by the live hub (without `cve`), or resolved in the
+    /// job.
+    fn machine_answering(
+        self: &Arc<Self>,
+        namespace: String,
+        name: String,
+        params: MachineParams,
+        accept: Option<&str>,
+    ) -> Result<Answering, StatusError> {
+        let this = self.clone();
+        let representation = content::negotiate(accept, params.include_object)?;
+        let arch = self.resources.served_arch(params.arch.as_ref())?;
+        let kept = self
+            .stores
+            .machines
+            .get(&namespace, &name)
+            .filter(|_| params.cve.is_none())
+            .and_then(|_| {
+                self.resources
+                    .live()
+                    .machines(&arch)?
+                    .get(&namespace, &name)
+            });
+        if let Some(item) = kept {
+            return Ok(run(Cost::Light, move || {
+                let body = match representation {
+                    Representation::Json => item.json.to_vec(),
+                    Representation::Table { .. } => {
+                        render(representation, vec![item.object.clone()], false, false)?
+                    }
+                };
+                Ok(Answer::Fresh(ok(body, representation.content_type())))
+            }));
+        }
+        Ok(run(Cost::Light, move || {
+            let machine = this
+                .stores
+                .machines
+                .get(&namespace, &name)
+                .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, &name))?;
+            let inputs = this.inputs(Some(&namespace), &arch);
+            this.answer(
+                representation,
+                &inputs,
+                vec![machine],
+                params.cve,
+                arch,
+                false,
+            )
+        }))
     }
 
     /// What resolving the machines of `namespace` (or all) reads.

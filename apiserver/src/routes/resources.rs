@@ -286,25 +286,7 @@ impl Resources {
                 namespace,
                 name,
                 params,
-            } => {
-                let request = self.changelog_request(namespace, name, params, accept)?;
-                if let Some(ready) = self.ready.get(&request.key) {
-                    return Ok(Answering::Ready(ready));
-                }
-                let cost = if params.from.is_some() {
-                    Cost::Heavy
-                } else {
-                    Cost::Light
-                };
-                let key = request.key.clone();
-                Ok(Answering::Render(Render {
-                    cost,
-                    job: Job::Keep {
-                        key,
-                        render: Box::new(move || request.render()),
-                    },
-                }))
-            }
+            } => self.changelog_answering(namespace, name, params, accept),
             Resource::Get {
                 namespace,
                 name,
@@ -325,38 +307,70 @@ impl Resources {
                 self.summaries_answering(vec![(version, lookup)], None, arch, representation, false)
             }
             Resource::List { namespace, params } => {
-                let representation = content::negotiate(accept, params.include_object)?;
-                params.fields.check_supported()?;
-                let arch = self.arch(params.arch.as_ref())?.clone();
-                if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
-                    let (hub, namespace, params) = (hub.clone(), namespace.clone(), params.clone());
-                    return Ok(Answering::Render(Render {
-                        cost: Cost::Heavy,
-                        job: Job::Run(Box::new(move || {
-                            kept_summaries(&hub, namespace.as_deref(), &params, representation)
-                        })),
-                    }));
-                }
-                let (resources, namespace, params) =
-                    (self.clone(), namespace.clone(), params.clone());
-                // Selecting grows with the number of versions: it is part of the job.
-                Ok(Answering::Render(Render {
-                    cost: Cost::Heavy,
-                    job: Job::Run(Box::new(move || {
-                        let matched = resources.matching(namespace.as_deref(), &params, &arch);
-                        resources
-                            .summaries_answering(
-                                matched,
-                                params.cve.clone(),
-                                arch,
-                                representation,
-                                true,
-                            )?
-                            .run_here(&resources)
-                    })),
-                }))
+                self.list_answering(namespace.as_deref(), params, accept)
             }
         }
+    }
+
+    /// How a changelog is answered: kept, or rendered (a range of versions is heavy).
+    fn changelog_answering(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &ChangelogParams,
+        accept: Option<&str>,
+    ) -> Result<Answering, StatusError> {
+        let request = self.changelog_request(namespace, name, params, accept)?;
+        if let Some(ready) = self.ready.get(&request.key) {
+            return Ok(Answering::Ready(ready));
+        }
+        let cost = if params.from.is_some() {
+            Cost::Heavy
+        } else {
+            Cost::Light
+        };
+        let key = request.key.clone();
+        Ok(Answering::Render(Render {
+            cost,
+            job: Job::Keep {
+                key,
+                render: Box::new(move || request.render()),
+            },
+        }))
+    }
+
+    /// How a list of summaries is answered: from the live hub's kept summaries, or (with
+    /// `cve`, or before the hub exists) by matching the versions in the job.
+    fn list_answering(
+        self: &Arc<Self>,
+        namespace: Option<&str>,
+        params: &ListParams,
+        accept: Option<&str>,
+    ) -> Result<Answering, StatusError> {
+        let representation = content::negotiate(accept, params.include_object)?;
+        params.fields.check_supported()?;
+        let arch = self.arch(params.arch.as_ref())?.clone();
+        let namespace = namespace.map(str::to_owned);
+        if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
+            let (hub, params) = (hub.clone(), params.clone());
+            return Ok(Answering::Render(Render {
+                cost: Cost::Heavy,
+                job: Job::Run(Box::new(move || {
+                    kept_summaries(&hub, namespace.as_deref(), &params, representation)
+                })),
+            }));
+        }
+        let (resources, params) = (self.clone(), params.clone());
+        // Selecting grows with the number of versions: it is part of the job.
+        Ok(Answering::Render(Render {
+            cost: Cost::Heavy,
+            job: Job::Run(Box::new(move || {
+                let matched = resources.matching(namespace.as_deref(), &params, &arch);
+                resources
+                    .summaries_answering(matched, params.cve.clone(), arch, representation, true)?
+                    .run_here(&resources)
+            })),
+        }))
     }
 
     /// The summary of every version for `arch`, computed now (what the live hub keeps, see
