@@ -191,27 +191,41 @@ impl Live {
         stores.versions.wait_until_ready().await;
         fleet.wait_until_ready().await;
         let default_arch = resources.served_arch(None).ok();
+        let (machines, others) = fleet.changes();
+        let [selectors, images] = others;
+        // The machines' own changes last: alone, they need only the changed machines computed.
         let mut inputs = [
             resources.changes(),
             stores.versions.changes(),
             stores.channels.changes(),
-            fleet.changes(),
+            selectors,
+            images,
+            machines,
         ];
         self.machines_pass.start(&inputs);
+        let mut last: Option<Vec<u64>> = None;
+        let mut known = Known::default();
         loop {
             let seen = Pass::seen(&mut inputs);
+            // Only MachineInventories changed since the last pass: only they are computed again.
+            let only_machines = last.as_ref().is_some_and(|last| {
+                let n = last.len() - 1;
+                last[..n] == seen[..n]
+            });
             let (this, fleet, metrics) = (self.clone(), fleet.clone(), metrics.clone());
             let default_arch = default_arch.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                for (arch, hub) in &this.machines {
-                    let events = hub.replace(None, fleet.machine_summaries(arch));
-                    debug!(%arch, events, "machine summaries recomputed");
-                    if Some(arch) == default_arch.as_ref() {
-                        metrics.set_machines(&gauge(&hub.list(None).1));
-                    }
-                }
+            known = tokio::task::spawn_blocking(move || {
+                this.machines_pass_over(
+                    &fleet,
+                    &metrics,
+                    default_arch.as_ref(),
+                    known,
+                    only_machines,
+                )
             })
-            .await;
+            .await
+            .unwrap_or_default();
+            last = Some(seen.clone());
             self.machines_pass.done(seen);
             ready.set();
             if !next(&mut inputs, &self.machines_pass.hurry).await {
@@ -219,6 +233,85 @@ impl Live {
             }
         }
     }
+
+    /// One pass over the machines: every one (`only_machines` false), or only those whose
+    /// MachineInventory changed since `known` (and those gone). Returns what is known now.
+    fn machines_pass_over(
+        &self,
+        fleet: &FleetView,
+        metrics: &FleetMetrics,
+        default_arch: Option<&Arch>,
+        known: Known,
+        only_machines: bool,
+    ) -> Known {
+        let machines = fleet.machine_list();
+        let now = Known::of(&machines);
+        for (arch, hub) in &self.machines {
+            let events = if only_machines {
+                let changed: Vec<_> = machines.iter().filter(|m| !known.has(m)).cloned().collect();
+                let mut events = 0;
+                for summary in fleet.summaries_of(&changed, arch) {
+                    let meta = summary.metadata.clone();
+                    events += usize::from(hub.set(&meta.namespace, &meta.name, Some(summary)));
+                }
+                for (namespace, name) in known.gone(&now) {
+                    events += usize::from(hub.set(&namespace, &name, None));
+                }
+                events
+            } else {
+                hub.replace(None, fleet.summaries_of(&machines, arch))
+            };
+            debug!(%arch, events, only_machines, "machine summaries recomputed");
+            if Some(arch) == default_arch {
+                metrics.set_machines(&gauge(&hub.list(None).1));
+            }
+        }
+        now
+    }
+}
+
+/// The MachineInventories a pass computed answers from: by namespace and name, their
+/// resourceVersion (hashed: a few bytes per machine).
+#[derive(Default)]
+struct Known {
+    machines: std::collections::HashMap<(String, String), u64>,
+}
+
+impl Known {
+    fn of(machines: &[Arc<crate::fleet::crd::MachineInventory>]) -> Self {
+        Self {
+            machines: machines.iter().map(|m| (key(m), version_hash(m))).collect(),
+        }
+    }
+
+    /// Whether `machine`'s answer was computed from this very object.
+    fn has(&self, machine: &crate::fleet::crd::MachineInventory) -> bool {
+        self.machines.get(&key(machine)) == Some(&version_hash(machine))
+    }
+
+    /// Machines known here and gone from `now`.
+    fn gone(&self, now: &Self) -> Vec<(String, String)> {
+        self.machines
+            .keys()
+            .filter(|k| !now.machines.contains_key(*k))
+            .cloned()
+            .collect()
+    }
+}
+
+fn key(machine: &crate::fleet::crd::MachineInventory) -> (String, String) {
+    (
+        machine.metadata.namespace.clone().unwrap_or_default(),
+        machine.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn version_hash(machine: &crate::fleet::crd::MachineInventory) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    machine.metadata.resource_version.hash(&mut hasher);
+    machine.metadata.uid.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Waits for the next change of any input, then [`MIN_INTERVAL`] for the rest of its burst

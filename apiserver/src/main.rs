@@ -84,12 +84,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         registry.register(),
         &watches,
         &health,
-        RefreshSettings {
-            interval: args.refresh_interval,
-            architectures: args.architectures.clone(),
-            history: history(&args, &client, &registry, &watches, &health),
-            max_kept_total: args.max_kept_total,
-        },
+        refresh_settings(&args, &client, &registry, &watches, &health),
     );
     // The fleet view's reflectors run (and stop) with the channel reflectors.
     let (fleet_stores, fleet_run) = elemental_changelog_apiserver::fleet::reflect::start(
@@ -111,7 +106,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
         ReadyCache::new(args.serving.answer_cache_size, registry.register()),
         live.clone(),
     ));
-    let fleet = Arc::new(FleetView::new(fleet_stores, resources.clone()));
+    let fleet = Arc::new(FleetView::new(
+        fleet_stores,
+        Arc::new(resources.clone()),
+        live.clone(),
+    ));
     let live_run = keep_live(&live, &resources, &fleet, &registry, &health);
     let certs_run = server::reload_certificates(resolver, registry.register());
     let app = app(
@@ -334,6 +333,22 @@ async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
 /// else, in a pod, in the service account's namespace, else nowhere.
 /// Logged at start, shown in `/readyz?verbose` (`channel-history`, or
 /// `channel-history-off`) and in `elemental_changelog_channel_history_enabled`.
+/// The channel controller's settings, from the flags; with the channel history when enabled.
+fn refresh_settings(
+    args: &ServeArgs,
+    client: &kube::Client,
+    registry: &Registry,
+    watches: &Arc<WatchMetrics>,
+    health: &Health,
+) -> RefreshSettings {
+    RefreshSettings {
+        interval: args.refresh_interval,
+        architectures: args.architectures.clone(),
+        history: history(args, client, registry, watches, health),
+        max_kept_total: args.max_kept_total,
+    }
+}
+
 fn history(
     args: &ServeArgs,
     client: &kube::Client,

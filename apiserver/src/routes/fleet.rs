@@ -1,19 +1,13 @@
 //! The fleet view's answers: machines (MachineInventories) with the version they run, their
 //! target and what is pending, a machine's changelog, and a ManagedOSImage's upgrade plan.
 //!
-//! Resolution ([`crate::fleet`]) runs in the request's job, off the async threads: it reads
-//! the fleet reflector stores, the ManagedOSVersion stores and the channel snapshots through
-//! [`Resources`]. A machine's changelog is the changelog of a ManagedOSVersion
-//! (`managedosversions/{to}/changelog?from={current}`), answered by [`Resources::answering`]
-//! with its ready-bytes cache.
-//!
-//! Machine summaries as JSON (a list or one machine) are kept ready too, under a fingerprint of
-//! the machines selected and of every input of their resolution (the ManagedOSVersions,
-//! ManagedOSImages and MachineInventorySelectors by uid and resourceVersion, the channel
-//! snapshots by generation): a change of any of them makes a new key, so a kept answer is
-//! never stale. The fingerprint is computed for each request (hashing, no resolution). Tables
-//! are kept too: unlike the summaries' Tables, they have no column computed from the time of
-//! the request.
+//! Machines are resolved ([`crate::fleet`]) when their inputs change, by the live task
+//! ([`crate::live`]), which keeps every machine's answer in a hub; lists and gets copy the kept
+//! answers (with `?cve=`, each machine's exposure is added from its kept answer, each channel's
+//! first fix found once). What the view reads of the version side goes through
+//! [`VersionSide`], a small interface: the versions, the channel data, and a ManagedOSVersion's
+//! changelog, which a machine's changelog is (`managedosversions/{to}/changelog?from={current}`).
+//! A ManagedOSImage's plan is resolved per request, off the async threads.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -30,14 +24,10 @@ use elemental_changelog_apiservice::{
     status::{CauseReason, StatusCause, StatusError},
     types::{ChangelogSummary, ObjectMeta, VersionRef},
 };
-use kube::{Resource as _, ResourceExt};
-
-use sha2::{Digest, Sha256};
 
 use super::{
     ok,
-    ready::Ready,
-    resources::{Answer, AnswerKey, Answering, Cost, Job, Render, Resources, selects},
+    resources::{Answer, Answering, Cost, Job, Render, VersionSide, selects},
 };
 use crate::{
     cache::Snapshot,
@@ -47,8 +37,9 @@ use crate::{
         crd::{MachineInventory, ManagedOSImage},
         reflect::FleetStores,
     },
+    live::Live,
     request::{
-        ChangelogParams, ListParams, Resource,
+        ChangelogParams, ListParams,
         fleet::{FleetResource, MachineChangelogParams, MachineParams},
     },
     watch::{Hub, Item},
@@ -60,7 +51,8 @@ const RETRY_AFTER_NOT_FETCHED: u32 = 2;
 /// Answers the fleet view's requests.
 pub struct FleetView {
     stores: FleetStores,
-    resources: Arc<Resources>,
+    versions: Arc<dyn VersionSide>,
+    live: Arc<Live>,
     /// Pending summaries by snapshot generation, `from` and `to`, shared by every request
     /// and the gauge: a snapshot never changes, so neither does a summary computed from it.
     summaries: SummaryCache,
@@ -113,10 +105,11 @@ struct Inputs {
 
 impl FleetView {
     /// Answers over the fleet stores and the channel data of `resources`.
-    pub fn new(stores: FleetStores, resources: Arc<Resources>) -> Self {
+    pub fn new(stores: FleetStores, versions: Arc<dyn VersionSide>, live: Arc<Live>) -> Self {
         Self {
             stores,
-            resources,
+            versions,
+            live,
             summaries: SummaryCache::new(SUMMARIES_KEPT),
             first_fixes: FirstFixes::new(FIRST_FIXES_KEPT),
         }
@@ -131,7 +124,22 @@ impl FleetView {
         let this = self.clone();
         match resource.clone() {
             FleetResource::Machines { namespace, params } => {
-                self.machines_answering(namespace, params, accept)
+                let representation = content::negotiate(accept, params.include_object)?;
+                params.fields.check_supported()?;
+                let arch = self.versions.served_arch(params.arch.as_ref())?;
+                let hub = self.hub(&arch)?;
+                Ok(run(Cost::Heavy, move || {
+                    let exposure = params.cve.as_deref().map(|cve| {
+                        move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
+                    });
+                    kept_machines(
+                        &hub,
+                        namespace.as_deref(),
+                        &params,
+                        representation,
+                        exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
+                    )
+                }))
             }
             FleetResource::Machine {
                 namespace,
@@ -143,13 +151,12 @@ impl FleetView {
                 name,
                 params,
             } => {
-                let arch = self.resources.served_arch(params.arch.as_ref())?;
+                let arch = self.versions.served_arch(params.arch.as_ref())?;
                 let accept = accept.map(str::to_owned);
                 Ok(run(Cost::Heavy, move || {
-                    let resource = this.machine_changelog(&namespace, &name, &params, &arch)?;
-                    this.resources
-                        .answering(&resource, accept.as_deref())?
-                        .run_here(&this.resources)
+                    let (to, params) = this.machine_changelog(&namespace, &name, &params, &arch)?;
+                    this.versions
+                        .changelog(&namespace, &to, &params, accept.as_deref())
                 }))
             }
             FleetResource::ImageChangelog {
@@ -158,7 +165,7 @@ impl FleetView {
                 arch,
             } => {
                 content::negotiate(accept, Default::default())?;
-                let arch = self.resources.served_arch(arch.as_ref())?;
+                let arch = self.versions.served_arch(arch.as_ref())?;
                 Ok(run(Cost::Heavy, move || {
                     let plan = this.image_plan(&namespace, &name, &arch)?;
                     let body = serde_json::to_vec(&plan).map_err(|e| StatusError::internal(&e))?;
@@ -168,42 +175,8 @@ impl FleetView {
         }
     }
 
-    /// How a list of machines is answered: from the live hub's kept machines, or (before the
-    /// hub exists) resolved in the job.
-    fn machines_answering(
-        self: &Arc<Self>,
-        namespace: Option<String>,
-        params: ListParams,
-        accept: Option<&str>,
-    ) -> Result<Answering, StatusError> {
-        let this = self.clone();
-        let representation = content::negotiate(accept, params.include_object)?;
-        params.fields.check_supported()?;
-        let arch = self.resources.served_arch(params.arch.as_ref())?;
-        if let Some(hub) = self.resources.live().machines(&arch) {
-            let hub = hub.clone();
-            return Ok(run(Cost::Heavy, move || {
-                let exposure = params.cve.as_deref().map(|cve| {
-                    move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
-                });
-                kept_machines(
-                    &hub,
-                    namespace.as_deref(),
-                    &params,
-                    representation,
-                    exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
-                )
-            }));
-        }
-        Ok(run(Cost::Heavy, move || {
-            let machines = this.select(namespace.as_deref(), &params);
-            let inputs = this.inputs(namespace.as_deref(), &arch);
-            this.answer(representation, &inputs, machines, params.cve, arch, true)
-        }))
-    }
-
-    /// How one machine is answered: kept by the live hub (without `cve`), or resolved in the
-    /// job.
+    /// How one machine is answered: from the live hub's kept answer (503 until it is
+    /// resolved), with its exposure to `cve` when asked.
     fn machine_answering(
         self: &Arc<Self>,
         namespace: String,
@@ -213,108 +186,46 @@ impl FleetView {
     ) -> Result<Answering, StatusError> {
         let this = self.clone();
         let representation = content::negotiate(accept, params.include_object)?;
-        let arch = self.resources.served_arch(params.arch.as_ref())?;
-        let kept = self
-            .stores
-            .machines
-            .get(&namespace, &name)
-            .filter(|_| params.cve.is_none())
-            .and_then(|_| {
-                self.resources
-                    .live()
-                    .machines(&arch)?
-                    .get(&namespace, &name)
-            });
-        if let Some(item) = kept {
-            return Ok(run(Cost::Light, move || {
-                let body = match representation {
-                    Representation::Json => item.json.to_vec(),
-                    Representation::Table { .. } => {
-                        render(representation, vec![item.object.clone()], false, false)?
-                    }
-                };
-                Ok(Answer::Fresh(ok(body, representation.content_type())))
-            }));
+        let arch = self.versions.served_arch(params.arch.as_ref())?;
+        if self.stores.machines.get(&namespace, &name).is_none() {
+            return Err(StatusError::not_found(MACHINE_RESOURCE, &name));
         }
-        Ok(run(Cost::Light, move || {
-            let machine = this
-                .stores
-                .machines
-                .get(&namespace, &name)
-                .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, &name))?;
-            let inputs = this.inputs(Some(&namespace), &arch);
-            this.answer(
-                representation,
-                &inputs,
-                vec![machine],
-                params.cve,
-                arch,
-                false,
+        let item = self.hub(&arch)?.get(&namespace, &name).ok_or_else(|| {
+            StatusError::service_unavailable(
+                format!("MachineInventory {namespace}/{name} is not resolved yet"),
+                Some(RETRY_AFTER_NOT_FETCHED),
             )
+        })?;
+        Ok(run(Cost::Light, move || {
+            let body = match (representation, &params.cve) {
+                (Representation::Json, None) => item.json.to_vec(),
+                (_, cve) => {
+                    let mut object = item.object.clone();
+                    object.cve = cve.as_deref().map(|c| this.exposure(&object, c, &arch));
+                    render(representation, vec![object], cve.is_some(), false)?
+                }
+            };
+            Ok(Answer::Fresh(ok(body, representation.content_type())))
         }))
+    }
+
+    /// The machines' hub for `arch`.
+    fn hub(&self, arch: &Arch) -> Result<Arc<Hub<MachineInventoryChangelogSummary>>, StatusError> {
+        self.live
+            .machines(arch)
+            .cloned()
+            .ok_or_else(|| StatusError::bad_request(format!("arch {arch} is not served")))
     }
 
     /// What resolving the machines of `namespace` (or all) reads.
     fn inputs(&self, namespace: Option<&str>, arch: &Arch) -> Inputs {
-        let stores = self.resources.channel_stores();
-        let mut snapshots = HashMap::new();
-        for channel in stores.channels.list(namespace) {
-            let (Some(ns), name) = (channel.namespace(), channel.name_any()) else {
-                continue;
-            };
-            if let Some(snapshot) = self.resources.channel_snapshot(&ns, &name, arch) {
-                snapshots.insert((ns, name), snapshot);
-            }
-        }
+        let snapshots = self.versions.snapshots(namespace, arch);
         Inputs {
-            versions: stores.versions.list(namespace),
+            versions: self.versions.versions(namespace),
             images: self.stores.images.list(namespace),
             selectors: self.stores.selectors.list(namespace),
             channels: Channels { snapshots },
         }
-    }
-
-    /// The machines of `namespace` (or all) that `params` select.
-    fn select(&self, namespace: Option<&str>, params: &ListParams) -> Vec<Arc<MachineInventory>> {
-        self.stores
-            .machines
-            .list(namespace)
-            .into_iter()
-            .filter(|m| params.labels.matches(m.labels()))
-            .filter(|m| {
-                params
-                    .fields
-                    .matches(&m.name_any(), m.namespace().as_deref().unwrap_or_default())
-            })
-            .collect()
-    }
-
-    /// The answer for `machines` (a list, or one), JSON or a Table, kept ready under the
-    /// fingerprint of the machines and the inputs.
-    fn answer(
-        &self,
-        representation: Representation,
-        inputs: &Inputs,
-        machines: Vec<Arc<MachineInventory>>,
-        cve: Option<String>,
-        arch: Arch,
-        list: bool,
-    ) -> Result<Answer, StatusError> {
-        let key = AnswerKey::Machines {
-            representation,
-            list,
-            fingerprint: fingerprint(&machines, inputs),
-            cve: cve.clone(),
-            arch,
-        };
-        self.resources
-            .ready()
-            .get_or_render(key, || {
-                let items = summarize(inputs, &machines, cve.as_deref(), &self.summaries);
-                let body = render(representation, items, cve.is_some(), list)?;
-                Ok(Ready::answer(body, representation.content_type()))
-            })
-            .map(Answer::Ready)
     }
 
     /// The ManagedOSVersion changelog request a machine's changelog is.
@@ -324,7 +235,7 @@ impl FleetView {
         name: &str,
         params: &MachineChangelogParams,
         arch: &Arch,
-    ) -> Result<Resource, StatusError> {
+    ) -> Result<(String, ChangelogParams), StatusError> {
         let machine = self
             .stores
             .machines
@@ -376,7 +287,7 @@ impl FleetView {
                 return Err(error);
             }
         };
-        if let Some(version) = self.resources.channel_stores().versions.get(namespace, &to)
+        if let Some(version) = self.versions.version(namespace, &to)
             && version.channel_name() != Some(current.channel.as_str())
         {
             return Err(StatusError::bad_request(format!(
@@ -384,15 +295,14 @@ impl FleetView {
                 current.channel, current.name
             )));
         }
-        Ok(Resource::Changelog {
-            namespace: namespace.to_owned(),
-            name: to,
-            params: ChangelogParams {
+        Ok((
+            to,
+            ChangelogParams {
                 from: Some(current.name.clone()),
                 arch: Some(arch.clone()),
                 format: params.format,
             },
-        })
+        ))
     }
 
     fn image_plan(
@@ -420,9 +330,22 @@ impl FleetView {
     /// The summary of every machine for `arch`, computed now (what the live hub keeps, see
     /// [`crate::live`]).
     pub fn machine_summaries(&self, arch: &Arch) -> Vec<MachineInventoryChangelogSummary> {
-        let machines = self.stores.machines.list(None);
+        self.summaries_of(&self.stores.machines.list(None), arch)
+    }
+
+    /// The summaries of `machines` for `arch`, computed now.
+    pub fn summaries_of(
+        &self,
+        machines: &[Arc<MachineInventory>],
+        arch: &Arch,
+    ) -> Vec<MachineInventoryChangelogSummary> {
         let inputs = self.inputs(None, arch);
-        summarize(&inputs, &machines, None, &self.summaries)
+        summarize(&inputs, machines, None, &self.summaries)
+    }
+
+    /// Every MachineInventory, by namespace and name.
+    pub fn machine_list(&self) -> Vec<Arc<MachineInventory>> {
+        self.stores.machines.list(None)
     }
 
     /// A machine's exposure to `cve`, from its kept answer (the version it runs) and its
@@ -444,10 +367,7 @@ impl FleetView {
             return unknown;
         };
         let namespace = machine.metadata.namespace.as_str();
-        let Some(snapshot) = self
-            .resources
-            .channel_snapshot(namespace, &current.channel, arch)
-        else {
+        let Some(snapshot) = self.versions.snapshot(namespace, &current.channel, arch) else {
             return unknown;
         };
         let order = snapshot.data.order();
@@ -473,10 +393,8 @@ impl FleetView {
         };
         let name = order[first].clone();
         let version = self
-            .resources
-            .channel_stores()
             .versions
-            .get(namespace, &name)
+            .version(namespace, &name)
             .map_or_else(|| name.clone(), |v| v.spec.version.clone());
         MachineCve {
             id: cve.to_owned(),
@@ -496,9 +414,22 @@ impl FleetView {
         self.stores.images.wait_until_ready().await;
     }
 
-    /// A receiver told of every change of the fleet objects.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.stores.changes()
+    /// Receivers told of every change of the MachineInventories, and of the other fleet
+    /// objects (MachineInventorySelectors, ManagedOSImages): a machine's change touches its own
+    /// answer only, the others' may touch any.
+    pub fn changes(
+        &self,
+    ) -> (
+        tokio::sync::watch::Receiver<u64>,
+        [tokio::sync::watch::Receiver<u64>; 2],
+    ) {
+        (
+            self.stores.machines.changes(),
+            [
+                self.stores.selectors.changes(),
+                self.stores.images.changes(),
+            ],
+        )
     }
 }
 
@@ -679,43 +610,6 @@ fn json(items: Vec<MachineInventoryChangelogSummary>, list: bool) -> Result<Vec<
     .map_err(|e| StatusError::internal(&e))
 }
 
-/// What the summaries of `machines` depend on, hashed: each machine's and each input
-/// object's identity and resourceVersion (lists come sorted from the stores), and each
-/// channel snapshot's generation.
-fn fingerprint(machines: &[Arc<MachineInventory>], inputs: &Inputs) -> [u8; 32] {
-    let mut hash = Sha256::new();
-    let mut field = |bytes: &[u8]| {
-        hash.update((bytes.len() as u64).to_le_bytes());
-        hash.update(bytes);
-    };
-    let mut objects = |kind: &[u8], metas: &mut dyn Iterator<Item = &kube::api::ObjectMeta>| {
-        field(kind);
-        for meta in metas {
-            field(meta.namespace.as_deref().unwrap_or_default().as_bytes());
-            field(meta.name.as_deref().unwrap_or_default().as_bytes());
-            field(meta.uid.as_deref().unwrap_or_default().as_bytes());
-            field(
-                meta.resource_version
-                    .as_deref()
-                    .unwrap_or_default()
-                    .as_bytes(),
-            );
-        }
-    };
-    objects(b"machines", &mut machines.iter().map(|m| m.meta()));
-    objects(b"versions", &mut inputs.versions.iter().map(|v| v.meta()));
-    objects(b"images", &mut inputs.images.iter().map(|i| i.meta()));
-    objects(b"selectors", &mut inputs.selectors.iter().map(|s| s.meta()));
-    let mut snapshots: Vec<_> = inputs.channels.snapshots.iter().collect();
-    snapshots.sort_by(|a, b| a.0.cmp(b.0));
-    for ((namespace, channel), snapshot) in snapshots {
-        field(namespace.as_bytes());
-        field(channel.as_bytes());
-        field(&snapshot.generation().get().to_le_bytes());
-    }
-    hash.finalize().into()
-}
-
 fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
     let meta = object.meta();
     ObjectMeta {
@@ -761,85 +655,6 @@ fn wire<T: serde::Serialize>(value: &T) -> String {
 mod tests {
     use super::*;
     use elemental_changelog_apiservice::fleet::MachineState;
-
-    fn object<K: serde::de::DeserializeOwned>(kind: &str, name: &str, rv: &str) -> Arc<K> {
-        Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "elemental.cattle.io/v1beta1", "kind": kind,
-                "metadata": {"name": name, "namespace": "fleet-default", "uid": format!("uid-{name}"),
-                    "resourceVersion": rv},
-                "spec": {}
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn inputs(versions: &[(&str, &str)]) -> Inputs {
-        Inputs {
-            versions: versions
-                .iter()
-                .map(|(name, rv)| object("ManagedOSVersion", name, rv))
-                .collect(),
-            images: Vec::new(),
-            selectors: Vec::new(),
-            channels: Channels {
-                snapshots: HashMap::new(),
-            },
-        }
-    }
-
-    /// A kept machine answer is found again only while nothing its resolution reads changed.
-    #[test]
-    fn the_fingerprint_follows_machines_and_every_input() {
-        let machines = |rv: &str| -> Vec<Arc<MachineInventory>> {
-            vec![
-                object("MachineInventory", "m-1", rv),
-                object("MachineInventory", "m-2", "5"),
-            ]
-        };
-        let base = fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "2")]));
-        assert_eq!(
-            base,
-            fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "2")]))
-        );
-        // Re-registration (new annotations): a new resourceVersion.
-        assert_ne!(
-            base,
-            fingerprint(&machines("6"), &inputs(&[("v1", "1"), ("v2", "2")]))
-        );
-        // A machine gone.
-        assert_ne!(
-            base,
-            fingerprint(&machines("4")[..1], &inputs(&[("v1", "1"), ("v2", "2")]))
-        );
-        // A ManagedOSVersion added or changed.
-        assert_ne!(
-            base,
-            fingerprint(
-                &machines("4"),
-                &inputs(&[("v1", "1"), ("v2", "2"), ("v3", "3")])
-            )
-        );
-        assert_ne!(
-            base,
-            fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "9")]))
-        );
-        // A ManagedOSImage appears.
-        let mut with_image = inputs(&[("v1", "1"), ("v2", "2")]);
-        with_image
-            .images
-            .push(object("ManagedOSImage", "upgrade", "7"));
-        assert_ne!(base, fingerprint(&machines("4"), &with_image));
-        // The same names in other fields do not collide (lengths are hashed).
-        let mut selector = inputs(&[("v1", "1"), ("v2", "2")]);
-        selector
-            .selectors
-            .push(object("MachineInventorySelector", "upgrade", "7"));
-        assert_ne!(
-            fingerprint(&machines("4"), &with_image),
-            fingerprint(&machines("4"), &selector)
-        );
-    }
 
     #[test]
     fn unused_state_names_are_wire_names() {
