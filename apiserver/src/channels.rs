@@ -47,7 +47,7 @@ mod retained;
 
 pub use self::images::{CHANNEL_FILES, parse_limits};
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use elemental_changelog_apiservice::Arch;
 use elemental_changelog_registry::{
@@ -72,9 +72,9 @@ use crate::{
     reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
 };
 
-/// The read side shared with request handlers.
+/// The reflector stores of channels and versions: the read side shared with request handlers.
 #[derive(Clone)]
-pub struct Objects {
+pub struct ChannelStores {
     /// ManagedOSVersionChannels.
     pub channels: Stores<ManagedOSVersionChannel>,
     /// ManagedOSVersions.
@@ -156,6 +156,18 @@ struct Context {
     history: Option<Arc<dyn HistoryStore>>,
 }
 
+impl Context {
+    /// The names of `key`'s ManagedOSVersions in the store now.
+    fn version_names(&self, key: &ChannelKey) -> BTreeSet<String> {
+        self.versions
+            .list(Some(&key.namespace))
+            .iter()
+            .filter(|v| v.channel_name() == Some(key.name.as_str()))
+            .map(|v| v.name_any())
+            .collect()
+    }
+}
+
 enum ChannelEvent {
     Applied(Arc<ManagedOSVersionChannel>),
     Deleted(ChannelKey),
@@ -182,46 +194,10 @@ pub fn start(
     watches: &Arc<WatchMetrics>,
     health: &Health,
     settings: RefreshSettings,
-) -> (Objects, BoxFuture<'static, ()>) {
+) -> (ChannelStores, BoxFuture<'static, ()>) {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
-
-    let channels = reflect::watch(
-        &client,
-        namespaces,
-        Kind::required(WatchedResource::Channels),
-        watches,
-        &mut drivers,
-        {
-            let tx = events_tx.clone();
-            move |event| {
-                if let Some(event) = channel_event(event) {
-                    let _ = tx.send(event);
-                }
-            }
-        },
-    );
-    let versions = reflect::watch(
-        &client,
-        namespaces,
-        Kind::required(WatchedResource::Versions),
-        watches,
-        &mut drivers,
-        {
-            let tx = events_tx.clone();
-            move |event| {
-                if let Some(event) = version_event(event) {
-                    let _ = tx.send(event);
-                }
-            }
-        },
-    );
-    drop(events_tx);
-
-    let objects = Objects {
-        channels: channels.clone(),
-        versions: versions.clone(),
-    };
+    let stores = watch_stores(&client, namespaces, watches, &mut drivers, events_tx);
     let synced = health.ready_flag("informer-sync");
     let fetched = health.ready_flag("channels-first-fetch");
     let heartbeat = health.heartbeat("channel-controller");
@@ -246,13 +222,13 @@ pub fn start(
         kept: Kept::new(settings.max_kept_total),
         cache,
         metrics,
-        versions: versions.clone(),
+        versions: stores.versions.clone(),
         settings,
         history,
     });
 
     let controller = controller::controller(
-        objects.clone(),
+        stores.clone(),
         ctx,
         publisher,
         events_rx,
@@ -269,7 +245,47 @@ pub fn start(
             warn!("a watch or the channel controller stopped");
         }
     };
-    (objects, Box::pin(run))
+    (stores, Box::pin(run))
+}
+
+/// Watches channels and versions in `namespaces` into stores, pushing the watches'
+/// drivers onto `drivers` and sending what the controller hears of each event to `events`.
+fn watch_stores(
+    client: &Client,
+    namespaces: &[String],
+    watches: &Arc<WatchMetrics>,
+    drivers: &mut Vec<BoxFuture<'static, ()>>,
+    events: mpsc::UnboundedSender<ChannelEvent>,
+) -> ChannelStores {
+    let channels = reflect::watch(
+        client,
+        namespaces,
+        Kind::required(WatchedResource::Channels),
+        watches,
+        drivers,
+        hear(events.clone(), channel_event),
+    );
+    let versions = reflect::watch(
+        client,
+        namespaces,
+        Kind::required(WatchedResource::Versions),
+        watches,
+        drivers,
+        hear(events, version_event),
+    );
+    ChannelStores { channels, versions }
+}
+
+/// A watch's `on_event` that sends the controller what `heard` makes of each event.
+fn hear<K: 'static>(
+    events: mpsc::UnboundedSender<ChannelEvent>,
+    heard: fn(&watcher::Event<K>) -> Option<ChannelEvent>,
+) -> impl Fn(&watcher::Event<K>) + Clone + Send + Sync + 'static {
+    move |event| {
+        if let Some(event) = heard(event) {
+            let _ = events.send(event);
+        }
+    }
 }
 
 /// What the controller hears of a channel watch event.

@@ -18,7 +18,7 @@ pub mod reflect;
 pub mod resolve;
 pub mod select;
 
-pub use resolve::{FleetIndex, MachineResolution, Orders, Pending, Plan, PlanTarget};
+pub use resolve::{FleetIndex, MachineResolution, Orders, Pending, PlanTarget, UpgradePlan};
 pub use select::{Fleet, FleetCluster, FleetClusterGroup, Selection};
 
 #[cfg(test)]

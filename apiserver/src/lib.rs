@@ -3,11 +3,21 @@
 //!
 //! A request flows through [`server`] (TLS, HTTP/1.1 and HTTP/2) → [`request`] (the request
 //! model) → authentication and authorization ([`elemental_changelog_auth`]: front-proxy
-//! headers, client certificates, TokenReview, SubjectAccessReview) → [`routes`] which answer from the [`cache`] filled by
-//! [`channels`] (the channel controller: reflectors, one reconcile per channel, one publisher)
-//! through [`elemental_changelog_registry`] (image pulls). Summaries and machines are computed
-//! when their inputs change ([`live`]) and kept in [`watch`] hubs, from which lists and
-//! watches are served; the fleet view's resolution is in [`fleet`].
+//! headers, client certificates, TokenReview, SubjectAccessReview) → [`routes`], which
+//! answers from the [reflector stores](reflect) and the [`cache`], building API objects with
+//! [`objects`] and the fleet view with [`fleet`]. Summaries and machines are computed when
+//! their inputs change ([`live`]) and kept in [`watch`] hubs, from which lists and watches
+//! are served.
+//!
+//! The [`cache`] is written by [`channels`] alone: its controller runs one worker per
+//! channel, each worker a reconcile function that reads the channel's image through
+//! [`elemental_changelog_registry`] (image pulls), admits it under the kept-data bound and
+//! adds the versions older images listed; the controller's publisher is the one writer of
+//! the cache and the channel history (see `docs/development.md`, "A channel change").
+//!
+//! The [`fleet`] view is pure functions over the fleet kinds' stores (`fleet::reflect`)
+//! and the channels' version orders: a machine's current version, target, state and CVE
+//! exposure, and a ManagedOSImage's upgrade plan.
 
 pub mod cache;
 pub mod channels;

@@ -150,13 +150,13 @@ impl Live {
 
     /// Keeps the version summaries current. Sets `ready` after the first pass. Never ends.
     pub async fn keep_versions(self: Arc<Self>, resources: Arc<Resources>, ready: ReadyFlag) {
-        let objects = resources.objects().clone();
-        objects.channels.wait_until_ready().await;
-        objects.versions.wait_until_ready().await;
+        let stores = resources.channel_stores().clone();
+        stores.channels.wait_until_ready().await;
+        stores.versions.wait_until_ready().await;
         let mut inputs = [
             resources.changes(),
-            objects.versions.changes(),
-            objects.channels.changes(),
+            stores.versions.changes(),
+            stores.channels.changes(),
         ];
         self.versions_pass.start(&inputs);
         loop {
@@ -186,9 +186,9 @@ impl Live {
         metrics: Arc<FleetMetrics>,
         ready: ReadyFlag,
     ) {
-        let objects = resources.objects().clone();
-        objects.channels.wait_until_ready().await;
-        objects.versions.wait_until_ready().await;
+        let stores = resources.channel_stores().clone();
+        stores.channels.wait_until_ready().await;
+        stores.versions.wait_until_ready().await;
         fleet.wait_until_ready().await;
         let default_arch = resources.served_arch(None).ok();
         let (machines, others) = fleet.changes();
@@ -196,8 +196,8 @@ impl Live {
         // The machines' own changes last: alone, they need only the changed machines computed.
         let mut inputs = [
             resources.changes(),
-            objects.versions.changes(),
-            objects.channels.changes(),
+            stores.versions.changes(),
+            stores.channels.changes(),
             selectors,
             images,
             machines,

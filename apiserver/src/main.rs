@@ -76,7 +76,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     )?);
     let registry_run = reload_registry_settings(fetcher.clone());
     let cache = Arc::new(Cache::default());
-    let (objects, channels_run) = channels::start(
+    let (channel_stores, channels_run) = channels::start(
         client.clone(),
         &args.namespaces,
         fetcher,
@@ -84,12 +84,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         registry.register(),
         &watches,
         &health,
-        RefreshSettings {
-            interval: args.refresh_interval,
-            architectures: args.architectures.clone(),
-            history: history(&args, &client, &registry, &watches, &health),
-            max_kept_total: args.max_kept_total,
-        },
+        refresh_settings(&args, &client, &registry, &watches, &health),
     );
     // The fleet view's reflectors run (and stop) with the channel reflectors.
     let (fleet_stores, fleet_run) = elemental_changelog_apiserver::fleet::reflect::start(
@@ -101,18 +96,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let channels_run = async move {
         futures::future::select(channels_run, fleet_run).await;
     };
-    let auth_metrics = Arc::new(AuthCounts::new(&registry, watches));
-    let authn = Arc::new(Authenticator::new(
-        client.clone(),
-        &args.authn,
-        auth_metrics.clone(),
-    ));
-    let auth_ready = health.ready_flag("authentication-config");
-    let authn_run = authn.clone().run(move || auth_ready.set());
-    let authz = Arc::new(Authorizer::new(client, &args.authz, auth_metrics));
+    let (authn, authn_run, authz) = auth(&args, client, &registry, watches, &health);
     let live = Live::new(&args.architectures);
     let resources = Arc::new(Resources::new(
-        objects,
+        channel_stores,
         cache,
         args.default_arch.clone(),
         args.architectures.clone(),
@@ -124,42 +111,18 @@ async fn serve(args: ServeArgs) -> Result<()> {
         Arc::new(resources.clone()),
         live.clone(),
     ));
-    let live_run = {
-        let versions = live
-            .clone()
-            .keep_versions(resources.clone(), health.ready_flag("version-summaries"));
-        let machines = live.keep_machines(
-            resources.clone(),
-            fleet.clone(),
-            registry.register(),
-            health.ready_flag("machine-summaries"),
-        );
-        async move {
-            futures::future::select(Box::pin(versions), Box::pin(machines)).await;
-        }
-    };
+    let live_run = keep_live(&live, &resources, &fleet, &registry, &health);
     let certs_run = server::reload_certificates(resolver, registry.register());
-    let app = Arc::new(App {
-        metrics: registry.register(),
+    let app = app(
+        &args,
         registry,
-        health: health.clone(),
+        health.clone(),
         authn,
         authz,
         resources,
         fleet,
-        inflight: Arc::new(Semaphore::new(args.serving.max_requests_inflight)),
-        watches: WatchSlots::new(args.serving.max_watches, args.serving.max_watches_per_user),
-        compute: Arc::new(Semaphore::new(compute_slots(
-            args.serving.max_compute_concurrency,
-        ))),
-        request_timeout: args.serving.request_timeout,
-    });
-
-    let addr = std::net::SocketAddr::new(args.bind_address, args.secure_port);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))?;
-    info!(%addr, version = env!("CARGO_PKG_VERSION"), "serving");
+    );
+    let listener = listen(&args).await?;
     let shutdown = shutdown(health, args.serving.shutdown_delay_duration);
     let defaults = app.clone().keep_defaults_ready();
     let defaults_run = async move {
@@ -174,6 +137,91 @@ async fn serve(args: ServeArgs) -> Result<()> {
         defaults_run,
     };
     supervise(server, loops).await
+}
+
+/// The socket `--bind-address` and `--secure-port` name, listening.
+async fn listen(args: &ServeArgs) -> Result<tokio::net::TcpListener> {
+    let addr = std::net::SocketAddr::new(args.bind_address, args.secure_port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    info!(%addr, version = env!("CARGO_PKG_VERSION"), "serving");
+    Ok(listener)
+}
+
+/// The server's request handler over its parts, bounded by the serving flags.
+fn app(
+    args: &ServeArgs,
+    registry: Registry,
+    health: Arc<Health>,
+    authn: Arc<Authenticator>,
+    authz: Arc<Authorizer>,
+    resources: Arc<Resources>,
+    fleet: Arc<FleetView>,
+) -> Arc<App> {
+    Arc::new(App {
+        metrics: registry.register(),
+        registry,
+        health,
+        authn,
+        authz,
+        resources,
+        fleet,
+        inflight: Arc::new(Semaphore::new(args.serving.max_requests_inflight)),
+        watches: WatchSlots::new(args.serving.max_watches, args.serving.max_watches_per_user),
+        compute: Arc::new(Semaphore::new(compute_slots(
+            args.serving.max_compute_concurrency,
+        ))),
+        request_timeout: args.serving.request_timeout,
+    })
+}
+
+/// Keeps the version and machine summaries computed as their inputs change (`live`); never
+/// ends.
+fn keep_live(
+    live: &Arc<Live>,
+    resources: &Arc<Resources>,
+    fleet: &Arc<FleetView>,
+    registry: &Registry,
+    health: &Health,
+) -> impl Future<Output = ()> + use<> {
+    let versions = live
+        .clone()
+        .keep_versions(resources.clone(), health.ready_flag("version-summaries"));
+    let machines = live.clone().keep_machines(
+        resources.clone(),
+        fleet.clone(),
+        registry.register(),
+        health.ready_flag("machine-summaries"),
+    );
+    async move {
+        futures::future::select(Box::pin(versions), Box::pin(machines)).await;
+    }
+}
+
+/// Delegated authentication (whose configuration `authn_run` watches) and authorization,
+/// counting in `registry`.
+fn auth(
+    args: &ServeArgs,
+    client: kube::Client,
+    registry: &Registry,
+    watches: Arc<WatchMetrics>,
+    health: &Health,
+) -> (
+    Arc<Authenticator>,
+    impl Future<Output = ()> + use<>,
+    Arc<Authorizer>,
+) {
+    let auth_metrics = Arc::new(AuthCounts::new(registry, watches));
+    let authn = Arc::new(Authenticator::new(
+        client.clone(),
+        &args.authn,
+        auth_metrics.clone(),
+    ));
+    let auth_ready = health.ready_flag("authentication-config");
+    let authn_run = authn.clone().run(move || auth_ready.set());
+    let authz = Arc::new(Authorizer::new(client, &args.authz, auth_metrics));
+    (authn, authn_run, authz)
 }
 
 /// Runs the server and the loops that keep its inputs current until the server
@@ -285,6 +333,22 @@ async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
 /// else, in a pod, in the service account's namespace, else nowhere.
 /// Logged at start, shown in `/readyz?verbose` (`channel-history`, or
 /// `channel-history-off`) and in `elemental_changelog_channel_history_enabled`.
+/// The channel controller's settings, from the flags; with the channel history when enabled.
+fn refresh_settings(
+    args: &ServeArgs,
+    client: &kube::Client,
+    registry: &Registry,
+    watches: &Arc<WatchMetrics>,
+    health: &Health,
+) -> RefreshSettings {
+    RefreshSettings {
+        interval: args.refresh_interval,
+        architectures: args.architectures.clone(),
+        history: history(args, client, registry, watches, health),
+        max_kept_total: args.max_kept_total,
+    }
+}
+
 fn history(
     args: &ServeArgs,
     client: &kube::Client,

@@ -350,7 +350,7 @@ where
         page_size,
     } = kind;
     let (stores, feeders) = Stores::new(namespaces);
-    for mut feeder in feeders {
+    for feeder in feeders {
         let namespace = feeder.namespace.clone();
         let api: Api<K> = match &namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
@@ -367,46 +367,59 @@ where
             .default_backoff()
             .map_ok(move |event| event.modify(trim));
         drivers.push(Box::pin(
-            async move {
-                metrics.watch_synced(resource, false);
-                let mut missing_logged = false;
-                let mut stream = std::pin::pin!(stream);
-                while let Some(item) = stream.next().await {
-                    match item {
-                        Ok(event) => {
-                            feeder.apply_watcher_event(&event);
-                            if matches!(event, watcher::Event::InitDone) {
-                                metrics.watch_synced(resource, true);
-                                debug!("initial list done");
-                                missing_logged = false;
-                            }
-                            on_event(&event);
-                        }
-                        Err(error) if optional && crd_missing(&error) => {
-                            // No CRD: nothing of this kind exists. Synced, and listed again
-                            // every 30 s so the objects appear once it is installed.
-                            if !missing_logged {
-                                warn!(
-                                    resource = resource.as_str(),
-                                    "the CRD is not installed (the list answers 404); treated as empty and listed again every 30 s"
-                                );
-                                missing_logged = true;
-                            }
-                            feeder.mark_synced();
-                            tokio::time::sleep(CRD_RECHECK).await;
-                        }
-                        Err(error) => {
-                            metrics.watch_error(resource);
-                            warn!(%error, "watch failed; retrying with backoff");
-                        }
-                    }
-                }
-                warn!("watch stream ended");
-            }
-            .instrument(span),
+            drive(stream, feeder, resource, optional, metrics, on_event).instrument(span),
         ));
     }
     stores
+}
+
+/// Feeds `feeder` from one watch `stream` of `resource`, counting in the watch metrics and
+/// telling `on_event` of every event once it is stored, until the stream ends (it does not:
+/// it retries with backoff). An `optional` kind whose CRD is missing is synced and empty.
+async fn drive<K>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    mut feeder: Feeder<K>,
+    resource: WatchedResource,
+    optional: bool,
+    metrics: Arc<WatchMetrics>,
+    on_event: impl Fn(&watcher::Event<K>),
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    metrics.watch_synced(resource, false);
+    let mut missing_logged = false;
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => {
+                feeder.apply_watcher_event(&event);
+                if matches!(event, watcher::Event::InitDone) {
+                    metrics.watch_synced(resource, true);
+                    debug!("initial list done");
+                    missing_logged = false;
+                }
+                on_event(&event);
+            }
+            Err(error) if optional && crd_missing(&error) => {
+                // No CRD: nothing of this kind exists. Synced, and listed again
+                // every 30 s so the objects appear once it is installed.
+                if !missing_logged {
+                    warn!(
+                        resource = resource.as_str(),
+                        "the CRD is not installed (the list answers 404); treated as empty and listed again every 30 s"
+                    );
+                    missing_logged = true;
+                }
+                feeder.mark_synced();
+                tokio::time::sleep(CRD_RECHECK).await;
+            }
+            Err(error) => {
+                metrics.watch_error(resource);
+                warn!(%error, "watch failed; retrying with backoff");
+            }
+        }
+    }
+    warn!("watch stream ended");
 }
 
 /// Whether a watch error says the kind does not exist (its CRD is not installed).

@@ -37,7 +37,7 @@ use elemental_changelog_auth::{
 use self::{
     metrics::{ServingLimit, ServingMetrics},
     ready::Ready,
-    resources::{Answer, Cost, Job, Plan},
+    resources::{Answer, Answering, Cost, Job},
 };
 use crate::{
     health::{self, Health},
@@ -348,9 +348,9 @@ impl App {
                 ) {
                     self.resources.live().fresh(Answers::Machines).await;
                 }
-                let planned = self.fleet.plan(resource, accept);
-                match planned {
-                    Ok(plan) => self.answer_plan(plan, headers).await,
+                let answering = self.fleet.answering(resource, accept);
+                match answering {
+                    Ok(answering) => self.answer(answering, headers).await,
                     Err(error) => Err(error),
                 }
                 .unwrap_or_else(|error| status(&error))
@@ -398,7 +398,7 @@ impl App {
         }
     }
 
-    /// Answers a resource request as [`resources::Resources::plan`] decides: the ready bytes
+    /// Answers a resource request as [`resources::Resources::answering`] decides: the ready bytes
     /// when they are kept (a lookup on the async threads, nothing rendered), else rendered on
     /// the blocking pool. Requests for an answer being rendered wait for it without holding a
     /// thread. Rendering that grows with the data (a range of versions, a list of summaries, a
@@ -410,19 +410,19 @@ impl App {
         headers: &HeaderMap,
     ) -> Result<HttpResponse, StatusError> {
         let accept = header_str(headers, header::ACCEPT);
-        let plan = self.resources.plan(resource, accept)?;
-        self.answer_plan(plan, headers).await
+        let answering = self.resources.answering(resource, accept)?;
+        self.answer(answering, headers).await
     }
 
-    /// Carries out a plan: the ready bytes, or the job run off the async threads.
-    async fn answer_plan(
+    /// Answers as decided: the ready bytes, or the job run off the async threads.
+    async fn answer(
         &self,
-        plan: Plan,
+        answering: Answering,
         headers: &HeaderMap,
     ) -> Result<HttpResponse, StatusError> {
-        let render = match plan {
-            Plan::Ready(ready) => return Ok(ready.respond(headers)),
-            Plan::Render(render) => render,
+        let render = match answering {
+            Answering::Ready(ready) => return Ok(ready.respond(headers)),
+            Answering::Render(render) => render,
         };
         let answer = match render.job {
             Job::Keep { key, render: job } => self

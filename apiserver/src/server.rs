@@ -169,25 +169,6 @@ pub struct ServingLimits {
     pub shutdown_grace_period: Duration,
 }
 
-impl Default for ServingLimits {
-    fn default() -> Self {
-        Self {
-            max_connections: 1024,
-            max_requests_inflight: 400,
-            max_watches: 1000,
-            max_watches_per_user: 100,
-            request_timeout: Duration::from_secs(60),
-            header_read_timeout: Duration::from_secs(30),
-            idle_connection_timeout: Duration::from_secs(90),
-            write_timeout: Duration::from_secs(30),
-            max_compute_concurrency: 0,
-            answer_cache_size: 32 << 20,
-            shutdown_delay_duration: Duration::ZERO,
-            shutdown_grace_period: Duration::from_secs(10),
-        }
-    }
-}
-
 /// Which connection pool a connection was admitted to.
 enum Admission {
     /// Below the connection cap.

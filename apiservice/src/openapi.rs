@@ -340,6 +340,13 @@ fn meta_schemas(spec: Spec, m: &mut Map<String, Value>) {
             }),
         ),
     );
+    status_schemas(spec, m);
+    api_resource_schemas(spec, m);
+}
+
+/// `Status`, its details and causes, as k8s.io/apimachinery defines them.
+fn status_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let q = |n: &str| format!("{META}{n}");
     m.insert(
         q("StatusCause"),
         object(
@@ -384,6 +391,11 @@ fn meta_schemas(spec: Spec, m: &mut Map<String, Value>) {
     );
     status["x-kubernetes-group-version-kind"] = gvk("", "v1", "Status");
     m.insert(q("Status"), status);
+}
+
+/// `APIResource` and `APIResourceList`, as k8s.io/apimachinery defines them.
+fn api_resource_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let q = |n: &str| format!("{META}{n}");
     m.insert(
         q("APIResource"),
         object(
@@ -1277,6 +1289,15 @@ mod tests {
         );
     }
 
+    /// The names of the parameters `v` lists.
+    fn names(v: &Value) -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     #[test]
     fn paths_and_parameters() {
         for (doc, schema_key) in [
@@ -1284,100 +1305,8 @@ mod tests {
             (parse(v3_group_version()), Some("schema")),
         ] {
             let paths = doc["paths"].as_object().unwrap();
-            let changelog = &paths["/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions/{name}/changelog"];
-            let names = |v: &Value| -> Vec<String> {
-                v.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|p| p["name"].as_str().unwrap().to_owned())
-                    .collect()
-            };
-            assert_eq!(
-                names(&changelog["get"]["parameters"]),
-                ["from", "arch", "format"]
-            );
-            assert_eq!(names(&changelog["parameters"]), ["name", "namespace"]);
-            assert_eq!(changelog["get"]["x-kubernetes-action"], "get");
-            let format = &changelog["get"]["parameters"][2];
-            let ty = match schema_key {
-                Some(k) => &format[k],
-                None => format,
-            };
-            assert_eq!(ty["enum"], json!(["json", "text", "markdown", "md"]));
-            // What the server's `Params` reads for a list; watch is not served.
-            for p in [
-                "/apis/changelog.elemental.cattle.io/v1beta1/managedosversions",
-                "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions",
-            ] {
-                assert_eq!(
-                    names(&paths[p]["get"]["parameters"]),
-                    [
-                        "labelSelector",
-                        "fieldSelector",
-                        "cve",
-                        "arch",
-                        "includeObject"
-                    ]
-                );
-                assert_eq!(paths[p]["get"]["x-kubernetes-action"], "list");
-                assert!(paths[p].get("watch").is_none());
-            }
-            let get = &paths["/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions/{name}"];
-            assert_eq!(names(&get["get"]["parameters"]), ["arch", "includeObject"]);
-            let include_object = &get["get"]["parameters"][1];
-            let ty = match schema_key {
-                Some(k) => &include_object[k],
-                None => include_object,
-            };
-            assert_eq!(ty["enum"], json!(["None", "Metadata", "Object"]));
-            assert!(paths.contains_key("/apis/changelog.elemental.cattle.io/v1beta1/"));
-            // The fleet view.
-            let base = "/apis/changelog.elemental.cattle.io/v1beta1";
-            for p in [
-                format!("{base}/machineinventories"),
-                format!("{base}/namespaces/{{namespace}}/machineinventories"),
-            ] {
-                assert_eq!(
-                    names(&paths[&p]["get"]["parameters"]),
-                    [
-                        "labelSelector",
-                        "fieldSelector",
-                        "cve",
-                        "arch",
-                        "includeObject"
-                    ]
-                );
-                assert_eq!(paths[&p]["get"]["x-kubernetes-action"], "list");
-                assert_eq!(
-                    paths[&p]["get"]["x-kubernetes-group-version-kind"]["kind"],
-                    "MachineInventoryChangelogSummary"
-                );
-            }
-            let machine =
-                &paths[&format!("{base}/namespaces/{{namespace}}/machineinventories/{{name}}")];
-            assert_eq!(
-                names(&machine["get"]["parameters"]),
-                ["cve", "arch", "includeObject"]
-            );
-            assert_eq!(names(&machine["parameters"]), ["name", "namespace"]);
-            let machine_changelog = &paths
-                [&format!("{base}/namespaces/{{namespace}}/machineinventories/{{name}}/changelog")];
-            assert_eq!(
-                names(&machine_changelog["get"]["parameters"]),
-                ["to", "arch", "format"]
-            );
-            assert_eq!(
-                machine_changelog["get"]["x-kubernetes-group-version-kind"]["kind"],
-                "ManagedOSVersionChangelog"
-            );
-            let plan = &paths
-                [&format!("{base}/namespaces/{{namespace}}/managedosimages/{{name}}/changelog")];
-            assert_eq!(names(&plan["get"]["parameters"]), ["arch"]);
-            assert_eq!(names(&plan["parameters"]), ["name", "namespace"]);
-            assert_eq!(
-                plan["get"]["x-kubernetes-group-version-kind"]["kind"],
-                "ManagedOSImageChangelog"
-            );
+            version_paths(paths, schema_key);
+            fleet_paths(paths);
             // Operation ids are unique.
             let mut ids: Vec<&str> = paths
                 .values()
@@ -1388,6 +1317,102 @@ mod tests {
             ids.dedup();
             assert_eq!(ids.len(), n);
         }
+    }
+
+    /// Of [`paths_and_parameters`]: the paths of versions and their changelogs; a
+    /// parameter's type is under `schema_key` (v3) or in the parameter itself (v2).
+    fn version_paths(paths: &serde_json::Map<String, Value>, schema_key: Option<&str>) {
+        let changelog = &paths["/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions/{name}/changelog"];
+        assert_eq!(
+            names(&changelog["get"]["parameters"]),
+            ["from", "arch", "format"]
+        );
+        assert_eq!(names(&changelog["parameters"]), ["name", "namespace"]);
+        assert_eq!(changelog["get"]["x-kubernetes-action"], "get");
+        let format = &changelog["get"]["parameters"][2];
+        let ty = match schema_key {
+            Some(k) => &format[k],
+            None => format,
+        };
+        assert_eq!(ty["enum"], json!(["json", "text", "markdown", "md"]));
+        // What the server's `Params` reads for a list; watch is not served.
+        for p in [
+            "/apis/changelog.elemental.cattle.io/v1beta1/managedosversions",
+            "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions",
+        ] {
+            assert_eq!(
+                names(&paths[p]["get"]["parameters"]),
+                [
+                    "labelSelector",
+                    "fieldSelector",
+                    "cve",
+                    "arch",
+                    "includeObject"
+                ]
+            );
+            assert_eq!(paths[p]["get"]["x-kubernetes-action"], "list");
+            assert!(paths[p].get("watch").is_none());
+        }
+        let get = &paths["/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions/{name}"];
+        assert_eq!(names(&get["get"]["parameters"]), ["arch", "includeObject"]);
+        let include_object = &get["get"]["parameters"][1];
+        let ty = match schema_key {
+            Some(k) => &include_object[k],
+            None => include_object,
+        };
+        assert_eq!(ty["enum"], json!(["None", "Metadata", "Object"]));
+        assert!(paths.contains_key("/apis/changelog.elemental.cattle.io/v1beta1/"));
+    }
+
+    /// Of [`paths_and_parameters`]: the fleet view's paths.
+    fn fleet_paths(paths: &serde_json::Map<String, Value>) {
+        // The fleet view.
+        let base = "/apis/changelog.elemental.cattle.io/v1beta1";
+        for p in [
+            format!("{base}/machineinventories"),
+            format!("{base}/namespaces/{{namespace}}/machineinventories"),
+        ] {
+            assert_eq!(
+                names(&paths[&p]["get"]["parameters"]),
+                [
+                    "labelSelector",
+                    "fieldSelector",
+                    "cve",
+                    "arch",
+                    "includeObject"
+                ]
+            );
+            assert_eq!(paths[&p]["get"]["x-kubernetes-action"], "list");
+            assert_eq!(
+                paths[&p]["get"]["x-kubernetes-group-version-kind"]["kind"],
+                "MachineInventoryChangelogSummary"
+            );
+        }
+        let machine =
+            &paths[&format!("{base}/namespaces/{{namespace}}/machineinventories/{{name}}")];
+        assert_eq!(
+            names(&machine["get"]["parameters"]),
+            ["cve", "arch", "includeObject"]
+        );
+        assert_eq!(names(&machine["parameters"]), ["name", "namespace"]);
+        let machine_changelog = &paths
+            [&format!("{base}/namespaces/{{namespace}}/machineinventories/{{name}}/changelog")];
+        assert_eq!(
+            names(&machine_changelog["get"]["parameters"]),
+            ["to", "arch", "format"]
+        );
+        assert_eq!(
+            machine_changelog["get"]["x-kubernetes-group-version-kind"]["kind"],
+            "ManagedOSVersionChangelog"
+        );
+        let plan =
+            &paths[&format!("{base}/namespaces/{{namespace}}/managedosimages/{{name}}/changelog")];
+        assert_eq!(names(&plan["get"]["parameters"]), ["arch"]);
+        assert_eq!(names(&plan["parameters"]), ["name", "namespace"]);
+        assert_eq!(
+            plan["get"]["x-kubernetes-group-version-kind"]["kind"],
+            "ManagedOSImageChangelog"
+        );
     }
 
     #[test]

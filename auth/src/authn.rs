@@ -149,14 +149,6 @@ pub struct AuthnArgs {
     pub token_cache_ttl: Duration,
 }
 
-impl Default for AuthnArgs {
-    fn default() -> Self {
-        Self {
-            token_cache_ttl: Duration::from_secs(10),
-        }
-    }
-}
-
 /// Whether bearer tokens are reviewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tokens {

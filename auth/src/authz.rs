@@ -176,20 +176,6 @@ pub struct AuthzArgs {
     pub unauthorized_ttl: Duration,
 }
 
-impl Default for AuthzArgs {
-    fn default() -> Self {
-        Self {
-            always_allow_paths: AlwaysAllowPaths(vec![
-                PathRule::Exact("healthz".to_owned()),
-                PathRule::Exact("readyz".to_owned()),
-                PathRule::Exact("livez".to_owned()),
-            ]),
-            authorized_ttl: Duration::from_secs(10),
-            unauthorized_ttl: Duration::from_secs(10),
-        }
-    }
-}
-
 /// Authorizes requests; see the [module documentation](self).
 pub struct Authorizer {
     api: Api<SubjectAccessReview>,

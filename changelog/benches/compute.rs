@@ -21,15 +21,56 @@ const VERSIONS: usize = 500;
 const PACKAGES: usize = 800;
 const ADVISORIES: usize = 3000;
 
+/// The architecture of package `p`.
+fn arch(p: usize) -> &'static str {
+    if p.is_multiple_of(5) {
+        "noarch"
+    } else {
+        "x86_64"
+    }
+}
+
+/// Advisory `a`, updating package `p` to release `release`.
+fn advisory(a: usize, p: usize, release: u32) -> Advisory {
+    let cve = format!("CVE-2024-{:05}", a);
+    Advisory {
+        id: format!("SUSE-SLE-Micro-6.1-2024-{a}"),
+        type_: if a.is_multiple_of(3) {
+            "security"
+        } else {
+            "recommended"
+        }
+        .into(),
+        severity: if a.is_multiple_of(3) {
+            Severity::Important
+        } else {
+            Severity::Moderate
+        },
+        title: format!("Update for pkg-{p:04}"),
+        issued: Some(
+            jiff::Timestamp::from_second(1_700_000_000 + (a as i64) * 600).unwrap_or_default(),
+        ),
+        cves: vec![cve.clone()],
+        bugs: vec![format!("{}", 1_000_000 + a)],
+        references: vec![Reference {
+            id: cve,
+            type_: "cve".into(),
+            href: "https://www.suse.com/security/cve/".into(),
+            title: String::new(),
+        }],
+        description: "This update fixes the following issues: ...".repeat(4),
+        packages: vec![AdvisoryPackage {
+            name: format!("pkg-{p:04}"),
+            epoch: None,
+            version: "1.0".into(),
+            release: format!("{}.1", release),
+            arch: arch(p).into(),
+        }],
+    }
+}
+
 fn generate() -> IndexedChannel {
     let per_version = ADVISORIES / VERSIONS;
-    let arch = |p: usize| {
-        if p.is_multiple_of(5) {
-            "noarch"
-        } else {
-            "x86_64"
-        }
-    };
     let mut releases = vec![1u32; PACKAGES];
     let mut entries = Vec::new();
     let mut lists = BTreeMap::new();
@@ -39,42 +80,7 @@ fn generate() -> IndexedChannel {
             let a = v * per_version + k;
             let p = (a * 37) % PACKAGES;
             releases[p] += 1;
-            let cve = format!("CVE-2024-{:05}", a);
-            updateinfo.push(Advisory {
-                id: format!("SUSE-SLE-Micro-6.1-2024-{a}"),
-                type_: if a.is_multiple_of(3) {
-                    "security"
-                } else {
-                    "recommended"
-                }
-                .into(),
-                severity: if a.is_multiple_of(3) {
-                    Severity::Important
-                } else {
-                    Severity::Moderate
-                },
-                title: format!("Update for pkg-{p:04}"),
-                issued: Some(
-                    jiff::Timestamp::from_second(1_700_000_000 + (a as i64) * 600)
-                        .unwrap_or_default(),
-                ),
-                cves: vec![cve.clone()],
-                bugs: vec![format!("{}", 1_000_000 + a)],
-                references: vec![Reference {
-                    id: cve,
-                    type_: "cve".into(),
-                    href: "https://www.suse.com/security/cve/".into(),
-                    title: String::new(),
-                }],
-                description: "This update fixes the following issues: ...".repeat(4),
-                packages: vec![AdvisoryPackage {
-                    name: format!("pkg-{p:04}"),
-                    epoch: None,
-                    version: "1.0".into(),
-                    release: format!("{}.1", releases[p]),
-                    arch: arch(p).into(),
-                }],
-            });
+            updateinfo.push(advisory(a, p, releases[p]));
         }
         let name = format!("base-v2.2.0-{v}.1-os");
         let packages = (0..PACKAGES)

@@ -50,56 +50,22 @@ pub fn rpmvercmp(a: &str, b: &str) -> Ordering {
         let c1 = one.get(i).copied();
         let c2 = two.get(j).copied();
 
-        // `~` sorts before everything else, the end of the string included.
-        if c1 == Some(b'~') || c2 == Some(b'~') {
-            if c1 != Some(b'~') {
-                return Ordering::Greater;
+        match marker(c1, c2) {
+            Marker::Decides(order) => return order,
+            Marker::Both => {
+                i += 1;
+                j += 1;
+                continue;
             }
-            if c2 != Some(b'~') {
-                return Ordering::Less;
-            }
-            i += 1;
-            j += 1;
-            continue;
-        }
-        // `^` sorts after the end of the string, before anything else.
-        if c1 == Some(b'^') || c2 == Some(b'^') {
-            if c1.is_none() {
-                return Ordering::Less;
-            }
-            if c2.is_none() {
-                return Ordering::Greater;
-            }
-            if c1 != Some(b'^') {
-                return Ordering::Greater;
-            }
-            if c2 != Some(b'^') {
-                return Ordering::Less;
-            }
-            i += 1;
-            j += 1;
-            continue;
+            Marker::Neither => {}
         }
         let (Some(first), Some(_)) = (c1, c2) else {
             break;
         };
 
         let numeric = first.is_ascii_digit();
-        let run = |s: &[u8], start: usize| {
-            let mut end = start;
-            while end < s.len()
-                && (if numeric {
-                    s[end].is_ascii_digit()
-                } else {
-                    s[end].is_ascii_alphabetic()
-                })
-            {
-                end += 1;
-            }
-            end
-        };
-        let end1 = run(one, i);
-        let end2 = run(two, j);
+        let end1 = run_end(one, i, numeric);
+        let end2 = run_end(two, j, numeric);
         // Segments of different types: numeric is newer than alphabetic.
         if end2 == j {
             return if numeric {
@@ -108,21 +74,7 @@ pub fn rpmvercmp(a: &str, b: &str) -> Ordering {
                 Ordering::Less
             };
         }
-        let mut seg1 = &one[i..end1];
-        let mut seg2 = &two[j..end2];
-        if numeric {
-            while let [b'0', rest @ ..] = seg1 {
-                seg1 = rest;
-            }
-            while let [b'0', rest @ ..] = seg2 {
-                seg2 = rest;
-            }
-            match seg1.len().cmp(&seg2.len()) {
-                Ordering::Equal => {}
-                longer => return longer,
-            }
-        }
-        match seg1.cmp(seg2) {
+        match segment_cmp(&one[i..end1], &two[j..end2], numeric) {
             Ordering::Equal => {}
             other => return other,
         }
@@ -134,6 +86,80 @@ pub fn rpmvercmp(a: &str, b: &str) -> Ordering {
         (true, false) => Ordering::Less,
         _ => Ordering::Greater,
     }
+}
+
+/// What a `~` or `^` at the current positions of [`rpmvercmp`] means.
+enum Marker {
+    /// The order of the strings.
+    Decides(Ordering),
+    /// Both have the same marker: skip it in both.
+    Both,
+    /// No marker at either position.
+    Neither,
+}
+
+/// The [`Marker`] at characters `c1` and `c2` (`None`: the end of the string).
+fn marker(c1: Option<u8>, c2: Option<u8>) -> Marker {
+    // `~` sorts before everything else, the end of the string included.
+    if c1 == Some(b'~') || c2 == Some(b'~') {
+        if c1 != Some(b'~') {
+            return Marker::Decides(Ordering::Greater);
+        }
+        if c2 != Some(b'~') {
+            return Marker::Decides(Ordering::Less);
+        }
+        return Marker::Both;
+    }
+    // `^` sorts after the end of the string, before anything else.
+    if c1 == Some(b'^') || c2 == Some(b'^') {
+        if c1.is_none() {
+            return Marker::Decides(Ordering::Less);
+        }
+        if c2.is_none() {
+            return Marker::Decides(Ordering::Greater);
+        }
+        if c1 != Some(b'^') {
+            return Marker::Decides(Ordering::Greater);
+        }
+        if c2 != Some(b'^') {
+            return Marker::Decides(Ordering::Less);
+        }
+        return Marker::Both;
+    }
+    Marker::Neither
+}
+
+/// The end of the run of digits (`numeric`) or letters that starts at `start` of `s`.
+fn run_end(s: &[u8], start: usize, numeric: bool) -> usize {
+    let mut end = start;
+    while end < s.len()
+        && (if numeric {
+            s[end].is_ascii_digit()
+        } else {
+            s[end].is_ascii_alphabetic()
+        })
+    {
+        end += 1;
+    }
+    end
+}
+
+/// Compares two runs of the same type: numbers as numbers (leading zeros ignored), letters
+/// byte by byte.
+fn segment_cmp(mut seg1: &[u8], mut seg2: &[u8], numeric: bool) -> Ordering {
+    if numeric {
+        while let [b'0', rest @ ..] = seg1 {
+            seg1 = rest;
+        }
+        while let [b'0', rest @ ..] = seg2 {
+            seg2 = rest;
+        }
+        match seg1.len().cmp(&seg2.len()) {
+            Ordering::Equal => {}
+            longer => return longer,
+        }
+    }
+    seg1.cmp(seg2)
 }
 
 /// An RPM `[epoch:]version-release`.

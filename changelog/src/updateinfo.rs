@@ -927,6 +927,11 @@ mod tests {
             matches!(err, Error::TooMuchMemory { limit } if limit == small),
             "{err}"
         );
+        repeated_packages_merge_and_long_text_is_refused(limits);
+    }
+
+    /// Of [`package_and_memory_limits`], with its `limits`.
+    fn repeated_packages_merge_and_long_text_is_refused(limits: Limits) {
         // A repeated id's packages are merged (and counted as read).
         let repeated = format!(
             "<updates>{}{}</updates>",

@@ -15,7 +15,7 @@
 //!   its fleet error table's causes against `MachineReason` (`fleet.rs` checks that table
 //!   against the server's answers);
 //! - every number of `docs/operations.md`'s size limits table against the constant it
-//!   names, and the budget's start-up formula against `MemoryPlan`;
+//!   names, and the budget's start-up formula against `PullMemory`;
 //! - the README's first commands (what `.ci/run` runs), and what the docs say `make server`
 //!   and the Dockerfile do.
 //!
@@ -35,7 +35,7 @@ use elemental_changelog_integration::markdown::{
     Document, Flag, Row, code_spans, help_flags, leading_code,
 };
 use elemental_changelog_integration::testbed::{server_binary, workspace_root};
-use elemental_changelog_registry::budget::MemoryPlan;
+use elemental_changelog_registry::budget::PullMemory;
 use elemental_changelog_registry::limits::FetchLimits;
 use elemental_changelog_registry::{client, layer};
 
@@ -1068,8 +1068,8 @@ fn limit_constant(name: &str) -> Option<u64> {
         "FetchLimits::max_index_manifests" => fetch.max_index_manifests as u64,
         "client::MAX_MANIFEST_BYTES" => client::MAX_MANIFEST_BYTES,
         "client::MAX_TOKEN_BYTES" => client::MAX_TOKEN_BYTES,
-        "MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE" => MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE,
-        "MemoryPlan::UPDATEINFO_BUDGET_SHARE" => MemoryPlan::UPDATEINFO_BUDGET_SHARE,
+        "PullMemory::PARSE_BYTES_PER_KEPT_BYTE" => PullMemory::PARSE_BYTES_PER_KEPT_BYTE,
+        "PullMemory::UPDATEINFO_BUDGET_SHARE" => PullMemory::UPDATEINFO_BUDGET_SHARE,
         "updateinfo::Limits::max_advisories" => updateinfo.max_advisories as u64,
         "updateinfo::Limits::max_bytes" => updateinfo.max_bytes,
         "updateinfo::Limits::max_element_bytes" => updateinfo.max_element_bytes,
@@ -1174,12 +1174,12 @@ fn every_number_of_the_limits_table_is_its_constant() -> Result<()> {
     let doc = Document::read("docs/operations.md")?;
     let problems = limits_problems(&doc, limit_constant)?;
     ensure!(problems.is_empty(), "{}", problems.join("\n"));
-    // The start-up check of the budget, as MemoryPlan::largest_pull_fits computes it.
+    // The start-up check of the budget, as PullMemory::largest_pull_fits computes it.
     let formula = format!(
         "max({} MiB, {} × `--max-kept-size`) + budget / {}",
-        MemoryPlan::PULL_WORKING_SET >> 20,
-        1 + MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE,
-        MemoryPlan::UPDATEINFO_BUDGET_SHARE
+        PullMemory::PULL_WORKING_SET >> 20,
+        1 + PullMemory::PARSE_BYTES_PER_KEPT_BYTE,
+        PullMemory::UPDATEINFO_BUDGET_SHARE
     );
     ensure!(
         doc.text.contains(&formula),

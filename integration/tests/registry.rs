@@ -43,20 +43,10 @@ fn plain_fetcher_with(registry: &Registry, limits: FetchLimits) -> Result<Fetche
 
 /// Registry flags as the server's command line would give them.
 fn args(config: Option<PathBuf>, ca: Option<PathBuf>) -> RegistryArgs {
-    let defaults = FetchConfig::default();
     RegistryArgs {
         registry_config: config,
         registry_ca_file: ca,
-        insecure_registries: Vec::new(),
-        max_image_size: defaults.limits.max_compressed_bytes,
-        max_uncompressed_size: defaults.limits.max_uncompressed_bytes,
-        max_layer_entries: defaults.limits.max_entries,
-        max_file_size: defaults.limits.max_file_bytes,
-        max_kept_size: defaults.limits.max_kept_bytes,
-        registry_connect_timeout: defaults.connect_timeout,
-        registry_read_timeout: defaults.read_timeout,
-        fetch_timeout: defaults.fetch_timeout,
-        memory_budget: defaults.memory_budget,
+        ..RegistryArgs::default()
     }
 }
 

@@ -21,7 +21,7 @@
 //! permits covers budgets up to 4 TiB.
 //!
 //! How much a pull reserves, grows to and keeps for the parse of its files is
-//! decided in one place, [`MemoryPlan`].
+//! decided in one place, [`PullMemory`].
 
 use std::{fmt, sync::Arc};
 
@@ -228,22 +228,22 @@ impl Drop for Reservation {
 /// whether the largest image the limits allow can fit at all.
 ///
 /// A pull holds, in turn:
-/// 1. up front ([`MemoryPlan::pull`]): the working set, the `updateinfo.xml`
-///    allowance, and the [typical kept files](MemoryPlan::KEPT_ALLOWANCE)
+/// 1. up front ([`PullMemory::pull`]): the working set, the `updateinfo.xml`
+///    allowance, and the [typical kept files](PullMemory::KEPT_ALLOWANCE)
 ///    with their parse;
-/// 2. while keeping files ([`MemoryPlan::while_keeping`]): that, grown by what
+/// 2. while keeping files ([`PullMemory::while_keeping`]): that, grown by what
 ///    is kept beyond the typical allowance;
-/// 3. once pulled ([`MemoryPlan::parse`]): the working set given back; the
+/// 3. once pulled ([`PullMemory::parse`]): the working set given back; the
 ///    kept files (at least the typical allowance), their parse
-///    ([`MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE`] per byte) and the
+///    ([`PullMemory::PARSE_BYTES_PER_KEPT_BYTE`] per byte) and the
 ///    `updateinfo.xml` allowance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemoryPlan {
+pub struct PullMemory {
     budget: u64,
 }
 
 /// The memory a pulled image holds for the parse of its files (step 3 of
-/// [`MemoryPlan`]).
+/// [`PullMemory`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParseMemory {
     /// The whole reservation to hold.
@@ -254,7 +254,7 @@ pub struct ParseMemory {
     pub parse_bytes: u64,
 }
 
-impl MemoryPlan {
+impl PullMemory {
     /// Memory a pull needs besides the files it keeps: the zstd window (up to
     /// 32 MiB), the chunks in flight and decoder buffers; the manifests (at
     /// most `client::MAX_MANIFEST_BYTES` each, parsed) come before the
@@ -277,7 +277,7 @@ impl MemoryPlan {
     /// front is never refused for that.
     pub const KEPT_ALLOWANCE: u64 = 256 << 10;
 
-    /// The plan for a budget of `budget` bytes.
+    /// The arithmetic for a budget of `budget` bytes.
     pub fn new(budget: u64) -> Self {
         Self { budget }
     }
@@ -401,33 +401,33 @@ mod tests {
     }
 
     #[test]
-    fn the_plan_of_a_pull() {
-        let plan = MemoryPlan::new(160 * MIB);
-        assert_eq!(plan.updateinfo_bytes(), 40 * MIB);
-        assert_eq!(plan.pull(), 40 * MIB + 40 * MIB + MIB);
+    fn the_memory_of_a_pull() {
+        let memory = PullMemory::new(160 * MIB);
+        assert_eq!(memory.updateinfo_bytes(), 40 * MIB);
+        assert_eq!(memory.pull(), 40 * MIB + 40 * MIB + MIB);
         // Typical files fit what was reserved up front.
         assert_eq!(
-            MemoryPlan::while_keeping(plan.pull(), 100 << 10),
-            plan.pull()
+            PullMemory::while_keeping(memory.pull(), 100 << 10),
+            memory.pull()
         );
         assert_eq!(
-            MemoryPlan::while_keeping(plan.pull(), 2 * MIB),
-            plan.pull() + MIB
+            PullMemory::while_keeping(memory.pull(), 2 * MIB),
+            memory.pull() + MIB
         );
-        let small = plan.parse(1);
+        let small = memory.parse(1);
         assert_eq!(small.parse_bytes, 768 << 10);
         assert_eq!(small.total, 40 * MIB + MIB);
-        let large = plan.parse(8 * MIB);
+        let large = memory.parse(8 * MIB);
         assert_eq!((large.total, large.parse_bytes), (72 * MIB, 24 * MIB));
         assert_eq!(large.updateinfo_bytes, 40 * MIB);
     }
 
     #[test]
     fn the_defaults_fit_the_default_budget() {
-        MemoryPlan::new(160 * MIB)
+        PullMemory::new(160 * MIB)
             .largest_pull_fits(24 * MIB)
             .unwrap();
-        let error = MemoryPlan::new(64 * MIB)
+        let error = PullMemory::new(64 * MIB)
             .largest_pull_fits(24 * MIB)
             .unwrap_err();
         assert!(error.to_string().contains("--memory-budget"), "{error}");

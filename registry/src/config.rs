@@ -8,8 +8,8 @@ use rustls_pki_types::{CertificateDer, pem::PemObject as _};
 use serde::Deserialize;
 
 use crate::{
-    budget::{BudgetError, MemoryPlan},
-    limits::{FetchLimits, KeepFiles},
+    budget::{BudgetError, PullMemory},
+    limits::{FetchLimits, KeepFiles, MAX_INDEX_MANIFESTS, MAX_LAYERS},
 };
 
 /// Registry flags, to be flattened into the server's and `inspect`'s command
@@ -67,7 +67,32 @@ pub struct RegistryArgs {
     pub fetch_timeout: Duration,
 }
 
+impl Default for RegistryArgs {
+    /// The flags' defaults, as an empty command line gives them (the environment is not
+    /// read): the one place they are written is the flags' attributes.
+    fn default() -> Self {
+        use clap::{Args as _, FromArgMatches as _};
+        let command =
+            Self::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
+        Self::from_arg_matches(&command.get_matches_from(["defaults"]))
+            .expect("every registry flag has a default")
+    }
+}
+
 impl RegistryArgs {
+    /// The size and count limits the flags set.
+    pub fn limits(&self) -> FetchLimits {
+        FetchLimits {
+            max_compressed_bytes: self.max_image_size,
+            max_uncompressed_bytes: self.max_uncompressed_size,
+            max_entries: self.max_layer_entries,
+            max_file_bytes: self.max_file_size,
+            max_kept_bytes: self.max_kept_size,
+            max_layers: MAX_LAYERS,
+            max_index_manifests: MAX_INDEX_MANIFESTS,
+        }
+    }
+
     /// Reads the files the flags name and builds the fetcher settings, for
     /// a fetcher that keeps the files `keep` names.
     pub fn to_config(&self, keep: KeepFiles) -> Result<FetchConfig, ConfigError> {
@@ -104,20 +129,13 @@ impl RegistryArgs {
             extra_roots,
             insecure_registries: self.insecure_registries.clone(),
             keep,
-            limits: FetchLimits {
-                max_compressed_bytes: self.max_image_size,
-                max_uncompressed_bytes: self.max_uncompressed_size,
-                max_entries: self.max_layer_entries,
-                max_file_bytes: self.max_file_size,
-                max_kept_bytes: self.max_kept_size,
-                ..FetchLimits::default()
-            },
+            limits: self.limits(),
             memory_budget: self.memory_budget,
             connect_timeout: self.registry_connect_timeout,
             read_timeout: self.registry_read_timeout,
             fetch_timeout: self.fetch_timeout,
         };
-        MemoryPlan::new(config.memory_budget)
+        PullMemory::new(config.memory_budget)
             .largest_pull_fits(config.limits.max_kept_bytes)
             .map_err(ConfigError::Budget)?;
         Ok(config)
@@ -143,25 +161,23 @@ pub struct FetchConfig {
     pub read_timeout: Duration,
     /// Timeout for a whole fetch of one image.
     pub fetch_timeout: Duration,
-    /// Bytes of the memory budget of pulls and parses (see [`MemoryPlan`]).
+    /// Bytes of the memory budget of pulls and parses (see [`PullMemory`]).
     pub memory_budget: u64,
 }
 
 impl Default for FetchConfig {
-    /// Anonymous HTTPS pulls, system roots, nothing kept, default limits,
-    /// the flags' default timeouts.
+    /// Anonymous HTTPS pulls, system roots, nothing kept, and the flags' defaults.
     fn default() -> Self {
-        Self {
-            credentials: RegistryCredentials::default(),
-            extra_roots: Vec::new(),
-            insecure_registries: Vec::new(),
-            keep: KeepFiles::NOTHING,
-            limits: FetchLimits::default(),
-            connect_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(30),
-            fetch_timeout: Duration::from_secs(300),
-            memory_budget: 160 << 20,
-        }
+        RegistryArgs::default()
+            .to_config(KeepFiles::NOTHING)
+            .expect("the flags' defaults read no file and fit the memory budget")
+    }
+}
+
+impl Default for FetchLimits {
+    /// The flags' defaults.
+    fn default() -> Self {
+        RegistryArgs::default().limits()
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`Fetcher`]: resolve a tag to a digest, pull the manifest (for an index,
 //! the `linux/<arch>` one) and stream the layers through the extractor, under
-//! the memory budget ([`Budget`]) as its [`MemoryPlan`] says. Coalescing reads
+//! the memory budget ([`Budget`]) as its [`PullMemory`] says. Coalescing reads
 //! of one image is the caller's (the server's image store reads each image key
 //! once at a time), so every pull here has one caller.
 
@@ -22,7 +22,7 @@ use oci_client::{
 use tokio::sync::mpsc;
 
 use crate::{
-    budget::{Budget, MemoryPlan, Reservation},
+    budget::{Budget, PullMemory, Reservation},
     client::{RegistryClient, ResponseLimits},
     config::FetchConfig,
     error::{FetchError, ManifestError},
@@ -116,7 +116,7 @@ impl fmt::Debug for Fetched {
 
 /// The part of the memory budget a pulled image holds until its files are
 /// parsed (drop it then): the files, what parsing them takes, and the
-/// `updateinfo.xml` allowance ([`MemoryPlan::parse`]).
+/// `updateinfo.xml` allowance ([`PullMemory::parse`]).
 #[derive(Debug)]
 pub struct PulledMemory {
     _reservation: Reservation,
@@ -296,10 +296,10 @@ impl Inner {
     async fn pull_image(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
         // The working set and the updateinfo allowance, waited for while
         // other pulls hold the budget; the files grow it as they are kept.
-        let plan = MemoryPlan::new(self.budget.bytes());
+        let pull_memory = PullMemory::new(self.budget.bytes());
         let memory = self
             .budget
-            .reserve("a pull", plan.pull())
+            .reserve("a pull", pull_memory.pull())
             .await
             .map_err(FetchError::Budget)?;
         let by_digest = resolved.by_digest();
@@ -341,7 +341,7 @@ impl Inner {
             Some(mut memory) => {
                 // The working set is done with; parsing the files needs room.
                 let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
-                let parse = plan.parse(kept);
+                let parse = pull_memory.parse(kept);
                 if parse.total > memory.bytes() {
                     memory
                         .try_grow(parse.total - memory.bytes())

@@ -18,7 +18,7 @@ use flate2::read::MultiGzDecoder;
 use tar::EntryType;
 
 use crate::{
-    budget::{BudgetError, MemoryPlan, Reservation},
+    budget::{BudgetError, PullMemory, Reservation},
     limits::{FetchLimits, KeepFiles, Limit},
 };
 
@@ -361,7 +361,7 @@ impl Extractor {
             return Err(LayerError::LimitExceeded(Limit::KeptBytes));
         }
         if let Some((memory, base)) = &mut self.memory {
-            let needed = MemoryPlan::while_keeping(*base, self.kept_bytes + size);
+            let needed = PullMemory::while_keeping(*base, self.kept_bytes + size);
             if needed > memory.bytes() {
                 memory
                     .try_grow(needed - memory.bytes())

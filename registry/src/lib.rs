@@ -14,7 +14,7 @@
 //!
 //! | module | concept | uses |
 //! |---|---|---|
-//! | [`budget`] | the process's memory [`Budget`] and its [`MemoryPlan`], all the memory arithmetic of a pull and its parse | |
+//! | [`budget`] | the process's memory [`Budget`] and its [`PullMemory`], all the memory arithmetic of a pull and its parse | |
 //! | [`limits`] | [`FetchLimits`], the [`Limit`] an image exceeded, and [`KeepFiles`] | |
 //! | [`image`] | [`ImageRef`], [`Repository`], [`Digest`], and [`ImageKey`]: what makes two pulls the same | |
 //! | [`platform`] | choosing the `linux/<arch>` entry of an index | |
@@ -45,7 +45,7 @@ pub mod reload;
 pub mod stream;
 
 pub use self::{
-    budget::{Budget, BudgetError, MemoryPlan, Reservation},
+    budget::{Budget, BudgetError, PullMemory, Reservation},
     config::{FetchConfig, RegistryArgs},
     error::{FetchError, FetchErrorKind, ManifestError},
     fetcher::{Fetched, Fetcher, ParseAllowance, PulledMemory, Resolved},

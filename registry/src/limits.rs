@@ -34,7 +34,8 @@ impl KeepFiles {
     }
 }
 
-/// Hard limits on what an image may make the fetcher read or keep.
+/// Hard limits on what an image may make the fetcher read or keep. The default is what
+/// the flags give by default ([`RegistryArgs::limits`](crate::config::RegistryArgs::limits)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FetchLimits {
     /// Compressed bytes of all layers of one image, as downloaded.
@@ -53,19 +54,10 @@ pub struct FetchLimits {
     pub max_index_manifests: usize,
 }
 
-impl Default for FetchLimits {
-    fn default() -> Self {
-        Self {
-            max_compressed_bytes: 256 * 1024 * 1024,
-            max_uncompressed_bytes: 512 * 1024 * 1024,
-            max_entries: 100_000,
-            max_file_bytes: 32 * 1024 * 1024,
-            max_kept_bytes: 24 * 1024 * 1024,
-            max_layers: 128,
-            max_index_manifests: 256,
-        }
-    }
-}
+/// Layers of one image manifest ([`FetchLimits::max_layers`]; no flag sets it).
+pub const MAX_LAYERS: usize = 128;
+/// Entries of one image index ([`FetchLimits::max_index_manifests`]; no flag sets it).
+pub const MAX_INDEX_MANIFESTS: usize = 256;
 
 /// Which of the [`FetchLimits`] an image exceeded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

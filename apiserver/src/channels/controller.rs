@@ -20,7 +20,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{Instrument, debug, error, info, info_span};
 
 use super::{
-    ChannelEvent, Context, Objects,
+    ChannelEvent, ChannelStores, Context,
     crd::ManagedOSVersionChannel,
     history::{self, ChannelHistory, History},
     kept::Refusals,
@@ -83,7 +83,7 @@ impl Progress<'_> {
 /// stopped by watch events, and readiness once every channel present at
 /// start had its first fetch attempted.
 pub(super) async fn controller(
-    objects: Objects,
+    stores: ChannelStores,
     ctx: Arc<Context>,
     publisher: Arc<Publisher>,
     mut events: mpsc::UnboundedReceiver<ChannelEvent>,
@@ -92,8 +92,8 @@ pub(super) async fn controller(
     heartbeat: Heartbeat,
 ) {
     let mut stores_ready = std::pin::pin!({
-        let channels = objects.channels.clone();
-        let versions = objects.versions.clone();
+        let channels = stores.channels.clone();
+        let versions = stores.versions.clone();
         async move {
             channels.wait_until_ready().await;
             versions.wait_until_ready().await;
@@ -102,7 +102,7 @@ pub(super) async fn controller(
     ctx.metrics.kept_data_limit(ctx.settings.max_kept_total);
     let (attempted_tx, mut attempted) = mpsc::unbounded_channel();
     let mut controller = Controller {
-        objects,
+        stores,
         ctx,
         publisher,
         attempted: attempted_tx,
@@ -133,7 +133,7 @@ pub(super) async fn controller(
 
 /// The state of [`controller`].
 struct Controller {
-    objects: Objects,
+    stores: ChannelStores,
     ctx: Arc<Context>,
     publisher: Arc<Publisher>,
     /// Given to workers: they say when a channel's first read was attempted.
@@ -158,7 +158,7 @@ impl Controller {
     /// The reflectors synced: wait for the first fetch of every channel.
     fn on_synced(&mut self) {
         let pending: HashSet<ChannelKey> = self
-            .objects
+            .stores
             .channels
             .list(None)
             .iter()
@@ -175,7 +175,7 @@ impl Controller {
             self.fetched.set();
         }
         self.pending_first = Some(pending);
-        self.publisher.prune_history(&self.objects);
+        self.publisher.prune_history(&self.stores);
     }
 
     /// A channel's first fetch was attempted (or the channel is gone).
@@ -201,7 +201,7 @@ impl Controller {
                 let gone: Vec<ChannelKey> = self
                     .workers
                     .keys()
-                    .filter(|k| self.objects.channels.get(&k.namespace, &k.name).is_none())
+                    .filter(|k| self.stores.channels.get(&k.namespace, &k.name).is_none())
                     .cloned()
                     .collect();
                 for key in gone {
@@ -235,7 +235,7 @@ impl Controller {
             }
         }
         if self.synced() {
-            self.publisher.prune_history(&self.objects);
+            self.publisher.prune_history(&self.stores);
         }
     }
 

@@ -134,7 +134,7 @@ impl Refusals {
 /// Images admitted by refreshes still running, counted until they are stored
 /// in the cache (and dropped with the [`Claim`]).
 #[derive(Default)]
-struct Pending {
+struct Admissions {
     next: u64,
     claims: HashMap<u64, (ImageId, u64)>,
     /// Channels refused for an image (of one digest per channel).
@@ -144,7 +144,7 @@ struct Pending {
 /// The kept-data limit and the admissions in flight.
 pub(super) struct Kept {
     limit: u64,
-    pending: Mutex<Pending>,
+    admissions: Mutex<Admissions>,
     /// Bumped when admitted data is stored or a channel's data dropped.
     changes: watch::Sender<u64>,
     /// Held by a refused channel from its new try until its data is stored.
@@ -174,7 +174,7 @@ impl Kept {
     pub(super) fn new(limit: u64) -> Self {
         Self {
             limit,
-            pending: Mutex::default(),
+            admissions: Mutex::default(),
             changes: watch::Sender::new(0),
             retrying: tokio::sync::Mutex::new(()),
         }
@@ -202,8 +202,10 @@ impl Kept {
         self.changed();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Admissions> {
+        self.admissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// What would be kept if `channel`'s data were replaced by `image`
@@ -211,14 +213,14 @@ impl Kept {
     /// flight, and `image`, each image once.
     fn total_with(
         &self,
-        pending: &Pending,
+        admissions: &Admissions,
         cache: &Cache,
         channel: &ChannelKey,
         image: &ImageId,
         bytes: u64,
     ) -> u64 {
         // Channels refused for this image move with it.
-        let mut moving: HashSet<&ChannelKey> = pending
+        let mut moving: HashSet<&ChannelKey> = admissions
             .waiting
             .iter()
             .filter(|(_, id)| id == image)
@@ -226,7 +228,7 @@ impl Kept {
             .collect();
         moving.insert(channel);
         let mut images = kept_images(cache, &moving);
-        for (id, bytes) in pending.claims.values() {
+        for (id, bytes) in admissions.claims.values() {
             images.insert(id.clone(), *bytes);
         }
         images.entry(image.clone()).or_insert(bytes);
@@ -244,25 +246,25 @@ impl Kept {
         bytes: u64,
         turn: Option<tokio::sync::MutexGuard<'a, ()>>,
     ) -> Result<Claim<'a>, Refused> {
-        let mut pending = self.lock();
-        let total = self.total_with(&pending, cache, channel, &image, bytes);
+        let mut admissions = self.lock();
+        let total = self.total_with(&admissions, cache, channel, &image, bytes);
         if total > self.limit {
-            pending
+            admissions
                 .waiting
                 .retain(|(c, id)| c != channel || id.digest == image.digest);
-            pending.waiting.insert((channel.clone(), image));
+            admissions.waiting.insert((channel.clone(), image));
             return Err(Refused {
                 needed: bytes,
                 total,
                 limit: self.limit,
             });
         }
-        pending
+        admissions
             .waiting
             .retain(|(c, id)| c != channel || (id.digest == image.digest && *id != image));
-        let id = pending.next;
-        pending.next = pending.next.wrapping_add(1);
-        pending.claims.insert(id, (image, bytes));
+        let id = admissions.next;
+        admissions.next = admissions.next.wrapping_add(1);
+        admissions.claims.insert(id, (image, bytes));
         Ok(Claim {
             kept: self,
             id,
@@ -278,8 +280,8 @@ impl Kept {
         image: &ImageId,
         bytes: u64,
     ) -> Option<Refused> {
-        let pending = self.lock();
-        let total = self.total_with(&pending, cache, channel, image, bytes);
+        let admissions = self.lock();
+        let total = self.total_with(&admissions, cache, channel, image, bytes);
         (total > self.limit).then_some(Refused {
             needed: bytes,
             total,

@@ -17,7 +17,7 @@ use jiff::Timestamp;
 use tracing::{debug, warn};
 
 use super::{
-    Objects,
+    ChannelStores,
     history::{Change as HistoryChange, History, HistoryStore},
     kept,
     metrics::ChannelMetrics,
@@ -200,20 +200,20 @@ impl Publisher {
     /// (see [`History::prune`]), for the namespaces this replica watches. Only
     /// called once the reflectors have synced: an unsynced store would make
     /// every channel look deleted.
-    pub(super) fn prune_history(&self, objects: &Objects) {
+    pub(super) fn prune_history(&self, stores: &ChannelStores) {
         let Some(history) = self.history.clone() else {
             return;
         };
-        let objects = objects.clone();
+        let stores = stores.clone();
         let change: HistoryChange = Box::new(move |h: &mut History| {
             h.prune(
                 |key| {
-                    objects.channels.watches(&key.namespace)
-                        && objects.versions.watches(&key.namespace)
+                    stores.channels.watches(&key.namespace)
+                        && stores.versions.watches(&key.namespace)
                 },
                 |key, version| match version {
-                    None => objects.channels.get(&key.namespace, &key.name).is_some(),
-                    Some(name) => objects
+                    None => stores.channels.get(&key.namespace, &key.name).is_some(),
+                    Some(name) => stores
                         .versions
                         .get(&key.namespace, name)
                         .is_some_and(|v| v.channel_name() == Some(key.name.as_str())),

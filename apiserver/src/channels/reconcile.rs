@@ -10,7 +10,6 @@ use std::{collections::BTreeMap, sync::Arc, time::Instant};
 use elemental_changelog_apiservice::Arch;
 use elemental_changelog_registry::{Digest, ImageRef, InvalidImageRef};
 use jiff::Timestamp;
-use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
 use super::{
@@ -99,18 +98,10 @@ pub(super) async fn reconcile<'a>(
 ) -> Result<NextState<'a>, RefreshError<'a>> {
     let (image, sync) = want;
     debug!(image = image.as_deref().unwrap_or(""), "refreshing");
-    // The versions known now: the registry is read after they existed.
-    let versions = Arc::new(
-        ctx.versions
-            .list(Some(&key.namespace))
-            .iter()
-            .filter(|v| v.channel_name() == Some(key.name.as_str()))
-            .map(|v| v.name_any())
-            .collect(),
-    );
     let refreshed = Refreshed {
         sync: sync.clone(),
-        versions,
+        // The versions known now: the registry is read after they existed.
+        versions: Arc::new(ctx.version_names(key)),
     };
     let Some(text) = image else {
         progress.attempted();
@@ -129,53 +120,11 @@ pub(super) async fn reconcile<'a>(
     // A reference that does not parse fails every architecture, as its resolve would.
     let image = text.parse::<ImageRef>();
     let previous = ctx.cache.get(key);
-    let mut cause = None;
-    let mut archs = BTreeMap::new();
-    // The images admitted under the kept-data limit, counted until published.
-    let mut claims: Vec<Claim<'a>> = Vec::new();
-    // A single-platform image serves every architecture: fetched once.
-    let mut single_platform: Option<ArchState> = None;
-    for arch in &ctx.settings.architectures {
-        if let Some(state) = &single_platform {
-            archs.insert(arch.clone(), state.clone());
-            continue;
-        }
-        let old = previous
-            .as_ref()
-            .and_then(|p| p.archs.get(arch))
-            .cloned()
-            .unwrap_or_default();
-        let (state, claim) = match &image {
-            Ok(image) => refresh_arch(key, image, arch, old, ctx, &mut memory.refusals).await,
-            Err(invalid) => (unparsable(invalid, arch, old, ctx), None),
-        };
-        claims.extend(claim);
-        // An index without this architecture is not a failure to retry soon.
-        if let Some(error) = &state.last_error
-            && error.kind != ReadErrorKind::NO_MATCHING_PLATFORM
-        {
-            let this = if error.kind == ReadErrorKind::OverKeptTotal {
-                Cause::OverKeptTotal
-            } else {
-                Cause::Read {
-                    arch: arch.clone(),
-                    kind: error.kind,
-                }
-            };
-            // Refused for the kept-data limit wins: the policy then also waits for kept data.
-            if cause.is_none() || this == Cause::OverKeptTotal {
-                cause = Some(this);
-            }
-        }
-        if state.last_error.is_none()
-            && state.snapshot.as_ref().is_some_and(|s| {
-                image.as_ref().is_ok_and(|i| s.image == *i) && s.platform.is_none()
-            })
-        {
-            single_platform = Some(state.clone());
-        }
-        archs.insert(arch.clone(), state);
-    }
+    let ReadArchs {
+        archs,
+        claims,
+        mut cause,
+    } = read_archs(key, &image, previous.as_deref(), ctx, memory).await;
     // The first fetch was attempted: readiness does not wait for the
     // rebuild of retained versions, which answer "not fetched yet" meanwhile.
     progress.attempted();
@@ -214,6 +163,79 @@ pub(super) async fn reconcile<'a>(
     match cause {
         None => Ok(next),
         Some(cause) => Err(RefreshError { cause, next }),
+    }
+}
+
+/// The channel's image read for every architecture, before retained versions are added.
+struct ReadArchs<'a> {
+    /// Each architecture's new state.
+    archs: BTreeMap<Arch, ArchState>,
+    /// The images admitted under the kept-data limit, counted until published.
+    claims: Vec<Claim<'a>>,
+    /// Why the read failed, if it did.
+    cause: Option<Cause>,
+}
+
+/// Reads `image` for every architecture, starting from the `previous` state of each; a
+/// single-platform image serves every architecture, so it is fetched once.
+async fn read_archs<'a>(
+    key: &ChannelKey,
+    image: &Result<ImageRef, InvalidImageRef>,
+    previous: Option<&ChannelState>,
+    ctx: &'a Context,
+    memory: &mut ChannelMemory,
+) -> ReadArchs<'a> {
+    let mut read = ReadArchs {
+        archs: BTreeMap::new(),
+        claims: Vec::new(),
+        cause: None,
+    };
+    let mut single_platform: Option<ArchState> = None;
+    for arch in &ctx.settings.architectures {
+        if let Some(state) = &single_platform {
+            read.archs.insert(arch.clone(), state.clone());
+            continue;
+        }
+        let old = previous
+            .and_then(|p| p.archs.get(arch))
+            .cloned()
+            .unwrap_or_default();
+        let (state, claim) = match image {
+            Ok(image) => refresh_arch(key, image, arch, old, ctx, &mut memory.refusals).await,
+            Err(invalid) => (unparsable(invalid, arch, old, ctx), None),
+        };
+        read.claims.extend(claim);
+        if let Some(this) = failure(arch, &state) {
+            // Refused for the kept-data limit wins: the policy then also waits for kept data.
+            if read.cause.is_none() || this == Cause::OverKeptTotal {
+                read.cause = Some(this);
+            }
+        }
+        if state.last_error.is_none()
+            && state.snapshot.as_ref().is_some_and(|s| {
+                image.as_ref().is_ok_and(|i| s.image == *i) && s.platform.is_none()
+            })
+        {
+            single_platform = Some(state.clone());
+        }
+        read.archs.insert(arch.clone(), state);
+    }
+    read
+}
+
+/// Why reading `arch` failed, as the error policy sees it; an index without this
+/// architecture is not a failure to retry soon.
+fn failure(arch: &Arch, state: &ArchState) -> Option<Cause> {
+    let error = state.last_error.as_ref()?;
+    if error.kind == ReadErrorKind::NO_MATCHING_PLATFORM {
+        None
+    } else if error.kind == ReadErrorKind::OverKeptTotal {
+        Some(Cause::OverKeptTotal)
+    } else {
+        Some(Cause::Read {
+            arch: arch.clone(),
+            kind: error.kind,
+        })
     }
 }
 

@@ -17,7 +17,6 @@ use elemental_changelog::{
 use elemental_changelog_apiservice::Arch;
 use elemental_changelog_registry::{Digest, ImageRef, Repository};
 use jiff::Timestamp;
-use kube::ResourceExt;
 use tracing::{info, warn};
 
 use super::{
@@ -58,7 +57,7 @@ enum Source {
 type Pulled = BTreeMap<(Digest, Arch), Result<Arc<ChannelData>, FetchFailure>>;
 
 /// A snapshot to serve retained versions with (shared by the architectures a
-/// single-platform image serves), the architecture it was planned for, and
+/// single-platform image serves), the architecture its sources were found for, and
 /// where each retained version's data comes from.
 type Group = (Arc<Snapshot>, Arch, BTreeMap<String, Source>);
 
@@ -88,7 +87,7 @@ fn held_origin(snapshot: &Snapshot, name: &str) -> Option<Digest> {
 /// repository of the same host, whose content whoever can write the history
 /// may control) whatever this replica held.
 #[allow(clippy::too_many_arguments)] // every input of the decision, none derivable from another
-fn plan(
+fn sources(
     key: &ChannelKey,
     arch: &Arch,
     repository: Option<&Repository>,
@@ -169,15 +168,9 @@ pub(super) async fn retain(
         .history
         .as_ref()
         .map(|h| h.subscribe().borrow().0.clone());
-    let live: BTreeSet<String> = ctx
-        .versions
-        .list(Some(&key.namespace))
-        .iter()
-        .filter(|v| v.channel_name() == Some(key.name.as_str()))
-        .map(|v| v.name_any())
-        .collect();
+    let live = ctx.version_names(key);
     memory.no_data.retain(|(_, _, name)| live.contains(name));
-    // One plan per distinct snapshot: a single-platform image serves
+    // One set of sources per distinct snapshot: a single-platform image serves
     // every architecture with one.
     let mut groups: Vec<Group> = Vec::new();
     for (arch, state) in &archs {
@@ -193,7 +186,7 @@ pub(super) async fn retain(
         let previous = previous
             .and_then(|p| p.archs.get(arch))
             .and_then(|a| a.snapshot.as_deref());
-        let sources = plan(
+        let sources = sources(
             key,
             arch,
             repository,
@@ -350,7 +343,7 @@ async fn read_by_digest(
 }
 
 /// Builds, on a blocking thread, each group's snapshot with the retained
-/// versions of its plan (and summaries precomputed). A snapshot that already
+/// versions of its sources (and summaries precomputed). A snapshot that already
 /// holds exactly those is kept as it is. Returns (old, new) pairs.
 async fn compose(
     groups: Vec<Group>,

@@ -36,6 +36,10 @@ const INTERVAL: Duration = Duration::from_secs(600);
 /// Longer than anything the tests wait for; on paused time it costs nothing.
 const NEVER: Duration = Duration::from_secs(100_000);
 const NS: &str = "fleet-default";
+/// When the operator first synced a channel.
+const SYNCED: &str = "2026-01-01T00:00:00Z";
+/// The image most tests' channel reads.
+const IMAGE: &str = "registry/channel:6.1";
 
 fn channel(name: &str, image: Option<&str>, synced: &str) -> ManagedOSVersionChannel {
     let spec = match image {
@@ -49,6 +53,21 @@ fn channel(name: &str, image: Option<&str>, synced: &str) -> ManagedOSVersionCha
         "status": {"syncedGeneration": 1, "lastSyncedTime": synced}
     }))
     .unwrap_or_else(|e| panic!("channel: {e}"))
+}
+
+/// The channel `name` reading `image`, as the operator first synced it.
+fn synced(name: &str, image: &str) -> ManagedOSVersionChannel {
+    channel(name, Some(image), SYNCED)
+}
+
+/// The channel most tests use, `sl-micro`, reading `image`, as first synced.
+fn sl_micro(image: &str) -> ManagedOSVersionChannel {
+    synced("sl-micro", image)
+}
+
+/// ManagedOSVersions `names` of `sl-micro`.
+fn versions(names: &[&str]) -> Vec<ManagedOSVersion> {
+    names.iter().map(|name| version(name, "sl-micro")).collect()
 }
 
 /// A ManagedOSVersion as the operator creates it.
@@ -329,7 +348,7 @@ fn context(
 ) -> (
     Arc<Fake>,
     mpsc::UnboundedReceiver<Call>,
-    Objects,
+    ChannelStores,
     Writers,
     Arc<Context>,
 ) {
@@ -344,7 +363,7 @@ fn context(
     });
     let (channel_stores, channels) = Stores::single();
     let (version_stores, versions) = Stores::single();
-    let objects = Objects {
+    let stores = ChannelStores {
         channels: channel_stores,
         versions: version_stores,
     };
@@ -354,7 +373,7 @@ fn context(
         kept: Kept::new(kept_limit),
         cache: Arc::new(Cache::default()),
         metrics: crate::metrics::Registry::default().register(),
-        versions: objects.versions.clone(),
+        versions: stores.versions.clone(),
         settings: RefreshSettings {
             interval: INTERVAL,
             architectures: archs.iter().map(|a| a.parse().unwrap()).collect(),
@@ -363,7 +382,7 @@ fn context(
         },
         history: history.map(|h| h as Arc<dyn HistoryStore>),
     });
-    (fake, calls, objects, Writers { channels, versions }, ctx)
+    (fake, calls, stores, Writers { channels, versions }, ctx)
 }
 
 struct Writers {
@@ -384,7 +403,7 @@ impl Harness {
 
     /// Starts the controller with a limit on the data kept for all channels.
     fn start_full(archs: &[&str], history: Option<Arc<MemHistory>>, kept_limit: u64) -> Self {
-        let (fake, calls, objects, writers, ctx) = context(archs, history, kept_limit);
+        let (fake, calls, stores, writers, ctx) = context(archs, history, kept_limit);
         let health = Arc::new(Health::default());
         let (events, events_rx) = mpsc::unbounded_channel();
         let cache = ctx.cache.clone();
@@ -395,7 +414,7 @@ impl Harness {
             ctx.history.clone(),
         ));
         tokio::spawn(controller(
-            objects,
+            stores,
             ctx,
             publisher,
             events_rx,
@@ -414,6 +433,17 @@ impl Harness {
             health,
             started: Instant::now(),
         }
+    }
+
+    /// Starts the controller on `archs` with one channel, `sl-micro`, reading [`IMAGE`]
+    /// (digest `sha256:one`, listing `names`), and the ManagedOSVersions `listed` of it;
+    /// returns once its first digest check came.
+    async fn one_channel(archs: &[&str], names: &[&str], listed: &[&str]) -> Self {
+        let mut h = Self::start(archs);
+        h.fake.push(IMAGE, "sha256:one", false, names);
+        h.list(&[sl_micro(IMAGE)], &versions(listed));
+        h.call().await;
+        h
     }
 
     /// The initial list of both watches.
@@ -474,6 +504,17 @@ impl Harness {
 
     fn state(&self, name: &str) -> Option<Arc<ChannelState>> {
         self.cache.get(&ChannelKey::new(NS, name))
+    }
+
+    /// The state of channel `name`, which must have one.
+    fn state_of(&self, name: &str) -> Arc<ChannelState> {
+        self.state(name)
+            .unwrap_or_else(|| panic!("no state of {name}"))
+    }
+
+    /// The channel metrics as `/metrics` encodes them.
+    fn metrics_text(&self) -> String {
+        String::from_utf8_lossy(&self.metrics.encode()).into_owned()
     }
 
     /// Lets the controller and workers run until `done` holds. Work on the blocking
@@ -574,11 +615,7 @@ async fn the_error_policy_backs_off_and_waits_for_kept_data_only_when_refused() 
 
 #[test]
 fn watch_events_the_controller_hears() {
-    let c = channel(
-        "sl-micro",
-        Some("registry/channel:6.1"),
-        "2026-01-01T00:00:00Z",
-    );
+    let c = sl_micro("registry/channel:6.1");
     assert!(
         matches!(channel_event(&watcher::Event::Apply(c.clone())), Some(ChannelEvent::Applied(a)) if a.name_any() == "sl-micro")
     );
@@ -624,12 +661,8 @@ async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_perio
         .push("registry/channel:6.1", "sha256:one", false, &["v1", "v2"]);
     assert!(!h.ready("informer-sync"));
     h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:6.1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[version("v1", "sl-micro"), version("v2", "sl-micro")],
+        &[sl_micro("registry/channel:6.1")],
+        &versions(&["v1", "v2"]),
     );
 
     let first = h.call().await;
@@ -640,7 +673,7 @@ async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_perio
     })
     .await;
     assert_eq!(h.fake.pulls(), [pull("registry/channel:6.1", "x86_64")]);
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     let (Some(x86), Some(arm)) = (
         &state.archs["x86_64"].snapshot,
         &state.archs["aarch64"].snapshot,
@@ -670,7 +703,7 @@ async fn single_platform_image_is_fetched_once_for_every_arch_then_checked_perio
         "no fetch for aarch64 in between"
     );
     assert_eq!(h.fake.pulls().len(), 1, "digest checks pull nothing");
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     let kept = state.archs["aarch64"]
         .snapshot
         .as_ref()
@@ -696,14 +729,7 @@ async fn multi_platform_image_is_fetched_per_arch() {
     let mut h = Harness::start(&["x86_64", "aarch64"]);
     h.fake
         .push("registry/channel:6.1", "sha256:index", true, &["v1"]);
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:6.1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[],
-    );
+    h.list(&[sl_micro("registry/channel:6.1")], &[]);
     h.call().await;
     h.call().await;
     h.until("stored", |h| {
@@ -715,7 +741,7 @@ async fn multi_platform_image_is_fetched_per_arch() {
         h.fake.pulls(),
         [pull(image, "x86_64"), pull(image, "aarch64")]
     );
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     let platform = |arch: &str| {
         state.archs[arch]
             .snapshot
@@ -732,16 +758,8 @@ async fn multi_platform_image_is_fetched_per_arch() {
 
 #[tokio::test(start_paused = true)]
 async fn a_new_sync_key_refetches_at_once_and_other_updates_do_not() {
-    let mut h = Harness::start(&["x86_64"]);
-    h.fake
-        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
-    let c = channel(
-        "sl-micro",
-        Some("registry/channel:6.1"),
-        "2026-01-01T00:00:00Z",
-    );
-    h.list(std::slice::from_ref(&c), &[]);
-    h.call().await;
+    let mut h = Harness::one_channel(&["x86_64"], &["v1"], &[]).await;
+    let c = sl_micro(IMAGE);
 
     // A label change: same sync key, nothing to do.
     let mut relabelled = c.clone();
@@ -777,17 +795,9 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
     h.fake
         .push("registry/channel:v2", "sha256:new", false, &["v3", "v4"]);
     h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:v1"),
-            "2026-01-01T00:00:00Z",
-        )],
+        &[sl_micro("registry/channel:v1")],
         // v1 is gone from the cluster too; v2 still exists.
-        &[
-            version("v2", "sl-micro"),
-            version("v3", "sl-micro"),
-            version("v4", "sl-micro"),
-        ],
+        &versions(&["v2", "v3", "v4"]),
     );
     h.call().await;
     h.until("stored", |h| {
@@ -795,11 +805,7 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
     })
     .await;
 
-    h.channel(watcher::Event::Apply(channel(
-        "sl-micro",
-        Some("registry/channel:v2"),
-        "2026-01-01T00:00:00Z",
-    )));
+    h.channel(watcher::Event::Apply(sl_micro("registry/channel:v2")));
     let call = h.call().await;
     assert_eq!(call.image, "registry/channel:v2");
     h.until("new image stored", |h| {
@@ -813,7 +819,7 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
         h.fake.pulls().last(),
         Some(&pull("registry/channel:v2", "x86_64"))
     );
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     assert_eq!(state.image.as_deref(), Some("registry/channel:v2"));
     let data = &state.archs["x86_64"]
         .snapshot
@@ -840,7 +846,7 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
     h.version(watcher::Event::Delete(version("v2", "sl-micro")));
     h.until("v2 pruned", |h| h.cache.totals().retained == 0)
         .await;
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     let data = &state.archs["x86_64"]
         .snapshot
         .as_ref()
@@ -855,18 +861,7 @@ async fn a_new_image_is_pulled_and_versions_it_dropped_are_retained_while_they_e
 
 #[tokio::test(start_paused = true)]
 async fn failures_back_off_and_keep_the_last_good_data() {
-    let mut h = Harness::start(&["x86_64"]);
-    h.fake
-        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:6.1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[],
-    );
-    h.call().await;
+    let mut h = Harness::one_channel(&["x86_64"], &["v1"], &[]).await;
     h.fake.fail(true);
     let mut at = Vec::new();
     for _ in 0..5 {
@@ -875,7 +870,7 @@ async fn failures_back_off_and_keep_the_last_good_data() {
     }
     // First failure at the interval, then 2, 4, 8, 16 seconds apart.
     assert_eq!(at, [600, 602, 606, 614, 630]);
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     let arch = &state.archs["x86_64"];
     assert_eq!(
         arch.last_error.as_ref().map(|e| e.kind),
@@ -896,7 +891,7 @@ async fn failures_back_off_and_keep_the_last_good_data() {
         662 + INTERVAL.as_secs(),
         "a success resets the backoff"
     );
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     assert!(
         state.archs["x86_64"].last_error.is_none(),
         "a success clears the error"
@@ -911,9 +906,9 @@ async fn readiness_needs_synced_watches_and_a_first_attempt_per_channel() {
     h.fake.fail(true);
     h.list(
         &[
-            channel("a", Some("registry/a:1"), "2026-01-01T00:00:00Z"),
-            channel("b", Some("registry/b:1"), "2026-01-01T00:00:00Z"),
-            channel("json", None, "2026-01-01T00:00:00Z"),
+            synced("a", "registry/a:1"),
+            synced("b", "registry/b:1"),
+            channel("json", None, SYNCED),
         ],
         &[],
     );
@@ -929,7 +924,7 @@ async fn readiness_needs_synced_watches_and_a_first_attempt_per_channel() {
             .all(|name| h.state(name).is_some_and(|s| s.attempted))
     })
     .await;
-    let json = h.state("json").unwrap_or_else(|| panic!("no state"));
+    let json = h.state_of("json");
     assert_eq!(json.image, None);
     assert!(json.archs.is_empty());
 }
@@ -947,16 +942,8 @@ async fn no_channels_is_ready_once_synced() {
 
 #[tokio::test(start_paused = true)]
 async fn a_deleted_channel_stops_its_worker_and_drops_its_data() {
-    let mut h = Harness::start(&["x86_64"]);
-    h.fake
-        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
-    let c = channel(
-        "sl-micro",
-        Some("registry/channel:6.1"),
-        "2026-01-01T00:00:00Z",
-    );
-    h.list(std::slice::from_ref(&c), &[]);
-    h.call().await;
+    let mut h = Harness::one_channel(&["x86_64"], &["v1"], &[]).await;
+    let c = sl_micro(IMAGE);
     h.until("stored", |h| h.state("sl-micro").is_some()).await;
     h.channel(watcher::Event::Delete(c));
     h.until("data dropped", |h| h.state("sl-micro").is_none())
@@ -970,8 +957,8 @@ async fn a_relist_forgets_channels_deleted_while_the_watch_was_down() {
     let mut h = Harness::start(&["x86_64"]);
     h.fake.push("registry/a:1", "sha256:a", false, &["v1"]);
     h.fake.push("registry/b:1", "sha256:b", false, &["v1"]);
-    let a = channel("a", Some("registry/a:1"), "2026-01-01T00:00:00Z");
-    let b = channel("b", Some("registry/b:1"), "2026-01-01T00:00:00Z");
+    let a = synced("a", "registry/a:1");
+    let b = synced("b", "registry/b:1");
     h.list(&[a.clone(), b], &[]);
     h.call().await;
     h.call().await;
@@ -1003,20 +990,9 @@ async fn a_relist_prunes_retained_versions_deleted_while_the_watch_was_down() {
         .push("registry/channel:v1", "sha256:old", false, &["v1", "v2"]);
     h.fake
         .push("registry/channel:v2", "sha256:new", false, &["v2"]);
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:v1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[version("v1", "sl-micro"), version("v2", "sl-micro")],
-    );
+    h.list(&[sl_micro("registry/channel:v1")], &versions(&["v1", "v2"]));
     h.call().await;
-    h.channel(watcher::Event::Apply(channel(
-        "sl-micro",
-        Some("registry/channel:v2"),
-        "2026-01-01T00:00:00Z",
-    )));
+    h.channel(watcher::Event::Apply(sl_micro("registry/channel:v2")));
     h.call().await;
     h.until("v1 retained", |h| h.cache.totals().retained == 1)
         .await;
@@ -1030,18 +1006,7 @@ async fn a_relist_prunes_retained_versions_deleted_while_the_watch_was_down() {
 
 #[tokio::test(start_paused = true)]
 async fn an_unusable_image_keeps_the_last_good_data() {
-    let mut h = Harness::start(&["x86_64"]);
-    h.fake
-        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:6.1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[],
-    );
-    h.call().await;
+    let mut h = Harness::one_channel(&["x86_64"], &["v1"], &[]).await;
     h.fake.push_files(
         "registry/channel:6.1",
         "sha256:broken",
@@ -1054,7 +1019,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
             .is_some_and(|s| s.archs["x86_64"].last_error.is_some())
     })
     .await;
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     let arch = &state.archs["x86_64"];
     assert_eq!(
         arch.last_error.as_ref().map(|e| e.kind),
@@ -1086,7 +1051,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
         2,
         "the unusable digest was pulled once"
     );
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     assert_eq!(
         state.archs["x86_64"].last_error.as_ref().map(|e| e.kind),
         Some(ReadErrorKind::InvalidChannelJson)
@@ -1118,18 +1083,7 @@ async fn an_unusable_image_keeps_the_last_good_data() {
 
 #[tokio::test(start_paused = true)]
 async fn an_image_that_is_no_reference_fails_as_its_resolve_would_and_keeps_the_last_good_data() {
-    let mut h = Harness::start(&["x86_64", "aarch64"]);
-    h.fake
-        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:6.1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[version("v1", "sl-micro")],
-    );
-    h.call().await;
+    let mut h = Harness::one_channel(&["x86_64", "aarch64"], &["v1"], &["v1"]).await;
     h.until("stored", |h| {
         h.state("sl-micro")
             .and_then(|s| digest_of(&s, "aarch64"))
@@ -1151,7 +1105,7 @@ async fn an_image_that_is_no_reference_fails_as_its_resolve_would_and_keeps_the_
         })
     })
     .await;
-    let state = h.state("sl-micro").unwrap_or_else(|| panic!("no state"));
+    let state = h.state_of("sl-micro");
     for arch in ["x86_64", "aarch64"] {
         assert_eq!(
             digest_of(&state, arch).as_deref(),
@@ -1167,7 +1121,7 @@ async fn an_image_that_is_no_reference_fails_as_its_resolve_would_and_keeps_the_
             state.archs[arch].last_error
         );
     }
-    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    let text = h.metrics_text();
     assert!(
         text.contains("elemental_changelog_channel_fetches_total{result=\"invalid_reference\"} 2"),
         "one failed fetch per architecture: {text}"
@@ -1178,10 +1132,9 @@ async fn an_image_that_is_no_reference_fails_as_its_resolve_would_and_keeps_the_
     assert_eq!(h.fake.pulls().len(), 1);
 }
 
-#[test]
-fn cache_totals_and_pruning() {
-    let cache = Cache::default();
-    assert_eq!(cache.totals(), crate::cache::Totals::default());
+/// The data of `registry/channel:v2` (`sha256:new`, listing v2 and v3) with v1 retained
+/// from `sha256:old`, as one architecture serves it.
+fn retaining_arch_state() -> ArchState {
     let old = ChannelData::from_files(image_files(&["v1", "v2"])).unwrap_or_else(|e| panic!("{e}"));
     let parsed = Arc::new(
         ChannelData::from_files(image_files(&["v2", "v3"])).unwrap_or_else(|e| panic!("{e}")),
@@ -1202,46 +1155,45 @@ fn cache_totals_and_pruning() {
         )
         .with_data(data),
     );
-    let arch = ArchState {
+    ArchState {
         snapshot: Some(snapshot),
         confirmed_at: None,
         last_error: None,
         rejected: None,
-    };
+    }
+}
+
+#[test]
+fn cache_totals_and_pruning() {
+    let cache = Cache::default();
+    assert_eq!(cache.totals(), crate::cache::Totals::default());
+    let arch = retaining_arch_state();
     let key = ChannelKey::new(NS, "sl-micro");
     let refreshed = || Refreshed {
-        sync: channel(
-            "sl-micro",
-            Some("registry/channel:v2"),
-            "2026-01-01T00:00:00Z",
-        )
-        .sync_key(),
+        sync: sl_micro("registry/channel:v2").sync_key(),
         versions: Arc::default(),
+    };
+    let refreshed = |state| CacheChange::Refreshed {
+        state,
+        retained: RetainedStatuses::new(),
+        refreshed: refreshed(),
     };
     cache.apply(
         &key,
-        CacheChange::Refreshed {
-            state: ChannelState {
-                image: Some("registry/channel:v2".to_owned()),
-                attempted: true,
-                archs: BTreeMap::from([(Arch::x86_64(), arch.clone()), (Arch::aarch64(), arch)]),
-            },
-            retained: RetainedStatuses::new(),
-            refreshed: refreshed(),
-        },
+        refreshed(ChannelState {
+            image: Some("registry/channel:v2".to_owned()),
+            attempted: true,
+            archs: BTreeMap::from([(Arch::x86_64(), arch.clone()), (Arch::aarch64(), arch)]),
+        }),
     );
     // A channel that was attempted but has no data does not count as one.
     cache.apply(
         &ChannelKey::new(NS, "empty"),
-        CacheChange::Refreshed {
-            state: ChannelState {
-                image: Some("registry/x".to_owned()),
-                attempted: true,
-                ..ChannelState::default()
-            },
-            retained: RetainedStatuses::new(),
-            refreshed: refreshed(),
-        },
+        refreshed(ChannelState {
+            image: Some("registry/x".to_owned()),
+            attempted: true,
+            ..ChannelState::default()
+        }),
     );
     assert_eq!(
         cache.totals(),
@@ -1292,16 +1244,8 @@ fn cache_totals_and_pruning() {
 
 #[tokio::test(start_paused = true)]
 async fn a_fetch_in_flight_when_the_channel_is_deleted_does_not_resurrect_its_data() {
-    let mut h = Harness::start(&["x86_64"]);
-    h.fake
-        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
-    let c = channel(
-        "sl-micro",
-        Some("registry/channel:6.1"),
-        "2026-01-01T00:00:00Z",
-    );
-    h.list(std::slice::from_ref(&c), &[]);
-    h.call().await;
+    let mut h = Harness::one_channel(&["x86_64"], &["v1"], &[]).await;
+    let c = sl_micro(IMAGE);
     h.until("stored", |h| h.state("sl-micro").is_some()).await;
     let gate = h.fake.hold();
     h.fake
@@ -1328,14 +1272,7 @@ async fn a_worker_that_panics_is_restarted_with_backoff_and_counted() {
     h.fake
         .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
     h.fake.panic_next(2);
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:6.1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[version("v1", "sl-micro")],
-    );
+    h.list(&[sl_micro("registry/channel:6.1")], &versions(&["v1"]));
     let first = h.call().await;
     let second = h.call().await;
     let third = h.call().await;
@@ -1350,7 +1287,7 @@ async fn a_worker_that_panics_is_restarted_with_backoff_and_counted() {
             .is_some()
     })
     .await;
-    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    let text = h.metrics_text();
     assert!(
         text.contains("elemental_changelog_channel_worker_panics_total 2"),
         "{text}"
@@ -1366,22 +1303,24 @@ const REPO: &str = "registry.example.com/channel";
 fn old_and_new_history() -> History {
     let mut history = History::default();
     let key = ChannelKey::new(NS, "sl-micro");
-    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
-    history.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:old"),
-        &names(&["v1", "v2", "v3"]),
-        Timestamp::UNIX_EPOCH,
-    );
-    history.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:new"),
-        &names(&["v3", "v4"]),
-        Timestamp::UNIX_EPOCH,
-    );
+    record(&mut history, &key, REPO, "sha256:old", &["v1", "v2", "v3"]);
+    record(&mut history, &key, REPO, "sha256:new", &["v3", "v4"]);
     history
+}
+
+/// Records in `history` that the image `repository@digest` of channel `key` listed `names`.
+fn record(history: &mut History, key: &ChannelKey, repository: &str, digest: &str, names: &[&str]) {
+    let names = names
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect::<BTreeSet<_>>();
+    history.record(
+        key,
+        &self::repository(repository),
+        &self::digest(digest),
+        &names,
+        Timestamp::UNIX_EPOCH,
+    );
 }
 
 fn retained_from(h: &Harness, name: &str) -> Option<Option<String>> {
@@ -1405,14 +1344,7 @@ async fn a_young_replica_rebuilds_retained_versions_from_the_history() {
     let old = by_digest(&image, "sha256:old");
     let gate = h.fake.hold_image(&old);
     // v1's ManagedOSVersion is gone; v2's stays.
-    h.list(
-        &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
-        &[
-            version("v2", "sl-micro"),
-            version("v3", "sl-micro"),
-            version("v4", "sl-micro"),
-        ],
-    );
+    h.list(&[sl_micro(&image)], &versions(&["v2", "v3", "v4"]));
     let current = h.call().await;
     assert_eq!(current.image, image);
     let rebuild = h.call().await;
@@ -1473,10 +1405,7 @@ async fn an_older_image_the_registry_lost_fails_clearly_and_is_retried_with_back
     let mut h = Harness::start_with(&["x86_64"], Some(history));
     let image = format!("{REPO}:v2");
     h.fake.push(&image, "sha256:new", false, &["v3", "v4"]);
-    h.list(
-        &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
-        &[version("v2", "sl-micro"), version("v3", "sl-micro")],
-    );
+    h.list(&[sl_micro(&image)], &versions(&["v2", "v3"]));
     let old = by_digest(&image, "sha256:old");
     assert_eq!(h.call().await.image, image);
     assert_eq!(h.call().await.image, old);
@@ -1516,7 +1445,7 @@ async fn an_older_image_the_registry_lost_fails_clearly_and_is_retried_with_back
         .await;
     assert_eq!(retained_from(&h, "v2"), Some(Some("sha256:old".to_owned())));
     assert!(h.cache.retained_status(&key, "x86_64", "v2").is_none());
-    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    let text = h.metrics_text();
     assert!(
         text.contains("elemental_changelog_retained_pulls_total{result=\"failed\"} 2"),
         "{text}"
@@ -1540,14 +1469,7 @@ async fn images_read_are_recorded_and_the_history_is_pruned_with_the_versions() 
     h.fake
         .push(&format!("{REPO}:v2"), "sha256:new", false, &["v3", "v4"]);
     let versions = ["v1", "v2", "v3", "v4"].map(|v| version(v, "sl-micro"));
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some(&format!("{REPO}:v1")),
-            "2026-01-01T00:00:00Z",
-        )],
-        &versions,
-    );
+    h.list(&[sl_micro(&format!("{REPO}:v1"))], &versions);
     h.call().await;
     h.until("recorded", |_| history.writes() == 1).await;
     h.channel(watcher::Event::Apply(channel(
@@ -1598,39 +1520,20 @@ async fn images_read_are_recorded_and_the_history_is_pruned_with_the_versions() 
 async fn a_history_naming_another_registry_or_repository_is_not_followed() {
     let mut history = History::default();
     let key = ChannelKey::new(NS, "sl-micro");
-    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
-    history.record(
+    record(
+        &mut history,
         &key,
-        &repository("elsewhere.example.com/channel"),
-        &digest("sha256:elsewhere"),
-        &names(&["v2"]),
-        Timestamp::UNIX_EPOCH,
+        "elsewhere.example.com/channel",
+        "sha256:elsewhere",
+        &["v2"],
     );
     // Whoever can write the history's ConfigMap names a repository of the
     // channel's own registry host that they control, newer than the real
     // record of v1.
-    history.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:old"),
-        &names(&["v1"]),
-        Timestamp::UNIX_EPOCH,
-    );
+    record(&mut history, &key, REPO, "sha256:old", &["v1"]);
     let forged = "registry.example.com/attacker/channel";
-    history.record(
-        &key,
-        &repository(forged),
-        &digest("sha256:forged"),
-        &names(&["v1"]),
-        Timestamp::UNIX_EPOCH,
-    );
-    history.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:new"),
-        &names(&["v3"]),
-        Timestamp::UNIX_EPOCH,
-    );
+    record(&mut history, &key, forged, "sha256:forged", &["v1"]);
+    record(&mut history, &key, REPO, "sha256:new", &["v3"]);
     let history = MemHistory::new(history);
     let mut h = Harness::start_with(&["x86_64"], Some(history.clone()));
     let image = format!("{REPO}:v2");
@@ -1640,14 +1543,7 @@ async fn a_history_naming_another_registry_or_repository_is_not_followed() {
         .push(&format!("{forged}:v1"), "sha256:forged", false, &["v1"]);
     h.fake
         .push(&format!("{REPO}:v1"), "sha256:old", false, &["v1"]);
-    h.list(
-        &[channel("sl-micro", Some(&image), "2026-01-01T00:00:00Z")],
-        &[
-            version("v1", "sl-micro"),
-            version("v2", "sl-micro"),
-            version("v3", "sl-micro"),
-        ],
-    );
+    h.list(&[sl_micro(&image)], &versions(&["v1", "v2", "v3"]));
     assert_eq!(h.call().await.image, image);
     assert_eq!(h.call().await.image, old, "the channel's own older image");
     h.until("v1 retained", |h| retained_from(h, "v1").is_some())
@@ -1679,22 +1575,9 @@ async fn a_history_naming_another_registry_or_repository_is_not_followed() {
 #[test]
 fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
     let key = ChannelKey::new(NS, "c");
-    let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
     let mut h = History::default();
-    h.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:1"),
-        &names(&["v1", "v2"]),
-        Timestamp::UNIX_EPOCH,
-    );
-    h.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:2"),
-        &names(&["v2", "v3"]),
-        Timestamp::UNIX_EPOCH,
-    );
+    record(&mut h, &key, REPO, "sha256:1", &["v1", "v2"]);
+    record(&mut h, &key, REPO, "sha256:2", &["v2", "v3"]);
     let seen = h.channel(&key).cloned();
     assert!(!grew(seen.as_ref(), seen.as_ref()));
     assert!(grew(seen.as_ref(), None), "a first history");
@@ -1706,25 +1589,13 @@ fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
     pruned.prune(|_| true, |_, v| v != Some("v1"));
     assert!(!grew(pruned.channel(&key), seen.as_ref()), "pruning only");
     let mut added = h.clone();
-    added.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:3"),
-        &names(&["v4"]),
-        Timestamp::UNIX_EPOCH,
-    );
+    record(&mut added, &key, REPO, "sha256:3", &["v4"]);
     assert!(
         grew(added.channel(&key), seen.as_ref()),
         "an image recorded"
     );
     let mut back = h.clone();
-    back.record(
-        &key,
-        &repository(REPO),
-        &digest("sha256:1"),
-        &names(&["v1"]),
-        Timestamp::UNIX_EPOCH,
-    );
+    record(&mut back, &key, REPO, "sha256:1", &["v1"]);
     assert!(
         grew(back.channel(&key), seen.as_ref()),
         "an older image made the newest again"
@@ -1733,7 +1604,7 @@ fn only_a_history_that_maps_versions_anew_wakes_a_worker() {
 
 /// The same channel in another namespace.
 fn channel_in(namespace: &str, name: &str, image: &str) -> ManagedOSVersionChannel {
-    let mut c = channel(name, Some(image), "2026-01-01T00:00:00Z");
+    let mut c = synced(name, image);
     c.metadata.namespace = Some(namespace.to_owned());
     c.metadata.uid = Some(format!("uid-{namespace}-{name}"));
     c
@@ -1750,7 +1621,7 @@ fn served(h: &Harness, namespace: &str, name: &str) -> Option<Arc<Snapshot>> {
 }
 
 fn fetches(h: &Harness, result: &str) -> u64 {
-    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    let text = h.metrics_text();
     let line = format!("elemental_changelog_channel_fetches_total{{result=\"{result}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&line)?.parse().ok())
@@ -1934,7 +1805,7 @@ async fn metric_is(h: &Harness, name: &str, value: f64) {
 }
 
 fn metric(h: &Harness, name: &str) -> f64 {
-    let text = String::from_utf8_lossy(&h.metrics.encode()).into_owned();
+    let text = h.metrics_text();
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.parse().ok())
@@ -1948,50 +1819,12 @@ fn kept_refused(state: &ChannelState) -> bool {
         .is_some_and(|e| e.kind == ReadErrorKind::OverKeptTotal)
 }
 
-/// Issue 17, item 8: the parsed data kept for all channels is bounded; a channel past the
-/// bound is refused (a new one serves nothing, a served one keeps its data), the others
-/// are served, an image shared by channels counts once, and a refused image is not pulled
-/// again until it fits.
-#[tokio::test(start_paused = true)]
-async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
-    let each = parsed_bytes(&["a1", "a2"]);
-    assert_eq!(parsed_bytes(&["b1", "b2"]), each);
-    let limit = 2 * each + each / 2;
-    let mut h = Harness::start_full(&["x86_64", "aarch64"], None, limit);
-    h.fake
-        .push("registry/a:1", "sha256:a", false, &["a1", "a2"]);
-    h.fake
-        .push("registry/b:1", "sha256:b", false, &["b1", "b2"]);
-    h.fake
-        .push("registry/c:1", "sha256:c", false, &["c1", "c2"]);
-    h.list(
-        &[
-            channel("a", Some("registry/a:1"), "2026-01-01T00:00:00Z"),
-            channel("a-again", Some("registry/a:1"), "2026-01-01T00:00:00Z"),
-            channel("b", Some("registry/b:1"), "2026-01-01T00:00:00Z"),
-        ],
-        &[],
-    );
-    h.until("a and b served", |h| {
-        ["a", "a-again", "b"].iter().all(|c| {
-            h.state(c)
-                .is_some_and(|s| digest_of(&s, "aarch64").is_some())
-        })
-    })
-    .await;
-    metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
-    assert_eq!(
-        metric(&h, "elemental_changelog_kept_data_limit_bytes"),
-        limit as f64
-    );
-
+/// Of [`kept_data_is_bounded_in_total_and_shared_images_count_once`], once `a` and `b`
+/// (each `each` bytes) are served: a third image does not fit.
+async fn refuse_a_channel_past_the_bound(h: &mut Harness, each: u64) {
     // A third image does not fit: refused, the others untouched.
     let pulls = h.fake.pulls().len();
-    h.channel(watcher::Event::Apply(channel(
-        "c",
-        Some("registry/c:1"),
-        "2026-01-01T00:00:00Z",
-    )));
+    h.channel(watcher::Event::Apply(synced("c", "registry/c:1")));
     h.until("c refused", |h| {
         h.state("c").is_some_and(|s| kept_refused(&s))
     })
@@ -2012,19 +1845,23 @@ async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
         pulls + 1,
         "one pull: a single-platform image"
     );
-    metric_is(&h, "elemental_changelog_kept_data_refused_channels", 1.0).await;
+    metric_is(h, "elemental_changelog_kept_data_refused_channels", 1.0).await;
     assert_eq!(
-        metric(&h, "elemental_changelog_kept_data_refusals_total"),
+        metric(h, "elemental_changelog_kept_data_refusals_total"),
         1.0
     );
-    metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
+    metric_is(h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
     // Retried with backoff, without pulling it again while it would not fit.
     while h.calls.try_recv().is_ok() {}
     for _ in 0..3 {
         assert_eq!(h.call().await.image, "registry/c:1");
     }
     assert_eq!(h.fake.pulls().len(), pulls + 1);
+}
 
+/// Of [`kept_data_is_bounded_in_total_and_shared_images_count_once`], once `c` is refused:
+/// `b`'s new image does not fit either.
+async fn refuse_a_served_channels_new_image(h: &mut Harness) {
     // A served channel whose new image would not fit keeps its last good data.
     h.fake.push(
         "registry/b:2",
@@ -2045,7 +1882,48 @@ async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
     let b = h.state("b").unwrap();
     assert_eq!(digest_of(&b, "x86_64").as_deref(), Some("sha256:b"));
     assert_eq!(digest_of(&b, "aarch64").as_deref(), Some("sha256:b"));
-    metric_is(&h, "elemental_changelog_kept_data_refused_channels", 2.0).await;
+    metric_is(h, "elemental_changelog_kept_data_refused_channels", 2.0).await;
+}
+
+/// Issue 17, item 8: the parsed data kept for all channels is bounded; a channel past the
+/// bound is refused (a new one serves nothing, a served one keeps its data), the others
+/// are served, an image shared by channels counts once, and a refused image is not pulled
+/// again until it fits.
+#[tokio::test(start_paused = true)]
+async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
+    let each = parsed_bytes(&["a1", "a2"]);
+    assert_eq!(parsed_bytes(&["b1", "b2"]), each);
+    let limit = 2 * each + each / 2;
+    let mut h = Harness::start_full(&["x86_64", "aarch64"], None, limit);
+    h.fake
+        .push("registry/a:1", "sha256:a", false, &["a1", "a2"]);
+    h.fake
+        .push("registry/b:1", "sha256:b", false, &["b1", "b2"]);
+    h.fake
+        .push("registry/c:1", "sha256:c", false, &["c1", "c2"]);
+    h.list(
+        &[
+            synced("a", "registry/a:1"),
+            synced("a-again", "registry/a:1"),
+            synced("b", "registry/b:1"),
+        ],
+        &[],
+    );
+    h.until("a and b served", |h| {
+        ["a", "a-again", "b"].iter().all(|c| {
+            h.state(c)
+                .is_some_and(|s| digest_of(&s, "aarch64").is_some())
+        })
+    })
+    .await;
+    metric_is(&h, "elemental_changelog_kept_data_bytes", (2 * each) as f64).await;
+    assert_eq!(
+        metric(&h, "elemental_changelog_kept_data_limit_bytes"),
+        limit as f64
+    );
+
+    refuse_a_channel_past_the_bound(&mut h, each).await;
+    refuse_a_served_channels_new_image(&mut h).await;
 
     // b goes: c fits now and is served at its next retry; a channel's own
     // data never counts against its new image.
@@ -2086,18 +1964,7 @@ async fn kept_data_is_bounded_in_total_and_shared_images_count_once() {
 /// nothing.
 #[tokio::test(start_paused = true)]
 async fn a_version_the_last_read_did_not_know_is_read_for_at_once() {
-    let mut h = Harness::start(&["x86_64"]);
-    h.fake
-        .push("registry/channel:6.1", "sha256:one", false, &["v1"]);
-    h.list(
-        &[channel(
-            "sl-micro",
-            Some("registry/channel:6.1"),
-            "2026-01-01T00:00:00Z",
-        )],
-        &[version("v1", "sl-micro")],
-    );
-    h.call().await;
+    let mut h = Harness::one_channel(&["x86_64"], &["v1"], &["v1"]).await;
     let key = ChannelKey::new(NS, "sl-micro");
     let knows = |h: &Harness, name: &str| {
         h.cache

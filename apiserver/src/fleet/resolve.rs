@@ -146,7 +146,7 @@ pub struct PlanGroupDraft {
 
 /// A ManagedOSImage's upgrade plan before summaries are computed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct UpgradePlan {
     /// What it installs.
     pub target: PlanTarget,
     /// Selected machines by current version: oldest first within a channel.
@@ -157,7 +157,7 @@ pub struct Plan {
     pub unresolved_targets: Vec<UnresolvedClusterTarget>,
 }
 
-impl Plan {
+impl UpgradePlan {
     /// The wire object; `summary` gives the counts of a pending changelog.
     pub fn to_object(
         self,
@@ -189,6 +189,72 @@ impl Plan {
             ..ManagedOSImageChangelog::new()
         }
     }
+}
+
+/// The ManagedOSImages that select a machine.
+struct Assigned<'i> {
+    /// Each image's name and target.
+    images: Vec<(&'i str, &'i PlanTarget)>,
+    /// Why whether another image selects the machine cannot be decided (the first such).
+    undecided: Option<String>,
+}
+
+/// The target the ManagedOSImages `assigned` give a machine, or why they give none (then
+/// the newest version of its channel is the target).
+fn image_target(
+    assigned: &[(&str, &PlanTarget)],
+    undecided: Option<String>,
+) -> (Option<MachineTarget>, Option<(TargetReason, String)>) {
+    if let Some((image, PlanTarget::Unresolved { message, .. })) = assigned
+        .iter()
+        .find(|(_, t)| matches!(t, PlanTarget::Unresolved { .. }))
+    {
+        return (
+            None,
+            Some((
+                TargetReason::ManagedOSImageUnresolved,
+                format!(
+                    "ManagedOSImage {image} selects the machine but its target is not resolved: {message}"
+                ),
+            )),
+        );
+    }
+    if assigned.is_empty() {
+        return (
+            None,
+            undecided.map(|message| (TargetReason::ClusterUnresolved, message)),
+        );
+    }
+    let targets: BTreeSet<&ChannelVersion> = assigned
+        .iter()
+        .filter_map(|(_, t)| match t {
+            PlanTarget::Resolved(v) => Some(v),
+            PlanTarget::Unresolved { .. } => None,
+        })
+        .collect();
+    if let (1, Some(v)) = (targets.len(), targets.first()) {
+        let target = MachineTarget {
+            name: v.name.clone(),
+            version: v.version.clone(),
+            channel: v.channel.clone(),
+            source: TargetSource::ManagedOSImage,
+            managed_os_image: assigned.first().map(|(n, _)| (*n).to_owned()),
+            reason: None,
+            message: None,
+        };
+        return (Some(target), None);
+    }
+    let names: Vec<&str> = assigned.iter().map(|(n, _)| *n).collect();
+    (
+        None,
+        Some((
+            TargetReason::ManagedOSImagesDisagree,
+            format!(
+                "ManagedOSImages {} select the machine with different versions",
+                names.join(", ")
+            ),
+        )),
+    )
 }
 
 fn wire_name<T: serde::Serialize>(v: T) -> String {
@@ -624,6 +690,33 @@ impl<'a> FleetIndex<'a> {
         }
     }
 
+    /// The ManagedOSImages of `namespace` that select `machine`.
+    fn assigned(&self, namespace: &str, machine: &MachineInventory) -> Assigned<'_> {
+        let cluster = self.cluster_of(machine);
+        let mut assigned = Assigned {
+            images: Vec::new(),
+            undecided: None,
+        };
+        for (image, target) in self.images.get(namespace).into_iter().flatten() {
+            match image_selects(image, machine, cluster, self.fleet) {
+                Selection::Selected => {
+                    let name = image.metadata.name.as_deref().unwrap_or_default();
+                    assigned.images.push((name, target));
+                }
+                Selection::NotSelected => {}
+                Selection::Undecided { message, .. } => {
+                    assigned.undecided.get_or_insert_with(|| {
+                        format!(
+                            "whether ManagedOSImage {} selects the machine cannot be decided: {message}",
+                            image.metadata.name.as_deref().unwrap_or_default()
+                        )
+                    });
+                }
+            }
+        }
+        assigned
+    }
+
     /// Resolves one machine.
     pub fn machine(&self, machine: &MachineInventory) -> MachineResolution {
         let namespace = machine.metadata.namespace.clone().unwrap_or_default();
@@ -645,70 +738,8 @@ impl<'a> FleetIndex<'a> {
         }
         let reported = Reported::from_annotations(machine.annotations());
         let current = self.current(machine, &reported);
-        let cluster = self.cluster_of(machine);
-
-        // ManagedOSImages of the namespace that select the machine.
-        let mut assigned: Vec<(&str, &PlanTarget)> = Vec::new();
-        let mut undecided: Option<String> = None;
-        for (image, target) in self.images.get(namespace.as_str()).into_iter().flatten() {
-            match image_selects(image, machine, cluster, self.fleet) {
-                Selection::Selected => {
-                    assigned.push((image.metadata.name.as_deref().unwrap_or_default(), target));
-                }
-                Selection::NotSelected => {}
-                Selection::Undecided { message, .. } => {
-                    undecided.get_or_insert_with(|| {
-                        format!(
-                            "whether ManagedOSImage {} selects the machine cannot be decided: {message}",
-                            image.metadata.name.as_deref().unwrap_or_default()
-                        )
-                    });
-                }
-            }
-        }
-        let mut from_image: Option<MachineTarget> = None;
-        let mut fallback_reason: Option<(TargetReason, String)> = None;
-        if let Some((image, PlanTarget::Unresolved { message, .. })) = assigned
-            .iter()
-            .find(|(_, t)| matches!(t, PlanTarget::Unresolved { .. }))
-        {
-            fallback_reason = Some((
-                TargetReason::ManagedOSImageUnresolved,
-                format!(
-                    "ManagedOSImage {image} selects the machine but its target is not resolved: {message}"
-                ),
-            ));
-        } else if !assigned.is_empty() {
-            let targets: BTreeSet<&ChannelVersion> = assigned
-                .iter()
-                .filter_map(|(_, t)| match t {
-                    PlanTarget::Resolved(v) => Some(v),
-                    PlanTarget::Unresolved { .. } => None,
-                })
-                .collect();
-            if let (1, Some(v)) = (targets.len(), targets.first()) {
-                from_image = Some(MachineTarget {
-                    name: v.name.clone(),
-                    version: v.version.clone(),
-                    channel: v.channel.clone(),
-                    source: TargetSource::ManagedOSImage,
-                    managed_os_image: assigned.first().map(|(n, _)| (*n).to_owned()),
-                    reason: None,
-                    message: None,
-                });
-            } else {
-                let names: Vec<&str> = assigned.iter().map(|(n, _)| *n).collect();
-                fallback_reason = Some((
-                    TargetReason::ManagedOSImagesDisagree,
-                    format!(
-                        "ManagedOSImages {} select the machine with different versions",
-                        names.join(", ")
-                    ),
-                ));
-            }
-        } else if let Some(message) = undecided {
-            fallback_reason = Some((TargetReason::ClusterUnresolved, message));
-        }
+        let Assigned { images, undecided } = self.assigned(&namespace, machine);
+        let (from_image, fallback_reason) = image_target(&images, undecided);
 
         let target = from_image.or_else(|| {
             let current = current.as_ref().ok()?;
@@ -818,28 +849,10 @@ impl<'a> FleetIndex<'a> {
         &self,
         image: &ManagedOSImage,
         machines: impl IntoIterator<Item = &'m MachineInventory>,
-    ) -> Plan {
+    ) -> UpgradePlan {
         let ns = image.metadata.namespace.as_deref().unwrap_or_default();
         let target = self.image_target(image);
-        let unresolved_targets = if ns == super::crd::FLEET_LOCAL_NAMESPACE {
-            Vec::new()
-        } else {
-            image
-                .spec
-                .cluster_targets
-                .iter()
-                .enumerate()
-                .filter_map(|(index, t)| {
-                    let (reason, message) = target_issue(t, self.fleet)?;
-                    Some(UnresolvedClusterTarget {
-                        index,
-                        name: t.name.clone().filter(|n| !n.is_empty()),
-                        reason,
-                        message,
-                    })
-                })
-                .collect()
-        };
+        let unresolved_targets = self.unresolved_targets(image, ns);
         let mut groups: BTreeMap<ChannelVersion, Vec<String>> = BTreeMap::new();
         let mut unknown_machines = Vec::new();
         for m in machines {
@@ -878,11 +891,51 @@ impl<'a> FleetIndex<'a> {
             }
         }
         unknown_machines.sort_by(|a, b| a.name.cmp(&b.name));
+        let drafts = self.plan_groups(ns, &target, groups);
+        UpgradePlan {
+            target,
+            groups: drafts,
+            unknown_machines,
+            unresolved_targets,
+        }
+    }
+
+    /// The cluster targets of `image` (in namespace `ns`) that cannot be evaluated here.
+    fn unresolved_targets(&self, image: &ManagedOSImage, ns: &str) -> Vec<UnresolvedClusterTarget> {
+        if ns == super::crd::FLEET_LOCAL_NAMESPACE {
+            Vec::new()
+        } else {
+            image
+                .spec
+                .cluster_targets
+                .iter()
+                .enumerate()
+                .filter_map(|(index, t)| {
+                    let (reason, message) = target_issue(t, self.fleet)?;
+                    Some(UnresolvedClusterTarget {
+                        index,
+                        name: t.name.clone().filter(|n| !n.is_empty()),
+                        reason,
+                        message,
+                    })
+                })
+                .collect()
+        }
+    }
+
+    /// The machines of each current version (in namespace `ns`) as plan groups towards
+    /// `target`: oldest first within a channel.
+    fn plan_groups(
+        &self,
+        ns: &str,
+        target: &PlanTarget,
+        groups: BTreeMap<ChannelVersion, Vec<String>>,
+    ) -> Vec<PlanGroupDraft> {
         let mut drafts: Vec<PlanGroupDraft> = groups
             .into_iter()
             .map(|(current, mut machines)| {
                 machines.sort();
-                let (state, reason, pending) = match &target {
+                let (state, reason, pending) = match target {
                     PlanTarget::Resolved(t) => {
                         let (state, reason, _, pending) = self.compare(ns, &current, t);
                         (state, reason, pending)
@@ -913,11 +966,6 @@ impl<'a> FleetIndex<'a> {
             )
         };
         drafts.sort_by_key(key);
-        Plan {
-            target,
-            groups: drafts,
-            unknown_machines,
-            unresolved_targets,
-        }
+        drafts
     }
 }

@@ -146,6 +146,11 @@ impl World {
         }
     }
 
+    /// Makes the ManagedOSImage `name` of fleet-default with `spec` the only one.
+    fn only_image(&mut self, name: &str, spec: Value) {
+        self.images = vec![moi(NS, name, spec)];
+    }
+
     fn index(&self) -> FleetIndex<'_> {
         FleetIndex::new(
             &self.versions,
@@ -514,14 +519,13 @@ fn cluster_selectors_and_groups_need_fleet_objects() {
     assert_eq!(r.target.unwrap().name, "a-v1.2");
 
     // By group: needs groups.
-    w.images = vec![moi(
-        NS,
+    w.only_image(
         "by-group",
         json!({
             "managedOSVersionName": "a-v1.1",
             "clusterTargets": [{"clusterGroup": "edge"}]
         }),
-    )];
+    );
     assert_eq!(
         w.index().machine(&m).target.unwrap().reason,
         Some(TargetReason::ClusterUnresolved)
@@ -534,36 +538,30 @@ fn cluster_selectors_and_groups_need_fleet_objects() {
     }]);
     let r = w.index().machine(&m);
     assert_eq!(r.target.unwrap().name, "a-v1.1");
-    w.images = vec![moi(
-        NS,
+    w.only_image(
         "by-group-label",
         json!({
             "managedOSVersionName": "a-v1.1",
             "clusterTargets": [{"clusterGroupSelector": {"matchLabels": {"tier": "core"}}}]
         }),
-    )];
+    );
     let r = w.index().machine(&m);
     assert_eq!(
         (r.target.as_ref().unwrap().source, r.target.unwrap().reason),
         (TargetSource::NewestInChannel, None)
     );
     // A target with no criterion cannot be decided.
-    w.images = vec![moi(
-        NS,
+    w.only_image(
         "empty",
         json!({"managedOSVersionName": "a-v1.1", "clusterTargets": [{"name": "x"}]}),
-    )];
+    );
     assert_eq!(
         w.index().machine(&m).target.unwrap().reason,
         Some(TargetReason::ClusterUnresolved)
     );
     // An unknown operator cannot be decided either.
-    w.images = vec![moi(
-        NS,
-        "bad",
-        json!({"managedOSVersionName": "a-v1.1",
-        "clusterTargets": [{"clusterSelector": {"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]}}]}),
-    )];
+    w.only_image("bad", json!({"managedOSVersionName": "a-v1.1",
+        "clusterTargets": [{"clusterSelector": {"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]}}]}));
     assert_eq!(
         w.index().machine(&m).target.unwrap().reason,
         Some(TargetReason::ClusterUnresolved)
@@ -628,11 +626,10 @@ fn images_that_disagree_or_do_not_resolve() {
         )
     );
     assert!(t.message.unwrap().contains("one, three, two"));
-    w.images = vec![moi(
-        NS,
+    w.only_image(
         "gone",
         json!({"managedOSVersionName": "a-v7", "clusterTargets": targets}),
-    )];
+    );
     let t = w.index().machine(&m).target.unwrap();
     assert_eq!(t.reason, Some(TargetReason::ManagedOSImageUnresolved));
     assert!(t.message.unwrap().contains("a-v7"));
@@ -791,18 +788,7 @@ fn plan_groups_machines_by_current_version() {
     let index = w.index();
     let plan = index.plan(&image, machines.iter().chain([&other_ns]));
     assert_eq!(plan.target, PlanTarget::Resolved(cv("a-v1.3", "v1.3", "a")));
-    let groups: Vec<(&str, MachineState, Option<MachineReason>, Vec<&str>)> = plan
-        .groups
-        .iter()
-        .map(|g| {
-            (
-                g.current.name.as_str(),
-                g.state,
-                g.reason,
-                g.machines.iter().map(String::as_str).collect(),
-            )
-        })
-        .collect();
+    let groups = group_rows(&plan);
     assert_eq!(
         groups,
         [
@@ -849,6 +835,27 @@ fn plan_groups_machines_by_current_version() {
         SelectionReason::ClusterGroupUnknown
     );
 
+    check_plan_object(plan);
+}
+
+/// A plan's groups: current version, state, reason and machines.
+fn group_rows(plan: &UpgradePlan) -> Vec<(&str, MachineState, Option<MachineReason>, Vec<&str>)> {
+    plan.groups
+        .iter()
+        .map(|g| {
+            (
+                g.current.name.as_str(),
+                g.state,
+                g.reason,
+                g.machines.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect()
+}
+
+/// The wire object of [`plan_groups_machines_by_current_version`]'s plan, summaries asked
+/// for the groups with a pending changelog only.
+fn check_plan_object(plan: UpgradePlan) {
     let summary = ChangelogSummary {
         advisories: 2,
         highest_severity: Severity::Critical,

@@ -24,6 +24,14 @@ use crate::{
 /// Registers every family in `registry` and counts something in each of its metrics, so
 /// that every metric shows in the exposition (a labelled metric shows once it has a series).
 fn count_everything(registry: &Registry) {
+    count_serving(registry);
+    count_channels(registry);
+    count_watches_and_auth(registry);
+    count_the_rest(registry);
+}
+
+/// Connections and requests, every limit and every resource.
+fn count_serving(registry: &Registry) {
     let serving: Arc<ServingMetrics> = registry.register();
     serving.connection_refused();
     for limit in [
@@ -51,7 +59,10 @@ fn count_everything(registry: &Registry) {
         serving.request("get", resource).finish(200);
     }
     serving.request("BREW", RequestResource::Other).finish(418);
+}
 
+/// The channel controller: fetches, file problems, the cache, kept data, retained pulls.
+fn count_channels(registry: &Registry) {
     let channels: Arc<ChannelMetrics> = registry.register();
     channels.fetch(FetchResult::Pulled, 0.3, 1000);
     channels.fetch(FetchResult::Unchanged, 0.02, 0);
@@ -87,7 +98,10 @@ fn count_everything(registry: &Registry) {
         channels.retained_pull(result);
     }
     channels.worker_panic();
+}
 
+/// Every watch, and the auth crate's counts, which share the watch families.
+fn count_watches_and_auth(registry: &Registry) {
     let watches: Arc<WatchMetrics> = registry.register();
     for resource in [
         WatchedResource::Channels,
@@ -120,7 +134,10 @@ fn count_everything(registry: &Registry) {
     }
     auth.config_watch_failed();
     auth.config_watch_synced();
+}
 
+/// The fleet gauge, certificate reloads, the channel history and the answer cache.
+fn count_the_rest(registry: &Registry) {
     let fleet: Arc<FleetMetrics> = registry.register();
     fleet.set_machines(&BTreeMap::from([
         (

@@ -63,6 +63,11 @@ fn paths_that_are_not_ours_or_not_resources() {
     }
 }
 
+/// A health probe's target.
+fn health(probe: Probe, verbose: bool) -> Target {
+    Target::Health { probe, verbose }
+}
+
 #[test]
 fn paths_we_serve() {
     let changelog = Target::Resource(Resource::Changelog {
@@ -119,32 +124,19 @@ fn paths_we_serve() {
             "/openapi/v3/apis/changelog.elemental.cattle.io/v1beta1",
             Target::OpenApi(OpenApi::V3GroupVersion),
         ),
-        (
-            "/healthz",
-            Target::Health {
-                probe: Probe::Live,
-                verbose: false,
-            },
-        ),
-        (
-            "/livez/ping?verbose",
-            Target::Health {
-                probe: Probe::Live,
-                verbose: true,
-            },
-        ),
-        (
-            "/readyz/informer-sync",
-            Target::Health {
-                probe: Probe::Ready,
-                verbose: false,
-            },
-        ),
+        ("/healthz", health(Probe::Live, false)),
+        ("/livez/ping?verbose", health(Probe::Live, true)),
+        ("/readyz/informer-sync", health(Probe::Ready, false)),
         ("/metrics", Target::Metrics),
     ];
     for (path, target) in cases {
         assert_eq!(parse(path).target(), &target, "{path}");
     }
+    paths_we_serve_are_labelled();
+}
+
+/// Of [`paths_we_serve`]: the resource label of the request metric.
+fn paths_we_serve_are_labelled() {
     assert_eq!(
         parse(&format!("{BASE}/managedosversions")).metric(),
         RequestResource::Summaries

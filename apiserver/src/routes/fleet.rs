@@ -27,7 +27,7 @@ use elemental_changelog_apiservice::{
 
 use super::{
     ok,
-    resources::{Answer, Cost, Job, Plan, Render, VersionSide, selects},
+    resources::{Answer, Answering, Cost, Job, Render, VersionSide, selects},
 };
 use crate::{
     cache::Snapshot,
@@ -40,7 +40,7 @@ use crate::{
     live::Live,
     request::{
         ChangelogParams, ListParams,
-        fleet::{FleetResource, MachineChangelogParams},
+        fleet::{FleetResource, MachineChangelogParams, MachineParams},
     },
     watch::{Hub, Item},
 };
@@ -115,12 +115,12 @@ impl FleetView {
         }
     }
 
-    /// Plans the answer to `resource`: cheap checks here (400, 406), the rest in the job.
-    pub fn plan(
+    /// How `resource` is answered: cheap checks here (400, 406), the rest in the job.
+    pub fn answering(
         self: &Arc<Self>,
         resource: &FleetResource,
         accept: Option<&str>,
-    ) -> Result<Plan, StatusError> {
+    ) -> Result<Answering, StatusError> {
         let this = self.clone();
         match resource.clone() {
             FleetResource::Machines { namespace, params } => {
@@ -145,30 +145,7 @@ impl FleetView {
                 namespace,
                 name,
                 params,
-            } => {
-                let representation = content::negotiate(accept, params.include_object)?;
-                let arch = self.versions.served_arch(params.arch.as_ref())?;
-                if self.stores.machines.get(&namespace, &name).is_none() {
-                    return Err(StatusError::not_found(MACHINE_RESOURCE, &name));
-                }
-                let item = self.hub(&arch)?.get(&namespace, &name).ok_or_else(|| {
-                    StatusError::service_unavailable(
-                        format!("MachineInventory {namespace}/{name} is not resolved yet"),
-                        Some(RETRY_AFTER_NOT_FETCHED),
-                    )
-                })?;
-                Ok(run(Cost::Light, move || {
-                    let body = match (representation, &params.cve) {
-                        (Representation::Json, None) => item.json.to_vec(),
-                        (_, cve) => {
-                            let mut object = item.object.clone();
-                            object.cve = cve.as_deref().map(|c| this.exposure(&object, c, &arch));
-                            render(representation, vec![object], cve.is_some(), false)?
-                        }
-                    };
-                    Ok(Answer::Fresh(ok(body, representation.content_type())))
-                }))
-            }
+            } => self.machine_answering(namespace, name, params, accept),
             FleetResource::MachineChangelog {
                 namespace,
                 name,
@@ -196,6 +173,40 @@ impl FleetView {
                 }))
             }
         }
+    }
+
+    /// How one machine is answered: from the live hub's kept answer (503 until it is
+    /// resolved), with its exposure to `cve` when asked.
+    fn machine_answering(
+        self: &Arc<Self>,
+        namespace: String,
+        name: String,
+        params: MachineParams,
+        accept: Option<&str>,
+    ) -> Result<Answering, StatusError> {
+        let this = self.clone();
+        let representation = content::negotiate(accept, params.include_object)?;
+        let arch = self.versions.served_arch(params.arch.as_ref())?;
+        if self.stores.machines.get(&namespace, &name).is_none() {
+            return Err(StatusError::not_found(MACHINE_RESOURCE, &name));
+        }
+        let item = self.hub(&arch)?.get(&namespace, &name).ok_or_else(|| {
+            StatusError::service_unavailable(
+                format!("MachineInventory {namespace}/{name} is not resolved yet"),
+                Some(RETRY_AFTER_NOT_FETCHED),
+            )
+        })?;
+        Ok(run(Cost::Light, move || {
+            let body = match (representation, &params.cve) {
+                (Representation::Json, None) => item.json.to_vec(),
+                (_, cve) => {
+                    let mut object = item.object.clone();
+                    object.cve = cve.as_deref().map(|c| this.exposure(&object, c, &arch));
+                    render(representation, vec![object], cve.is_some(), false)?
+                }
+            };
+            Ok(Answer::Fresh(ok(body, representation.content_type())))
+        }))
     }
 
     /// The machines' hub for `arch`.
@@ -554,8 +565,11 @@ fn kept_machines(
 }
 
 /// A job run off the async threads whose answer is made for this request.
-fn run(cost: Cost, job: impl FnOnce() -> Result<Answer, StatusError> + Send + 'static) -> Plan {
-    Plan::Render(Render {
+fn run(
+    cost: Cost,
+    job: impl FnOnce() -> Result<Answer, StatusError> + Send + 'static,
+) -> Answering {
+    Answering::Render(Render {
         cost,
         job: Job::Run(Box::new(job)),
     })

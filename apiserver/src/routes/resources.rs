@@ -29,7 +29,7 @@ use crate::read_error::ReadErrorKind;
 use crate::{
     cache::{Cache, ChannelKey, ChannelState, Generation, RetainedStatus, Snapshot},
     channels::{
-        Objects,
+        ChannelStores,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
     },
     live::Live,
@@ -46,7 +46,7 @@ const NO_MATCHING_PLATFORM: ReadErrorKind = ReadErrorKind::NO_MATCHING_PLATFORM;
 
 /// Answers resource requests.
 pub struct Resources {
-    objects: Objects,
+    stores: ChannelStores,
     cache: Arc<Cache>,
     default_arch: Arch,
     architectures: Vec<Arch>,
@@ -82,7 +82,7 @@ pub enum AnswerKey {
         cve: Option<String>,
         /// Architecture.
         arch: Arch,
-        /// SHA-256 of the selection.
+        /// SHA-256 of the versions matched.
         fingerprint: [u8; 32],
     },
 }
@@ -138,11 +138,11 @@ impl VersionSide for Arc<Resources> {
     }
 
     fn versions(&self, namespace: Option<&str>) -> Vec<Arc<ManagedOSVersion>> {
-        self.objects.versions.list(namespace)
+        self.stores.versions.list(namespace)
     }
 
     fn version(&self, namespace: &str, name: &str) -> Option<Arc<ManagedOSVersion>> {
-        self.objects.versions.get(namespace, name)
+        self.stores.versions.get(namespace, name)
     }
 
     fn snapshot(&self, namespace: &str, channel: &str, arch: &Arch) -> Option<Arc<Snapshot>> {
@@ -154,7 +154,7 @@ impl VersionSide for Arc<Resources> {
         namespace: Option<&str>,
         arch: &Arch,
     ) -> std::collections::HashMap<(String, String), Arc<Snapshot>> {
-        self.objects
+        self.stores
             .channels
             .list(namespace)
             .iter()
@@ -178,7 +178,7 @@ impl VersionSide for Arc<Resources> {
             name: name.to_owned(),
             params: params.clone(),
         };
-        self.plan(&resource, accept)?.run_here(self)
+        self.answering(&resource, accept)?.run_here(self)
     }
 }
 
@@ -221,8 +221,9 @@ impl Answer {
     }
 }
 
-/// How a request is answered, decided once ([`Resources::plan`]).
-pub enum Plan {
+/// How a request is answered, decided once ([`Resources::answering`]): from kept bytes, or
+/// by a render.
+pub enum Answering {
     /// The answer is kept: send it.
     Ready(Arc<Ready>),
     /// It must be rendered.
@@ -261,8 +262,8 @@ pub enum Job {
     Run(Box<dyn FnOnce() -> Result<Answer, StatusError> + Send>),
 }
 
-impl Plan {
-    /// Carries the plan out on this thread (tests, the ahead-of-time pass, and jobs that
+impl Answering {
+    /// Answers on this thread (tests, the ahead-of-time pass, and jobs that
     /// already run on the blocking pool).
     pub fn run_here(self, resources: &Resources) -> Result<Answer, StatusError> {
         match self {
@@ -305,15 +306,16 @@ struct ChangelogRequest {
     arch: Arch,
 }
 
-/// The versions a summaries request selects, each with where its data stands.
-type Selection = Vec<(Arc<ManagedOSVersion>, Lookup)>;
+/// The versions a summaries list matches (its label and field selectors), each with where its
+/// data stands.
+type Matched = Vec<(Arc<ManagedOSVersion>, Lookup)>;
 
 impl Resources {
     /// Answers over the reflector stores and the cache; `architectures` are those the
     /// channel workers read (the cache is keyed by their RPM names). Rendered answers are
     /// kept in `ready`.
     pub fn new(
-        objects: Objects,
+        stores: ChannelStores,
         cache: Arc<Cache>,
         default_arch: Arch,
         architectures: Vec<Arch>,
@@ -321,7 +323,7 @@ impl Resources {
         live: Arc<Live>,
     ) -> Self {
         Self {
-            objects,
+            stores,
             cache,
             default_arch,
             architectures,
@@ -335,38 +337,20 @@ impl Resources {
         &self.live
     }
 
-    /// Plans the answer to `resource`, once: the ready bytes when they are kept (decided
+    /// Decides how `resource` is answered, once: the ready bytes when they are kept (decided
     /// without rendering anything), else what renders them. Errors (404, 400, 503) are cheap
-    /// and final. Only map lookups happen here; a list's selection is made by its job.
-    pub fn plan(
+    /// and final. Only map lookups happen here; the versions a list matches are found by its job.
+    pub fn answering(
         self: &Arc<Self>,
         resource: &Resource,
         accept: Option<&str>,
-    ) -> Result<Plan, StatusError> {
+    ) -> Result<Answering, StatusError> {
         match resource {
             Resource::Changelog {
                 namespace,
                 name,
                 params,
-            } => {
-                let request = self.changelog_request(namespace, name, params, accept)?;
-                if let Some(ready) = self.ready.get(&request.key) {
-                    return Ok(Plan::Ready(ready));
-                }
-                let cost = if params.from.is_some() {
-                    Cost::Heavy
-                } else {
-                    Cost::Light
-                };
-                let key = request.key.clone();
-                Ok(Plan::Render(Render {
-                    cost,
-                    job: Job::Keep {
-                        key,
-                        render: Box::new(move || request.render()),
-                    },
-                }))
-            }
+            } => self.changelog_answering(namespace, name, params, accept),
             Resource::Get {
                 namespace,
                 name,
@@ -384,48 +368,80 @@ impl Resources {
                 }
                 // Not computed yet (created a moment ago): computed for this request.
                 let lookup = self.lookup(&version, &arch);
-                self.plan_summaries(vec![(version, lookup)], None, arch, representation, false)
+                self.summaries_answering(vec![(version, lookup)], None, arch, representation, false)
             }
             Resource::List { namespace, params } => {
-                let representation = content::negotiate(accept, params.include_object)?;
-                params.fields.check_supported()?;
-                let arch = self.arch(params.arch.as_ref())?.clone();
-                if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
-                    let (hub, namespace, params) = (hub.clone(), namespace.clone(), params.clone());
-                    return Ok(Plan::Render(Render {
-                        cost: Cost::Heavy,
-                        job: Job::Run(Box::new(move || {
-                            kept_summaries(&hub, namespace.as_deref(), &params, representation)
-                        })),
-                    }));
-                }
-                let (resources, namespace, params) =
-                    (self.clone(), namespace.clone(), params.clone());
-                // Selecting grows with the number of versions: it is part of the job.
-                Ok(Plan::Render(Render {
-                    cost: Cost::Heavy,
-                    job: Job::Run(Box::new(move || {
-                        let selection = resources.select(namespace.as_deref(), &params, &arch);
-                        resources
-                            .plan_summaries(
-                                selection,
-                                params.cve.clone(),
-                                arch,
-                                representation,
-                                true,
-                            )?
-                            .run_here(&resources)
-                    })),
-                }))
+                self.list_answering(namespace.as_deref(), params, accept)
             }
         }
+    }
+
+    /// How a changelog is answered: kept, or rendered (a range of versions is heavy).
+    fn changelog_answering(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &ChangelogParams,
+        accept: Option<&str>,
+    ) -> Result<Answering, StatusError> {
+        let request = self.changelog_request(namespace, name, params, accept)?;
+        if let Some(ready) = self.ready.get(&request.key) {
+            return Ok(Answering::Ready(ready));
+        }
+        let cost = if params.from.is_some() {
+            Cost::Heavy
+        } else {
+            Cost::Light
+        };
+        let key = request.key.clone();
+        Ok(Answering::Render(Render {
+            cost,
+            job: Job::Keep {
+                key,
+                render: Box::new(move || request.render()),
+            },
+        }))
+    }
+
+    /// How a list of summaries is answered: from the live hub's kept summaries, or (with
+    /// `cve`, or before the hub exists) by matching the versions in the job.
+    fn list_answering(
+        self: &Arc<Self>,
+        namespace: Option<&str>,
+        params: &ListParams,
+        accept: Option<&str>,
+    ) -> Result<Answering, StatusError> {
+        let representation = content::negotiate(accept, params.include_object)?;
+        params.fields.check_supported()?;
+        let arch = self.arch(params.arch.as_ref())?.clone();
+        let namespace = namespace.map(str::to_owned);
+        if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
+            let (hub, params) = (hub.clone(), params.clone());
+            return Ok(Answering::Render(Render {
+                cost: Cost::Heavy,
+                job: Job::Run(Box::new(move || {
+                    kept_summaries(&hub, namespace.as_deref(), &params, representation)
+                })),
+            }));
+        }
+        let (resources, params) = (self.clone(), params.clone());
+        // Selecting grows with the number of versions: it is part of the job.
+        Ok(Answering::Render(Render {
+            cost: Cost::Heavy,
+            job: Job::Run(Box::new(move || {
+                let matched = resources.matching(namespace.as_deref(), &params, &arch);
+                resources
+                    .summaries_answering(matched, params.cve.clone(), arch, representation, true)?
+                    .run_here(&resources)
+            })),
+        }))
     }
 
     /// The summary of every version for `arch`, computed now (what the live hub keeps, see
     /// [`crate::live`]); each names the ManagedOSVersion's own resourceVersion until the hub
     /// gives it one.
     pub fn summaries(&self, arch: &Arch) -> Vec<ManagedOSVersionChangelogSummary> {
-        self.objects
+        self.stores
             .versions
             .list(None)
             .iter()
@@ -439,7 +455,7 @@ impl Resources {
     pub fn prepare_defaults(&self, bytes: u64) -> usize {
         let mut rendered = 0;
         let params = ChangelogParams::default();
-        for version in self.objects.versions.list(None) {
+        for version in self.stores.versions.list(None) {
             if self.ready.weight() >= bytes {
                 break;
             }
@@ -462,8 +478,8 @@ impl Resources {
     }
 
     /// The reflector stores of channels and versions (the fleet view reads them).
-    pub fn objects(&self) -> &Objects {
-        &self.objects
+    pub fn channel_stores(&self) -> &ChannelStores {
+        &self.stores
     }
 
     /// The architecture asked for (the default when none), if this server reads it.
@@ -538,8 +554,8 @@ impl Resources {
 
     /// The versions a list selects (namespace, label and field selectors), each with where
     /// its data stands.
-    fn select(&self, namespace: Option<&str>, params: &ListParams, arch: &Arch) -> Selection {
-        self.objects
+    fn matching(&self, namespace: Option<&str>, params: &ListParams, arch: &Arch) -> Matched {
+        self.stores
             .versions
             .list(namespace)
             .into_iter()
@@ -556,23 +572,23 @@ impl Resources {
             .collect()
     }
 
-    /// The plan for the summaries of `selection` (with `cve`, only the versions fixing it,
+    /// How the summaries of `matched` are answered (with `cve`, only the versions fixing it,
     /// first fix first). JSON is kept ready; a Table is made for each request.
-    fn plan_summaries(
+    fn summaries_answering(
         &self,
-        selection: Selection,
+        matched: Matched,
         cve: Option<String>,
         arch: Arch,
         representation: Representation,
         list: bool,
-    ) -> Result<Plan, StatusError> {
+    ) -> Result<Answering, StatusError> {
         let cost = if list { Cost::Heavy } else { Cost::Light };
         if !matches!(representation, Representation::Json) {
-            return Ok(Plan::Render(Render {
+            return Ok(Answering::Render(Render {
                 cost,
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =
-                        render_summaries(selection, cve.as_deref(), representation, list)?;
+                        render_summaries(matched, cve.as_deref(), representation, list)?;
                     Ok(Answer::Fresh(ok(body, content_type)))
                 })),
             }));
@@ -581,18 +597,18 @@ impl Resources {
             list,
             cve: cve.clone(),
             arch,
-            fingerprint: fingerprint(&selection),
+            fingerprint: fingerprint(&matched),
         };
         if let Some(ready) = self.ready.get(&key) {
-            return Ok(Plan::Ready(ready));
+            return Ok(Answering::Ready(ready));
         }
-        Ok(Plan::Render(Render {
+        Ok(Answering::Render(Render {
             cost,
             job: Job::Keep {
                 key,
                 render: Box::new(move || {
                     let (body, content_type) =
-                        render_summaries(selection, cve.as_deref(), representation, list)?;
+                        render_summaries(matched, cve.as_deref(), representation, list)?;
                     Ok(Ready::answer(body, content_type))
                 }),
             },
@@ -628,7 +644,7 @@ impl Resources {
         namespace: &str,
         name: &str,
     ) -> Result<Arc<ManagedOSVersion>, StatusError> {
-        self.objects
+        self.stores
             .versions
             .get(namespace, name)
             .ok_or_else(|| StatusError::not_found(RESOURCE, name))
@@ -648,7 +664,7 @@ impl Resources {
                 ),
             );
         };
-        let Some(channel) = self.objects.channels.get(&namespace, &channel_name) else {
+        let Some(channel) = self.stores.channels.get(&namespace, &channel_name) else {
             let message = format!(
                 "ManagedOSVersionChannel {namespace}/{channel_name} of ManagedOSVersion {name} does not exist"
             );
@@ -790,7 +806,7 @@ impl Resources {
         channel: &str,
     ) -> Result<(), StatusError> {
         let namespace = version.namespace().unwrap_or_default();
-        let Some(other) = self.objects.versions.get(&namespace, from) else {
+        let Some(other) = self.stores.versions.get(&namespace, from) else {
             return Err(StatusError::bad_request(format!(
                 "from: ManagedOSVersion {namespace}/{from} does not exist"
             )));
@@ -1018,12 +1034,12 @@ fn summary(version: &ManagedOSVersion, lookup: &Lookup) -> ManagedOSVersionChang
     }
 }
 
-/// The versions of `selection` whose changelog fixes `cve`, oldest first: by namespace and
+/// The versions of `matched` whose changelog fixes `cve`, oldest first: by namespace and
 /// channel, then the channel data's own order (`created`, then version), so the first is the
 /// first fix.
-fn fixing(selection: Selection, cve: &str) -> Selection {
+fn fixing(matched: Matched, cve: &str) -> Matched {
     let mut hits: Vec<(ChannelPosition, (Arc<ManagedOSVersion>, Lookup))> = Vec::new();
-    for (version, lookup) in selection {
+    for (version, lookup) in matched {
         let name = version.name_any();
         if let Lookup::Found { snapshot, .. } = &lookup
             && snapshot.data.fixes_cve(&name, cve)
@@ -1041,15 +1057,15 @@ fn fixing(selection: Selection, cve: &str) -> Selection {
     hits.into_iter().map(|(_, hit)| hit).collect()
 }
 
-/// What the summaries of `selection` depend on, hashed: each version's identity and
+/// What the summaries of `matched` depend on, hashed: each version's identity and
 /// resourceVersion, and the snapshot holding its data or why there is none.
-fn fingerprint(selection: &Selection) -> [u8; 32] {
+fn fingerprint(matched: &Matched) -> [u8; 32] {
     let mut hash = Sha256::new();
     let mut field = |bytes: &[u8]| {
         hash.update((bytes.len() as u64).to_le_bytes());
         hash.update(bytes);
     };
-    for (version, lookup) in selection {
+    for (version, lookup) in matched {
         field(version.namespace().unwrap_or_default().as_bytes());
         field(version.name_any().as_bytes());
         field(version.uid().unwrap_or_default().as_bytes());
@@ -1072,19 +1088,19 @@ fn fingerprint(selection: &Selection) -> [u8; 32] {
 /// Where a version stands: namespace, channel, index in the channel's order.
 type ChannelPosition = (Option<String>, Option<String>, usize);
 
-/// The summaries of `selection` (with `cve`, only the versions fixing it) in
+/// The summaries of `matched` (with `cve`, only the versions fixing it) in
 /// `representation`.
 fn render_summaries(
-    selection: Selection,
+    matched: Matched,
     cve: Option<&str>,
     representation: Representation,
     list: bool,
 ) -> Result<(Vec<u8>, &'static str), StatusError> {
-    let selection = match cve {
-        Some(cve) => fixing(selection, cve),
-        None => selection,
+    let matched = match cve {
+        Some(cve) => fixing(matched, cve),
+        None => matched,
     };
-    let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
+    let items = matched.iter().map(|(v, l)| summary(v, l)).collect();
     respond_summaries(representation, items, list, None)
 }
 
@@ -1092,14 +1108,14 @@ fn render_summaries(
 fn kept_summary(
     item: &Arc<Item<ManagedOSVersionChangelogSummary>>,
     representation: Representation,
-) -> Plan {
+) -> Answering {
     match representation {
         Representation::Json => {
-            Plan::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
+            Answering::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
         }
         Representation::Table { .. } => {
             let object = item.object.clone();
-            Plan::Render(Render {
+            Answering::Render(Render {
                 cost: Cost::Light,
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =

@@ -7,11 +7,11 @@
 //! requests started and ended) and [`Timeouts::next`] says, from that record alone, when
 //! it is to be looked at again or closed:
 //!
-//! - no byte within the first-bytes timeout of the handshake: closed ([`Reason::Silent`]);
+//! - no byte within the first-bytes timeout of the handshake: closed ([`CloseReason::Silent`]);
 //! - no request within the first-request timeout of the handshake: closed
-//!   ([`Reason::NoRequest`]: an HTTP/2 preface and nothing else, or half of it);
+//!   ([`CloseReason::NoRequest`]: an HTTP/2 preface and nothing else, or half of it);
 //! - no request in flight for the idle timeout since the last one ended: shut down
-//!   gracefully ([`Reason::Idle`]: HTTP/2 `GOAWAY`, HTTP/1 closed), as kube-apiserver
+//!   gracefully ([`CloseReason::Idle`]: HTTP/2 `GOAWAY`, HTTP/1 closed), as kube-apiserver
 //!   closes idle HTTP/2 connections after 90 s.
 //!
 //! Under connection pressure (few slots left) every one of these waits is shortened
@@ -108,7 +108,7 @@ impl Drop for InFlight {
 
 /// Why a connection is closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Reason {
+pub(super) enum CloseReason {
     /// Not a byte after the handshake.
     Silent,
     /// Bytes, but no request.
@@ -117,7 +117,7 @@ pub(super) enum Reason {
     Idle,
 }
 
-impl Reason {
+impl CloseReason {
     /// Whether the connection may still have something to finish (a response being
     /// written), so it is shut down gracefully rather than dropped.
     pub(super) fn graceful(self) -> bool {
@@ -131,7 +131,7 @@ pub(super) enum Next {
     /// Look again at this time (or earlier, on pressure).
     At(Instant),
     /// Close it.
-    Close(Reason),
+    Close(CloseReason),
 }
 
 /// The waits of [`Activity`]'s rules (see the module's documentation).
@@ -154,16 +154,16 @@ impl Timeouts {
         let in_flight = activity.in_flight.load(Ordering::SeqCst);
         let (since, wait, reason) = if started == 0 {
             if activity.heard.load(Ordering::Relaxed) {
-                (activity.opened, self.first_request, Reason::NoRequest)
+                (activity.opened, self.first_request, CloseReason::NoRequest)
             } else {
-                (activity.opened, self.first_bytes, Reason::Silent)
+                (activity.opened, self.first_bytes, CloseReason::Silent)
             }
         } else if in_flight > 0 {
             // Busy: nothing to decide before the idle timeout could run out.
             return Next::At(now + self.idle);
         } else {
             let last_end = Duration::from_nanos(activity.last_end.load(Ordering::SeqCst));
-            (activity.opened + last_end, self.idle, Reason::Idle)
+            (activity.opened + last_end, self.idle, CloseReason::Idle)
         };
         let wait = if pressured {
             wait.min(self.pressured)

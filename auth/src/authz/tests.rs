@@ -12,6 +12,13 @@ use crate::{ResourceAttributes, review::mock};
 const REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
 
+/// The flags' defaults, as an empty command line gives them (the environment unread).
+fn defaults() -> AuthzArgs {
+    use clap::{Args as _, FromArgMatches as _};
+    let command = AuthzArgs::augment_args(clap::Command::new("x")).mut_args(|arg| arg.env(None));
+    AuthzArgs::from_arg_matches(&command.get_matches_from(["x"])).unwrap()
+}
+
 fn authorizer(args: &AuthzArgs) -> (Authorizer, mock::Handle) {
     let (client, handle) = mock::client();
     (
@@ -121,7 +128,7 @@ fn denied() -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn resource_requests_are_reviewed_with_every_attribute() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let (user, attributes) = (alice(), changelog());
     let (decision, ()) = tokio::join!(
         authorizer.authorize(&user, &attributes),
@@ -138,7 +145,7 @@ async fn resource_requests_are_reviewed_with_every_attribute() {
 
 #[tokio::test(start_paused = true)]
 async fn lists_are_reviewed_cluster_wide_without_name() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let user = UserInfo {
         name: "bob".to_owned(),
         ..UserInfo::default()
@@ -172,7 +179,7 @@ async fn lists_are_reviewed_cluster_wide_without_name() {
 
 #[tokio::test(start_paused = true)]
 async fn other_paths_are_reviewed_as_non_resource_requests() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let user = alice();
     let attributes = non_resource("/metrics");
     let mut review = changelog_review();
@@ -191,7 +198,7 @@ async fn other_paths_are_reviewed_as_non_resource_requests() {
 async fn masters_and_always_allowed_paths_skip_the_review() {
     let args = AuthzArgs {
         always_allow_paths: "/healthz,/readyz,/livez,/debug/*".parse().unwrap(),
-        ..AuthzArgs::default()
+        ..defaults()
     };
     let (authorizer, mut handle) = authorizer(&args);
     let masters = UserInfo {
@@ -223,7 +230,7 @@ async fn masters_and_always_allowed_paths_skip_the_review() {
 
 #[tokio::test(start_paused = true)]
 async fn paths_close_to_always_allowed_ones_are_reviewed() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let anonymous = UserInfo::anonymous();
     for path in ["/healthz/etcd", "/livezz", "/apis/x/v1/healthz"] {
         let attributes = non_resource(path);
@@ -242,7 +249,7 @@ async fn answers_are_cached_for_their_ttl() {
     let args = AuthzArgs {
         authorized_ttl: Duration::from_secs(5),
         unauthorized_ttl: Duration::from_secs(30),
-        ..AuthzArgs::default()
+        ..defaults()
     };
     let (authorizer, mut handle) = authorizer(&args);
     let (user, attributes) = (alice(), changelog());
@@ -304,7 +311,7 @@ async fn answers_are_cached_for_their_ttl() {
 
 #[tokio::test(start_paused = true)]
 async fn different_users_and_requests_are_reviewed_separately() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let (user, attributes) = (alice(), changelog());
     let (decision, ()) = tokio::join!(
         authorizer.authorize(&user, &attributes),
@@ -331,7 +338,7 @@ async fn different_users_and_requests_are_reviewed_separately() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_identical_reviews_are_coalesced() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let (user, attributes) = (alice(), changelog());
     let (first, second, ()) = tokio::join!(
         authorizer.authorize(&user, &attributes),
@@ -353,7 +360,7 @@ async fn concurrent_identical_reviews_are_coalesced() {
 
 #[tokio::test(start_paused = true)]
 async fn failed_reviews_are_errors_retried_with_backoff_and_never_cached() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let (user, attributes) = (alice(), changelog());
     let start = tokio::time::Instant::now();
     let (decision, ()) = tokio::join!(authorizer.authorize(&user, &attributes), async {
@@ -395,7 +402,7 @@ async fn failed_reviews_are_errors_retried_with_backoff_and_never_cached() {
 
 #[tokio::test(start_paused = true)]
 async fn a_review_both_allowing_and_denying_is_an_error() {
-    let (authorizer, mut handle) = authorizer(&AuthzArgs::default());
+    let (authorizer, mut handle) = authorizer(&defaults());
     let (user, attributes) = (alice(), changelog());
     let both = answer(json!({"allowed": true, "denied": true}));
     let (decision, ()) = tokio::join!(
@@ -459,7 +466,7 @@ fn flags_have_kubernetes_names_and_defaults() {
     let defaults = Cli::parse_from(["x"]).authz;
     assert_eq!(
         defaults.always_allow_paths,
-        AuthzArgs::default().always_allow_paths
+        "/healthz,/readyz,/livez".parse().unwrap()
     );
     assert_eq!(defaults.authorized_ttl, Duration::from_secs(10));
     assert_eq!(defaults.unauthorized_ttl, Duration::from_secs(10));

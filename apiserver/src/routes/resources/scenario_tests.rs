@@ -169,14 +169,14 @@ impl World {
     fn empty(default_arch: &str, archs: &[&str]) -> Self {
         let (channel_stores, channels) = Stores::single();
         let (version_stores, versions) = Stores::single();
-        let objects = Objects {
+        let stores = ChannelStores {
             channels: channel_stores,
             versions: version_stores,
         };
         let cache = Arc::new(Cache::default());
         let arch = |a: &str| a.parse::<Arch>().unwrap_or_else(|e| panic!("{e}"));
         let resources = Arc::new(Resources::new(
-            objects,
+            stores,
             cache.clone(),
             arch(default_arch),
             archs.iter().map(|a| arch(a)).collect(),
@@ -209,11 +209,17 @@ impl World {
             fetched(IMAGE, Some(snapshot(IMAGE, DIGEST, sl_micro_data())), None)
         });
 
-        // Another tenant: same channel and version names, other data.
+        w.add_another_tenant();
+        w.add_channels_in_every_state();
+        w
+    }
+
+    /// Another tenant: the same channel and version names, other data.
+    fn add_another_tenant(&mut self) {
         let other_image = "registry.example.com/other/sl-micro:6.1";
-        w.channel(custom(OTHER_NS, "sl-micro", other_image));
-        w.version(mov(OTHER_NS, NEWEST, "sl-micro", "v2.2.0-3.12"));
-        w.version(mov(OTHER_NS, MIDDLE, "sl-micro", "v2.2.0-3.9"));
+        self.channel(custom(OTHER_NS, "sl-micro", other_image));
+        self.version(mov(OTHER_NS, NEWEST, "sl-micro", "v2.2.0-3.12"));
+        self.version(mov(OTHER_NS, MIDDLE, "sl-micro", "v2.2.0-3.9"));
         let other = ChannelData::from_files([
             file("channel.json", SL_MICRO_61),
             file(
@@ -222,28 +228,33 @@ impl World {
             ),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-        w.cache.update(&ChannelKey::new(OTHER_NS, "sl-micro"), |_| {
-            fetched(
-                other_image,
-                Some(snapshot(other_image, "sha256:other", other)),
-                None,
-            )
-        });
+        self.cache
+            .update(&ChannelKey::new(OTHER_NS, "sl-micro"), |_| {
+                fetched(
+                    other_image,
+                    Some(snapshot(other_image, "sha256:other", other)),
+                    None,
+                )
+            });
+    }
 
+    /// Channels in every other state: no image, not fetched, failed, failing with data;
+    /// and versions without a channel.
+    fn add_channels_in_every_state(&mut self) {
         // A json channel: no image, so no data.
-        w.channel(channel_object(
+        self.channel(channel_object(
             NS,
             "json-channel",
             json!({"type": "json", "options": {"uri": "https://example.com/channel.json"}}),
         ));
-        w.version(mov(NS, "json-v1", "json-channel", "v1"));
+        self.version(mov(NS, "json-v1", "json-channel", "v1"));
         // Not fetched yet.
-        w.channel(custom(NS, "pending", "registry.example.com/pending:1"));
-        w.version(mov(NS, "pending-v1", "pending", "v1"));
+        self.channel(custom(NS, "pending", "registry.example.com/pending:1"));
+        self.version(mov(NS, "pending-v1", "pending", "v1"));
         // Fetched and failed, no data ever.
-        w.channel(custom(NS, "broken", "registry.example.com/broken:1"));
-        w.version(mov(NS, "broken-v1", "broken", "v1"));
-        w.cache.update(&ChannelKey::new(NS, "broken"), |_| {
+        self.channel(custom(NS, "broken", "registry.example.com/broken:1"));
+        self.version(mov(NS, "broken-v1", "broken", "v1"));
+        self.cache.update(&ChannelKey::new(NS, "broken"), |_| {
             fetched(
                 "registry.example.com/broken:1",
                 None,
@@ -252,9 +263,9 @@ impl World {
         });
         // Failing now, with data from an earlier success.
         let flaky_image = "registry.example.com/flaky:1";
-        w.channel(custom(NS, "flaky", flaky_image));
-        w.version(mov(NS, NEWEST, "sl-micro", "v2.2.0-3.12"));
-        w.version(mov(NS, "flaky-os", "flaky", "v1"));
+        self.channel(custom(NS, "flaky", flaky_image));
+        self.version(mov(NS, NEWEST, "sl-micro", "v2.2.0-3.12"));
+        self.version(mov(NS, "flaky-os", "flaky", "v1"));
         let flaky = ChannelData::from_files([
             file(
                 "channel.json",
@@ -266,7 +277,7 @@ impl World {
             ),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-        w.cache.update(&ChannelKey::new(NS, "flaky"), |_| {
+        self.cache.update(&ChannelKey::new(NS, "flaky"), |_| {
             fetched(
                 flaky_image,
                 Some(snapshot(flaky_image, "sha256:flaky", flaky)),
@@ -277,9 +288,8 @@ impl World {
         let mut orphan = mov(NS, "orphan", "x", "v1");
         orphan.metadata.labels = None;
         orphan.metadata.owner_references = None;
-        w.version(orphan);
-        w.version(mov(NS, "lost", "deleted-channel", "v1"));
-        w
+        self.version(orphan);
+        self.version(mov(NS, "lost", "deleted-channel", "v1"));
     }
 
     fn channel(&mut self, c: ManagedOSVersionChannel) {
@@ -323,8 +333,8 @@ impl World {
         }
         match info.target() {
             crate::request::Target::Resource(resource) => {
-                let plan = self.resources.plan(resource, accept)?;
-                Ok(plan.run_here(&self.resources)?.respond(headers))
+                let answering = self.resources.answering(resource, accept)?;
+                Ok(answering.run_here(&self.resources)?.respond(headers))
             }
             crate::request::Target::Invalid { error, .. } => Err(error.clone()),
             other => panic!("{uri} is not a resource request: {other:?}"),
@@ -1035,9 +1045,9 @@ fn resource_of(uri: &str) -> Resource {
 impl Resources {
     /// The answer to `resource` when it is kept ready.
     fn kept(self: &Arc<Self>, resource: &Resource) -> Result<Option<Arc<Ready>>, StatusError> {
-        Ok(match self.plan(resource, None)? {
-            Plan::Ready(ready) => Some(ready),
-            Plan::Render(_) => None,
+        Ok(match self.answering(resource, None)? {
+            Answering::Ready(ready) => Some(ready),
+            Answering::Render(_) => None,
         })
     }
 }
@@ -1183,57 +1193,31 @@ fn default_answers_are_ready_before_the_first_request() {
     assert_eq!(small.resources.prepare_defaults(1), 1);
 }
 
-/// Issue 17, item 12: a version the served image lacks while the channel's newer image is
-/// not read, or could not be, is "not yet" (503 with Retry-After), never "no data" (404).
-#[test]
-fn a_version_of_an_image_not_read_yet_is_503_never_404() {
-    let mut w = World::new();
-    let key = ChannelKey::new(NS, "sl-micro");
-    let new = "base-v2.2.0-4.1-os";
-    w.version(mov(NS, new, "sl-micro", "v2.2.0-4.1"));
-    let served = |w: &World| w.cache.get(&key).unwrap_or_else(|| panic!("state"));
-    let channel = w
-        .resources
-        .objects
-        .channels
-        .get(NS, "sl-micro")
-        .unwrap_or_else(|| panic!("channel"));
-    let synced = channel.sync_key();
+/// A refresh made for `sync`, knowing `versions` when it started.
+fn refreshed(sync: &crate::channels::crd::SyncKey, versions: &[&str]) -> crate::cache::Refreshed {
+    crate::cache::Refreshed {
+        sync: sync.clone(),
+        versions: Arc::new(versions.iter().map(|v| (*v).to_owned()).collect()),
+    }
+}
 
-    // The operator re-synced the channel; the refresh for that sync is still running.
-    let mut before = synced.clone();
-    before.last_synced_time = Some("1999-01-01T00:00:00Z".to_owned());
-    assert_ne!(before, synced);
-    // A refresh made for a sync, knowing these versions when it started.
-    let refreshed =
-        |sync: &crate::channels::crd::SyncKey, versions: &[&str]| crate::cache::Refreshed {
-            sync: sync.clone(),
-            versions: Arc::new(versions.iter().map(|v| (*v).to_owned()).collect()),
-        };
-    w.cache
-        .set_refreshed(&key, refreshed(&before, &[NEWEST, new]));
-    let e = error(w.changelog(NS, new, ""));
-    assert_eq!(
-        (e.code(), cause(&e), e.retry_after),
-        (503, "NotFetched", Some(RETRY_AFTER_NOT_FETCHED)),
-        "{e:?}"
-    );
-    assert!(e.message.contains("not read yet"), "{}", e.message);
-    assert_eq!(w.get(NS, new, "")["reason"], "NotFetched");
-    // What the served image lists is served meanwhile.
-    assert_eq!(
-        w.changelog_json(NS, NEWEST, "")["channel"]["digest"],
-        DIGEST
-    );
-
+/// Of [`a_version_of_an_image_not_read_yet_is_503_never_404`]: the refresh for the latest
+/// sync (`synced`) fails; returns the snapshot still served.
+fn a_failed_read_is_fetch_failed(
+    w: &World,
+    key: &ChannelKey,
+    new: &str,
+    synced: &crate::channels::crd::SyncKey,
+) -> Option<Arc<crate::cache::Snapshot>> {
+    let served = |w: &World| w.cache.get(key).unwrap_or_else(|| panic!("state"));
     // The refresh for the latest sync ended with a failure: the last good data stays, the
     // new version is FetchFailed with the kind only, and a Retry-After.
     w.cache
-        .set_refreshed(&key, refreshed(&synced, &[NEWEST, new]));
-    let snapshot = served(&w).archs["x86_64"].snapshot.clone();
+        .set_refreshed(key, refreshed(synced, &[NEWEST, new]));
+    let snapshot = served(w).archs["x86_64"].snapshot.clone();
     let secret = "503 Service Unavailable from https://registry.internal/v2/: busy";
     w.cache
-        .update(&key, |_| fetched(IMAGE, snapshot.clone(), Some(secret)));
+        .update(key, |_| fetched(IMAGE, snapshot.clone(), Some(secret)));
     let e = error(w.changelog(NS, new, ""));
     assert_eq!(
         (e.code(), cause(&e), e.retry_after),
@@ -1266,6 +1250,46 @@ fn a_version_of_an_image_not_read_yet_is_503_never_404() {
         w.changelog_json(NS, NEWEST, "")["channel"]["digest"],
         DIGEST
     );
+    snapshot
+}
+
+/// Issue 17, item 12: a version the served image lacks while the channel's newer image is
+/// not read, or could not be, is "not yet" (503 with Retry-After), never "no data" (404).
+#[test]
+fn a_version_of_an_image_not_read_yet_is_503_never_404() {
+    let mut w = World::new();
+    let key = ChannelKey::new(NS, "sl-micro");
+    let new = "base-v2.2.0-4.1-os";
+    w.version(mov(NS, new, "sl-micro", "v2.2.0-4.1"));
+    let channel = w
+        .resources
+        .stores
+        .channels
+        .get(NS, "sl-micro")
+        .unwrap_or_else(|| panic!("channel"));
+    let synced = channel.sync_key();
+
+    // The operator re-synced the channel; the refresh for that sync is still running.
+    let mut before = synced.clone();
+    before.last_synced_time = Some("1999-01-01T00:00:00Z".to_owned());
+    assert_ne!(before, synced);
+    w.cache
+        .set_refreshed(&key, refreshed(&before, &[NEWEST, new]));
+    let e = error(w.changelog(NS, new, ""));
+    assert_eq!(
+        (e.code(), cause(&e), e.retry_after),
+        (503, "NotFetched", Some(RETRY_AFTER_NOT_FETCHED)),
+        "{e:?}"
+    );
+    assert!(e.message.contains("not read yet"), "{}", e.message);
+    assert_eq!(w.get(NS, new, "")["reason"], "NotFetched");
+    // What the served image lists is served meanwhile.
+    assert_eq!(
+        w.changelog_json(NS, NEWEST, "")["channel"]["digest"],
+        DIGEST
+    );
+
+    let snapshot = a_failed_read_is_fetch_failed(&w, &key, new, &synced);
 
     // The latest image was read and really lacks it: 404.
     w.cache

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Activity, Next, Reason, Timeouts};
+use super::{Activity, CloseReason, Next, Timeouts};
 use crate::server::heads::Pool;
 
 const TIMEOUTS: Timeouts = Timeouts {
@@ -26,7 +26,7 @@ async fn a_silent_connection_is_closed_after_the_first_bytes_timeout() {
     );
     assert_eq!(
         TIMEOUTS.next(&activity, opened + secs(10), false),
-        Next::Close(Reason::Silent)
+        Next::Close(CloseReason::Silent)
     );
 }
 
@@ -41,7 +41,7 @@ async fn bytes_without_a_request_are_closed_after_the_first_request_timeout() {
     );
     assert_eq!(
         TIMEOUTS.next(&activity, opened + secs(31), false),
-        Next::Close(Reason::NoRequest)
+        Next::Close(CloseReason::NoRequest)
     );
 }
 
@@ -66,7 +66,7 @@ async fn idle_counts_from_the_end_of_the_last_request() {
     );
     assert_eq!(
         TIMEOUTS.next(&activity, ended + secs(90), false),
-        Next::Close(Reason::Idle)
+        Next::Close(CloseReason::Idle)
     );
     // A second request, overlapping another: idle from the end of the last one.
     tokio::time::advance(secs(10)).await;
@@ -99,13 +99,13 @@ async fn pressure_shortens_every_wait() {
     activity.heard(1).expect("free");
     assert_eq!(
         TIMEOUTS.next(&activity, opened + secs(5), true),
-        Next::Close(Reason::NoRequest)
+        Next::Close(CloseReason::NoRequest)
     );
     drop(activity.request());
     let ended = Instant::now();
     assert_eq!(
         TIMEOUTS.next(&activity, ended + secs(6), true),
-        Next::Close(Reason::Idle)
+        Next::Close(CloseReason::Idle)
     );
     // Pressure over: the full idle timeout again.
     assert_eq!(
@@ -116,7 +116,7 @@ async fn pressure_shortens_every_wait() {
 
 #[test]
 fn only_idle_connections_are_shut_down_gracefully() {
-    assert!(Reason::Idle.graceful());
-    assert!(!Reason::Silent.graceful());
-    assert!(!Reason::NoRequest.graceful());
+    assert!(CloseReason::Idle.graceful());
+    assert!(!CloseReason::Silent.graceful());
+    assert!(!CloseReason::NoRequest.graceful());
 }
