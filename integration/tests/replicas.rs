@@ -35,10 +35,13 @@ fn list_path(query: &str) -> String {
     format!("{}{query}", paths::summaries_path(FLEET_NAMESPACE))
 }
 
-/// GET `url` (through the aggregator): status code and body.
+/// GET `url` (through the aggregator): status code and body (as [`get_via`] gives it).
 async fn get(http: &reqwest::Client, url: &str) -> Result<(u16, Vec<u8>)> {
     let response = http.get(url).send().await?;
-    Ok((response.status().as_u16(), response.bytes().await?.to_vec()))
+    Ok((
+        response.status().as_u16(),
+        without_resource_versions(response.bytes().await?.to_vec()),
+    ))
 }
 
 /// Makes the proxy send new connections to replica `only` (or to every
@@ -56,17 +59,24 @@ async fn route(bed: &TestBed, only: Option<usize>) -> Result<()> {
     replicas.balancer().close_connections(None).await
 }
 
-/// GET through the aggregator, answered by replica `index`.
+/// GET through the aggregator, answered by replica `index`: the status and the body, its
+/// `resourceVersion`s taken out (each replica numbers the summaries it keeps for lists and
+/// watches itself, see api.md's Watch).
 async fn get_via(bed: &TestBed, index: usize, path: &str) -> Result<(u16, Vec<u8>)> {
     route(bed, Some(index)).await?;
     let answer = bed.admin_get(path).await;
     route(bed, None).await?;
-    answer.map(|(status, body)| (status.as_u16(), body.into_bytes()))
+    answer.map(|(status, body)| {
+        (
+            status.as_u16(),
+            without_resource_versions(body.into_bytes()),
+        )
+    })
 }
 
 /// Polls replica `index` (through the aggregator) until `path` answers 200;
 /// meanwhile only `NotFetched` 503s are acceptable (never a 404). Returns
-/// the body and the time taken.
+/// the body (as [`get_via`] gives it) and the time taken.
 async fn wait_served(bed: &TestBed, index: usize, path: &str) -> Result<(Vec<u8>, Duration)> {
     poll(
         &format!("replica {index}: GET {path}"),
@@ -85,6 +95,27 @@ async fn wait_served(bed: &TestBed, index: usize, path: &str) -> Result<(Vec<u8>
         },
     )
     .await
+}
+
+/// `body` without its `resourceVersion`s, when it is JSON.
+fn without_resource_versions(body: Vec<u8>) -> Vec<u8> {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("resourceVersion");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(mut value) => {
+            strip(&mut value);
+            serde_json::to_vec(&value).unwrap_or(body)
+        }
+        Err(_) => body,
+    }
 }
 
 /// Every running replica answers `path` with the same 200 body; returns it.
