@@ -172,11 +172,9 @@ impl App {
         {
             return refused;
         }
-        // `from=` reads a second ManagedOSVersion: the user must be allowed its changelog too
-        // (a Role's resourceNames may name only some versions).
-        if let Target::Resource(Resource::Changelog { params, .. }) = info.target()
-            && let Some(from) = &params.from
-            && let Some(other) = info.attributes().with_name(from)
+        // `from=` and a machine changelog's `to=` read a second ManagedOSVersion: the user
+        // must be allowed its changelog too.
+        if let Some(other) = info.also_reads()
             && let Err(refused) = self.authorize(&user, &other, false).await
         {
             return refused;
