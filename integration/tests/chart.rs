@@ -585,11 +585,13 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
     );
     ensure!(tls["serverName"].as_str() == Some(service_dns.as_str()));
 
-    // The viewer is aggregated to view, edit and admin; Rancher's roles only
-    // where Rancher's API exists, with the viewer's rules.
+    // The changelog viewer is aggregated to view, edit and admin; the fleet view's machine
+    // and plan readers are roles of their own, aggregated to nothing by default (machine data
+    // the elemental-operator grants to no built-in role). Rancher's roles only where Rancher's
+    // API exists, one per ClusterRole with its rules.
     let viewer = find(&docs, "ClusterRole", "elemental-changelog-viewer")?;
-    // The fleet view: readers get its machines and changelogs; the server lists and
-    // watches exactly the operator objects it resolves them from.
+    let machine_reader = find(&docs, "ClusterRole", "elemental-changelog-machine-reader")?;
+    let plan_reader = find(&docs, "ClusterRole", "elemental-changelog-plan-reader")?;
     let grants = |role: &serde_yaml::Value, group: &str, resource: &str, verb: &str| {
         role["rules"].as_sequence().is_some_and(|rules| {
             rules.iter().any(|r| {
@@ -605,15 +607,81 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
             })
         })
     };
-    for (resource, verb) in [
-        ("machineinventories", "get"),
-        ("machineinventories", "list"),
-        ("machineinventories/changelog", "get"),
-        ("managedosimages/changelog", "get"),
+    for (role, name, resource, verb) in [
+        (
+            machine_reader,
+            "machine reader",
+            "machineinventories",
+            "get",
+        ),
+        (
+            machine_reader,
+            "machine reader",
+            "machineinventories",
+            "list",
+        ),
+        (
+            machine_reader,
+            "machine reader",
+            "machineinventories/changelog",
+            "get",
+        ),
+        (
+            plan_reader,
+            "plan reader",
+            "managedosimages/changelog",
+            "get",
+        ),
+        (viewer, "viewer", "managedosversions", "list"),
+        (viewer, "viewer", "managedosversions/changelog", "get"),
     ] {
         ensure!(
-            grants(viewer, "changelog.elemental.cattle.io", resource, verb),
-            "the viewer lacks {verb} on {resource}"
+            grants(role, "changelog.elemental.cattle.io", resource, verb),
+            "the {name} lacks {verb} on {resource}"
+        );
+    }
+    for resource in [
+        "machineinventories",
+        "machineinventories/changelog",
+        "managedosimages/changelog",
+    ] {
+        ensure!(
+            !grants(viewer, "changelog.elemental.cattle.io", resource, "get")
+                && !grants(viewer, "changelog.elemental.cattle.io", resource, "list"),
+            "the aggregated viewer grants the fleet view's {resource}"
+        );
+    }
+    let aggregated_to = |role: &serde_yaml::Value| -> Vec<String> {
+        role["metadata"]["labels"]
+            .as_mapping()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| {
+                let role = k
+                    .as_str()?
+                    .strip_prefix("rbac.authorization.k8s.io/aggregate-to-")?;
+                (v.as_str() == Some("true")).then(|| role.to_owned())
+            })
+            .collect()
+    };
+    ensure!(
+        aggregated_to(viewer) == ["view", "edit", "admin"],
+        "{viewer:?}"
+    );
+    for role in [machine_reader, plan_reader] {
+        ensure!(
+            aggregated_to(role).is_empty(),
+            "the fleet view is aggregated by default: {role:?}"
+        );
+    }
+    let opted_in = render(&["--set", "rbac.fleetView.aggregateTo={view}"]).await?;
+    for name in [
+        "elemental-changelog-machine-reader",
+        "elemental-changelog-plan-reader",
+    ] {
+        ensure!(
+            aggregated_to(find(&opted_in, "ClusterRole", name)?) == ["view"],
+            "{name} not aggregated to view with rbac.fleetView.aggregateTo"
         );
     }
     let server_role = find(&docs, "ClusterRole", RELEASE)?;
@@ -629,13 +697,6 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
             );
         }
     }
-    for role in ["view", "edit", "admin"] {
-        ensure!(
-            viewer["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")]
-                .as_str()
-                == Some("true")
-        );
-    }
     for kind in ["RoleTemplate", "GlobalRole"] {
         ensure!(
             docs.iter().all(|d| d["kind"].as_str() != Some(kind)),
@@ -650,17 +711,23 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
     ])
     .await?;
     for kind in ["RoleTemplate", "GlobalRole"] {
-        let role = find(&on_rancher, kind, "elemental-changelog-viewer")?;
-        ensure!(
-            role["rules"] == viewer["rules"],
-            "{kind} rules differ from the viewer's"
-        );
-        ensure!(role["displayName"].as_str() == Some("Elemental Changelog Reader"));
+        for (cluster_role, display) in [
+            (viewer, "Elemental Changelog Reader"),
+            (machine_reader, "Elemental Machine Reader"),
+            (plan_reader, "Elemental Upgrade Plan Reader"),
+        ] {
+            let name = string(&cluster_role["metadata"]["name"], "name")?;
+            let role = find(&on_rancher, kind, name)?;
+            ensure!(
+                role["rules"] == cluster_role["rules"],
+                "{kind} {name}: rules differ from the ClusterRole's"
+            );
+            ensure!(role["displayName"].as_str() == Some(display));
+            if kind == "RoleTemplate" {
+                ensure!(role["context"].as_str() == Some("cluster"));
+            }
+        }
     }
-    ensure!(
-        find(&on_rancher, "RoleTemplate", "elemental-changelog-viewer")?["context"].as_str()
-            == Some("cluster")
-    );
     let disabled = render(&[
         "--api-versions",
         "management.cattle.io/v3/RoleTemplate",
