@@ -7,6 +7,7 @@
 //! [`channels`] (reflectors and refresh triggers) through [`elemental_changelog_registry`]
 //! (image pulls).
 
+pub mod access_log;
 pub mod cache;
 pub mod channels;
 pub mod cli;

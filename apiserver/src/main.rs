@@ -119,6 +119,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             args.serving.max_compute_concurrency,
         ))),
         request_timeout: args.serving.request_timeout,
+        access_log: args.access_log,
     });
 
     let addr = std::net::SocketAddr::new(args.bind_address, args.secure_port);

@@ -26,7 +26,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use elemental_changelog_auth::{
-    authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
+    authn::{AUTHENTICATED_GROUP, Authenticator, Tokens, UserInfo},
     authz::{Authorizer, Decision},
 };
 
@@ -35,6 +35,7 @@ use self::{
     resources::{Answer, Cost, Job, Plan},
 };
 use crate::{
+    access_log::{AccessLog, Entry, Requester},
     health::{self, Health},
     metrics::{Metrics, RequestResource, ServingLimit},
     request::{Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},
@@ -69,6 +70,8 @@ pub struct App {
     pub compute: Arc<Semaphore>,
     /// Deadline of one request: `--request-timeout`.
     pub request_timeout: Duration,
+    /// Which requests are logged: `--access-log`.
+    pub access_log: AccessLog,
 }
 
 /// The response type of every handler.
@@ -84,21 +87,45 @@ impl App {
             Err(error) => {
                 debug!(method = %parts.method, code = 400, addr = ?peer.addr, %error, "request refused before parsing");
                 self.metrics.request("", RequestResource::Other).finish(400);
-                return status(&error);
+                let response = status(&error);
+                self.access_log.record(&Entry {
+                    requester: &Requester::default(),
+                    verb: "",
+                    path: "",
+                    code: 400,
+                    bytes: body_size(&response),
+                    latency: started.elapsed(),
+                    addr: peer.addr,
+                });
+                return response;
             }
         };
         let timer = self.metrics.request(info.verb(), info.metric());
-        let response = self.limited(&info, &mut parts.headers, peer).await;
+        let mut requester = Requester::default();
+        let response = self
+            .limited(&info, &mut parts.headers, peer, &mut requester)
+            .await;
         let code = response.status().as_u16();
-        debug!(
-            method = %info.method(),
-            path = info.path(),
-            verb = info.verb(),
+        let logged = self.access_log.record(&Entry {
+            requester: &requester,
+            verb: info.verb(),
+            path: info.path(),
             code,
-            micros = started.elapsed().as_micros(),
-            addr = ?peer.addr,
-            "request"
-        );
+            bytes: body_size(&response),
+            latency: started.elapsed(),
+            addr: peer.addr,
+        });
+        if !logged {
+            debug!(
+                method = %info.method(),
+                path = info.path(),
+                verb = info.verb(),
+                code,
+                micros = started.elapsed().as_micros(),
+                addr = ?peer.addr,
+                "request"
+            );
+        }
         timer.finish(code);
         if *info.method() == http::Method::HEAD {
             return without_body(response);
@@ -114,9 +141,10 @@ impl App {
         info: &RequestInfo,
         headers: &mut HeaderMap,
         peer: &Peer,
+        requester: &mut Requester,
     ) -> HttpResponse {
         if info.is_health() {
-            return self.respond(info, headers, peer).await;
+            return self.respond(info, headers, peer, requester).await;
         }
         let permit = if peer.probe_only {
             None
@@ -127,7 +155,12 @@ impl App {
             self.metrics.request_refused(ServingLimit::Inflight);
             return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
         };
-        match tokio::time::timeout(self.request_timeout, self.respond(info, headers, peer)).await {
+        match tokio::time::timeout(
+            self.request_timeout,
+            self.respond(info, headers, peer, requester),
+        )
+        .await
+        {
             Ok(response) => response,
             Err(_) => {
                 self.metrics.request_refused(ServingLimit::Timeout);
@@ -144,19 +177,23 @@ impl App {
         info: &RequestInfo,
         headers: &mut HeaderMap,
         peer: &Peer,
+        requester: &mut Requester,
     ) -> HttpResponse {
         // Health answers are the same for everyone: a token on a probe is never reviewed.
-        let authenticated = if info.is_health() {
-            self.authn
-                .authenticate_without_review(headers, peer.chain.as_deref())
-                .await
+        let tokens = if info.is_health() {
+            Tokens::Ignore
         } else {
-            self.authn
-                .authenticate(headers, peer.chain.as_deref())
-                .await
+            Tokens::Review
         };
+        let authenticated = self
+            .authn
+            .authenticate_request(headers, peer.chain.as_deref(), tokens)
+            .await;
         let user = match authenticated {
-            Ok(user) => user,
+            Ok((user, method)) => {
+                *requester = Requester::new(&user, method);
+                user
+            }
             Err(error) if error.is_saturated() => {
                 self.metrics.request_refused(ServingLimit::Reviews);
                 return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
@@ -446,6 +483,11 @@ fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusEr
         },
     };
     StatusError::forbidden(&user.name, &denied, reason)
+}
+
+/// The size of a response's body, when known before it is sent.
+fn body_size(response: &HttpResponse) -> Option<u64> {
+    hyper::body::Body::size_hint(response.body()).exact()
 }
 
 /// The answer to a HEAD request: the GET answer's head (its `Content-Length` included), no
