@@ -30,7 +30,7 @@ pub struct Cli {
 pub enum Command {
     /// Pull a channel image and print what the server would serve for it,
     /// without any cluster: a debugging aid for channel builders.
-    Inspect(InspectArgs),
+    Inspect(Box<InspectArgs>),
     /// Write the precomputed `<name>.updates.log` files a channel image should
     /// carry, from its channel.json, package lists and updateinfo.xml.
     Compute(ComputeArgs),

@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Some(Command::Inspect(args)) => cli::inspect(args).await.map_err(anyhow::Error::from),
+            Some(Command::Inspect(args)) => cli::inspect(*args).await.map_err(anyhow::Error::from),
             Some(Command::Compute(args)) => cli::compute(&args).map_err(anyhow::Error::from),
             None => serve(cli.serve).await,
         }

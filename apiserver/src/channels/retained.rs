@@ -256,14 +256,16 @@ async fn pull_retained(
             if pulled.contains_key(&slot) {
                 continue;
             }
-            let result = read_by_digest(reference, arch, ctx).await.map(|read| {
-                let (parsed, how) = match read {
-                    Read::Shared(parsed) => (parsed, RetainedPull::Shared),
-                    Read::Pulled { parsed, .. } => (parsed, RetainedPull::Pulled),
-                };
-                ctx.metrics.retained_pull(how);
-                parsed.data
-            });
+            let result = read_by_digest(reference, arch, &key.namespace, ctx)
+                .await
+                .map(|read| {
+                    let (parsed, how) = match read {
+                        Read::Shared(parsed) => (parsed, RetainedPull::Shared),
+                        Read::Pulled { parsed, .. } => (parsed, RetainedPull::Pulled),
+                    };
+                    ctx.metrics.retained_pull(how);
+                    parsed.data
+                });
             match &result {
                 Ok(data) => {
                     for (name, _) in sources.iter().filter(
@@ -335,6 +337,7 @@ fn retained_statuses(
 async fn read_by_digest(
     reference: &ImageRef,
     arch: &Arch,
+    namespace: &str,
     ctx: &Context,
 ) -> Result<Read, FetchFailure> {
     let failure = |kind: ReadErrorKind, message: String| FetchFailure {
@@ -345,10 +348,10 @@ async fn read_by_digest(
     // The registry still has it (a garbage-collected digest fails here).
     let digest = ctx
         .fetcher
-        .resolve(reference)
+        .resolve(reference, namespace)
         .await
         .map_err(|error| failure(error.kind().into(), error_chain(&error)))?;
-    images::read(reference, &digest, arch, ctx)
+    images::read(reference, &digest, arch, namespace, ctx)
         .await
         .map_err(|error| failure(error.kind(), error.message()))
 }
