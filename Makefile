@@ -86,7 +86,7 @@ doc:
 
 helm-lint: tools
 	$(HELM) lint --strict $(CHART)
-	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true
+	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true,networkPolicy.from[0].ipBlock.cidr=192.0.2.0/24
 	$(HELM) lint --strict $(CHART) --values $(CHART)/ci/rancher-values.yaml
 	$(HELM) template elemental-changelog $(CHART) --namespace cattle-elemental-system >/dev/null
 

@@ -541,36 +541,62 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         );
     }
 
-    // The ServiceMonitor scrapes with a token of its own and verifies the CA.
+    // The ServiceMonitor scrapes with Prometheus's own ServiceAccount token (no long-lived
+    // token Secret), which is granted /metrics, and verifies the CA (issue 26).
     let monitor = find(&docs, "ServiceMonitor", SERVICE_NAME)?;
     let endpoint = &monitor["spec"]["endpoints"][0];
-    let token_secret = string(
-        &endpoint["authorization"]["credentials"]["name"],
-        "credentials",
-    )?;
-    let token = find(&docs, "Secret", token_secret)?;
-    ensure!(token["type"].as_str() == Some("kubernetes.io/service-account-token"));
-    let scraper = string(
-        &token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
-        "SA",
-    )?;
-    find(&docs, "ServiceAccount", scraper)?;
+    ensure!(
+        docs.iter()
+            .all(|d| d["type"].as_str() != Some("kubernetes.io/service-account-token")),
+        "a long-lived ServiceAccount token Secret is rendered"
+    );
+    ensure!(
+        endpoint["bearerTokenFile"].as_str()
+            == Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+            && endpoint["authorization"].is_null(),
+        "the scrape does not use Prometheus's own token: {endpoint:?}"
+    );
     let binding = find(
         &docs,
         "ClusterRoleBinding",
         &format!("{SERVICE_NAME}-metrics-reader"),
     )?;
-    ensure!(binding["subjects"][0]["name"].as_str() == Some(scraper));
+    ensure!(
+        binding["subjects"][0]["name"].as_str() == Some("rancher-monitoring-prometheus")
+            && binding["subjects"][0]["namespace"].as_str() == Some("cattle-monitoring-system"),
+        "{binding:?}"
+    );
     let metrics_reader = find(
         &docs,
         "ClusterRole",
         string(&binding["roleRef"]["name"], "roleRef")?,
     )?;
     ensure!(metrics_reader["rules"][0]["nonResourceURLs"][0].as_str() == Some("/metrics"));
-    let endpoint_keys = endpoint.as_mapping().context("endpoint")?;
+    let other = render(&[
+        "--set",
+        "serviceMonitor.prometheusServiceAccount.name=kps-kube-prometheus-prometheus",
+        "--set",
+        "serviceMonitor.prometheusServiceAccount.namespace=monitoring",
+    ])
+    .await?;
+    let binding = find(
+        &other,
+        "ClusterRoleBinding",
+        &format!("{SERVICE_NAME}-metrics-reader"),
+    )?;
     ensure!(
-        !endpoint_keys.contains_key("bearerTokenFile"),
-        "bearerTokenFile is deprecated"
+        binding["subjects"][0]["name"].as_str() == Some("kps-kube-prometheus-prometheus")
+            && binding["subjects"][0]["namespace"].as_str() == Some("monitoring"),
+        "{binding:?}"
+    );
+    let unbound = render(&["--set", "serviceMonitor.prometheusServiceAccount.name="]).await?;
+    ensure!(
+        unbound
+            .iter()
+            .all(|d| d["kind"].as_str() != Some("ClusterRoleBinding")
+                || d["metadata"]["name"].as_str()
+                    != Some(&format!("{SERVICE_NAME}-metrics-reader"))),
+        "bound with no Prometheus ServiceAccount named"
     );
     let tls = &endpoint["tlsConfig"];
     ensure!(
@@ -739,6 +765,86 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         disabled
             .iter()
             .all(|d| d["kind"].as_str() != Some("RoleTemplate"))
+    );
+    pods_and_peers_are_narrow(&render).await
+}
+
+/// Issue 26: the server's pods run at `system-cluster-critical` unless told otherwise; its
+/// NetworkPolicy admits kube-apiserver's peers (required) and the monitoring namespace when
+/// scraped, the extension's only Rancher's namespace.
+async fn pods_and_peers_are_narrow(
+    render: &impl AsyncFn(&[&str]) -> Result<Vec<Value>>,
+) -> Result<()> {
+    let pod_spec = |docs: &[Value]| -> Result<Value> {
+        Ok(find(docs, "Deployment", SERVICE_NAME)?["spec"]["template"]["spec"].clone())
+    };
+    ensure!(
+        pod_spec(&render(&[]).await?)?["priorityClassName"].as_str()
+            == Some("system-cluster-critical")
+    );
+    ensure!(
+        pod_spec(&render(&["--set", "priorityClassName=tenant-high"]).await?)?["priorityClassName"]
+            .as_str()
+            == Some("tenant-high")
+    );
+    ensure!(
+        pod_spec(&render(&["--set", "priorityClassName="]).await?)?["priorityClassName"].is_null()
+    );
+
+    // Enabled without kube-apiserver's peers: refused, naming the value.
+    let refused = render(&["--set", "networkPolicy.enabled=true"]).await;
+    ensure!(
+        refused
+            .as_ref()
+            .is_err_and(|e| format!("{e:#}").contains("networkPolicy.from")),
+        "a NetworkPolicy admitting every source renders: {refused:?}"
+    );
+    let docs = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.from[0].ipBlock.cidr=10.0.0.0/24",
+        "--api-versions",
+        "catalog.cattle.io/v1/UIPlugin",
+    ])
+    .await?;
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("NetworkPolicy"))
+        .collect();
+    ensure!(policies.len() == 2, "{policies:?}");
+    for policy in &policies {
+        for rule in policy["spec"]["ingress"].as_sequence().context("ingress")? {
+            ensure!(
+                rule["from"].as_sequence().is_some_and(|f| !f.is_empty()),
+                "an ingress rule admits every source: {policy:?}"
+            );
+        }
+    }
+    let server = find(&docs, "NetworkPolicy", SERVICE_NAME)?;
+    let rules = server["spec"]["ingress"].as_sequence().context("ingress")?;
+    ensure!(
+        rules[0]["from"][0]["ipBlock"]["cidr"].as_str() == Some("10.0.0.0/24"),
+        "{server:?}"
+    );
+    // The ci values enable the ServiceMonitor: Prometheus's namespace is admitted too.
+    ensure!(
+        rules.len() == 2
+            && rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                .as_str()
+                == Some("cattle-monitoring-system"),
+        "{server:?}"
+    );
+    let extension = policies
+        .iter()
+        .find(|p| p["metadata"]["name"].as_str() != Some(SERVICE_NAME))
+        .context("the extension's NetworkPolicy")?;
+    ensure!(
+        extension["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"]
+            .as_str()
+            == Some("cattle-system"),
+        "{extension:?}"
     );
     Ok(())
 }
