@@ -1400,6 +1400,26 @@ async fn ui_extension(bed: &TestBed) -> Result<()> {
             == 404,
         "the bundle report is served"
     );
+    // Every answer, errors included, forbids content sniffing (issue 26).
+    for (method, path) in [
+        (reqwest::Method::GET, "files.txt"),
+        (reqwest::Method::GET, "healthz"),
+        (reqwest::Method::GET, "plugin/report.html"),
+        (reqwest::Method::POST, "files.txt"),
+    ] {
+        let response = http
+            .request(method.clone(), format!("{base}/{path}"))
+            .send()
+            .await?;
+        ensure!(
+            response
+                .headers()
+                .get("x-content-type-options")
+                .is_some_and(|v| v == "nosniff"),
+            "{method} /{path} ({}) without X-Content-Type-Options: nosniff",
+            response.status()
+        );
+    }
     server.kill().await?;
 
     helm_ok(
