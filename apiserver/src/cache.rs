@@ -2,10 +2,10 @@
 //! read from the channel's image, as immutable snapshots swapped atomically.
 //!
 //! Readers clone an `Arc` and never wait for a fetch. A failed fetch records
-//! its error next to the last good snapshot and never replaces it. Writers
-//! that await between reading a state and writing the next one compare and
-//! swap against the state they started from ([`Cache::compare_and_swap`]),
-//! so a prune or another update in between is never undone.
+//! its error next to the last good snapshot and never replaces it. The cache is
+//! written in one place, [`Cache::apply`], called only by the channel controller's
+//! publisher: every change of a channel is computed by that channel's one worker, in
+//! order, so no write has to compare and swap.
 //!
 //! Next to the snapshots, the cache says which retained versions are being
 //! rebuilt from an older image, or could not be ([`Cache::retained_status`]),
@@ -249,9 +249,31 @@ pub struct Totals {
     pub retained: usize,
 }
 
+/// A change of one channel's entry (see [`Cache::apply`]).
+#[derive(Debug)]
+pub enum Change {
+    /// A refresh ended: the channel's new state (the failures recorded next to the last good
+    /// data), where its retained versions stand, and what the refresh was made for.
+    Refreshed {
+        /// The new state.
+        state: ChannelState,
+        /// Retained versions being rebuilt or failed (empty: none).
+        retained: RetainedStatuses,
+        /// The completed refresh.
+        refreshed: Refreshed,
+    },
+    /// A refresh is pulling older images for retained versions: which are being rebuilt.
+    Rebuilding(RetainedStatuses),
+    /// Retained versions whose ManagedOSVersion is gone were dropped (see [`without_retained`]).
+    Pruned(ChannelState),
+    /// The channel was deleted.
+    Removed,
+}
+
 /// `state` without the retained versions `keep` refuses, summaries
-/// precomputed; `None` when there are none to drop.
-fn without_retained(state: &ChannelState, keep: &dyn Fn(&str) -> bool) -> Option<ChannelState> {
+/// precomputed; `None` when there are none to drop. Pure and slow (it re-indexes the
+/// data): run it on a blocking thread.
+pub fn without_retained(state: &ChannelState, keep: &dyn Fn(&str) -> bool) -> Option<ChannelState> {
     let mut state = state.clone();
     let mut changed = false;
     // Architectures served by one single-platform image share a snapshot: pruned once.
@@ -287,61 +309,44 @@ impl Cache {
         self.channels.get(key).map(|e| e.value().clone())
     }
 
-    /// Replaces a channel's state with `f(old)`, atomically for that channel.
-    /// Only for updates that do not await between reading and writing; the
-    /// others use [`Cache::compare_and_swap`].
-    pub fn update(&self, key: &ChannelKey, f: impl FnOnce(Option<&ChannelState>) -> ChannelState) {
-        let mut entry = self.channels.entry(key.clone()).or_default();
-        let new = f(Some(entry.value().as_ref()));
-        *entry.value_mut() = Arc::new(new);
-        drop(entry);
-        self.changed();
-    }
-
     /// A receiver told of every change of a channel's state.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
     }
 
-    fn changed(&self) {
+    /// Applies `change` to the entry of `key`: the only write of the cache. Its one caller
+    /// is the channel controller's publisher (`channels::publish`), which orders the changes
+    /// of each channel, so nothing here compares or retries.
+    pub fn apply(&self, key: &ChannelKey, change: Change) {
+        match change {
+            Change::Refreshed {
+                state,
+                retained,
+                refreshed,
+            } => {
+                self.channels.insert(key.clone(), Arc::new(state));
+                self.set_retained(key, retained);
+                self.refreshed.insert(key.clone(), refreshed);
+            }
+            Change::Rebuilding(retained) => self.set_retained(key, retained),
+            Change::Pruned(state) => {
+                self.channels.insert(key.clone(), Arc::new(state));
+            }
+            Change::Removed => {
+                self.channels.remove(key);
+                self.retained.remove(key);
+                self.refreshed.remove(key);
+            }
+        }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Stores `new` as the state of `key` if the state is still `expected`
-    /// (the same `Arc`; `None`: no state). On a mismatch nothing is stored and
-    /// the current state is returned, to start again from.
-    pub fn compare_and_swap(
-        &self,
-        key: &ChannelKey,
-        expected: Option<&Arc<ChannelState>>,
-        new: ChannelState,
-    ) -> Result<Arc<ChannelState>, Option<Arc<ChannelState>>> {
-        use dashmap::mapref::entry::Entry;
-        let new = Arc::new(new);
-        let swapped = match (self.channels.entry(key.clone()), expected) {
-            (Entry::Occupied(mut entry), Some(expected)) if Arc::ptr_eq(entry.get(), expected) => {
-                entry.insert(new.clone());
-                Ok(new)
-            }
-            (Entry::Vacant(entry), None) => {
-                entry.insert(new.clone());
-                Ok(new)
-            }
-            (Entry::Occupied(entry), _) => Err(Some(entry.get().clone())),
-            (Entry::Vacant(_), Some(_)) => Err(None),
-        };
-        if swapped.is_ok() {
-            self.changed();
+    fn set_retained(&self, key: &ChannelKey, statuses: RetainedStatuses) {
+        if statuses.values().all(BTreeMap::is_empty) {
+            self.retained.remove(key);
+        } else {
+            self.retained.insert(key.clone(), Arc::new(statuses));
         }
-        swapped
-    }
-
-    /// Forgets a deleted channel.
-    pub fn remove(&self, key: &ChannelKey) {
-        self.channels.remove(key);
-        self.retained.remove(key);
-        self.refreshed.remove(key);
-        self.changed();
     }
 
     /// Whether the retained version `name` of `key` is being rebuilt for
@@ -357,15 +362,6 @@ impl Cache {
         self.retained.get(key)?.get(arch)?.get(name).cloned()
     }
 
-    /// Replaces the rebuild statuses of `key` (empty: none).
-    pub fn set_retained_statuses(&self, key: &ChannelKey, statuses: RetainedStatuses) {
-        if statuses.values().all(BTreeMap::is_empty) {
-            self.retained.remove(key);
-        } else {
-            self.retained.insert(key.clone(), Arc::new(statuses));
-        }
-    }
-
     /// The last completed refresh of `key` (`None`: none yet, or not told).
     /// When the channel's
     /// [`sync_key`](crate::channels::crd::ManagedOSVersionChannel::sync_key)
@@ -373,12 +369,6 @@ impl Cache {
     /// lists the version may not be read yet.
     pub fn refreshed(&self, key: &ChannelKey) -> Option<Refreshed> {
         self.refreshed.get(key).map(|e| e.value().clone())
-    }
-
-    /// Records that a refresh of `key` completed (whatever its outcome:
-    /// failures are recorded in the state).
-    pub fn set_refreshed(&self, key: &ChannelKey, refreshed: Refreshed) {
-        self.refreshed.insert(key.clone(), refreshed);
     }
 
     /// Every channel with its state.
@@ -389,33 +379,25 @@ impl Cache {
             .collect()
     }
 
-    /// Drops retained versions of `key` for which `keep` says no (their
-    /// ManagedOSVersion is gone), so retained data never outlives it. The
-    /// new data and its summaries are built on a blocking thread, outside
-    /// any lock, and swapped in only if the state did not change meanwhile
-    /// (else built again from the new state). Returns whether anything was dropped.
-    pub async fn prune_retained(
-        &self,
-        key: &ChannelKey,
-        keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
-    ) -> bool {
-        loop {
-            let Some(current) = self.get(key) else {
-                return false;
-            };
-            let state = current.clone();
-            let keep = keep.clone();
-            let pruned =
-                tokio::task::spawn_blocking(move || without_retained(&state, &*keep)).await;
-            let Ok(Some(pruned)) = pruned else {
-                return false;
-            };
-            match self.compare_and_swap(key, Some(&current), pruned) {
-                Ok(_) => return true,
-                Err(None) => return false,
-                Err(Some(_)) => continue,
-            }
-        }
+    /// Test fixture: replaces a channel's state with `f(old)` (production code publishes
+    /// through [`Cache::apply`] only).
+    #[cfg(test)]
+    pub fn update(&self, key: &ChannelKey, f: impl FnOnce(Option<&ChannelState>) -> ChannelState) {
+        let new = f(self.get(key).as_deref());
+        self.channels.insert(key.clone(), Arc::new(new));
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Test fixture: replaces the rebuild statuses of `key`.
+    #[cfg(test)]
+    pub fn set_retained_statuses(&self, key: &ChannelKey, statuses: RetainedStatuses) {
+        self.set_retained(key, statuses);
+    }
+
+    /// Test fixture: records a completed refresh of `key`.
+    #[cfg(test)]
+    pub fn set_refreshed(&self, key: &ChannelKey, refreshed: Refreshed) {
+        self.refreshed.insert(key.clone(), refreshed);
     }
 
     /// Totals over every channel.

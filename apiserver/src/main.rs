@@ -7,12 +7,20 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 use elemental_changelog_apiserver::{
     cache::Cache,
-    channels::{self, RefreshSettings, history::ConfigMapHistory},
+    channels::{
+        self, RefreshSettings,
+        history::{ConfigMapHistory, HistoryMetrics},
+    },
     cli,
     config::{Cli, Command, ServeArgs},
     health::Health,
-    metrics::{CertReload, Metrics},
-    routes::{App, fleet::FleetView, ready::ReadyCache, resources::Resources},
+    live::Live,
+    metrics::Registry,
+    reflect::WatchMetrics,
+    routes::{
+        App, fleet::FleetView, metrics::AuthCounts, ready::ReadyCache, resources::Resources,
+        watch::WatchSlots,
+    },
     server, telemetry,
 };
 use elemental_changelog_auth::{authn::Authenticator, authz::Authorizer};
@@ -54,7 +62,9 @@ fn main() -> ExitCode {
 async fn serve(args: ServeArgs) -> Result<()> {
     telemetry::init(args.log_format);
     check_default_arch(&args)?;
-    let metrics = Arc::new(Metrics::new());
+    // Each part registers what it counts here; `/metrics` shows them all.
+    let registry = Registry::default();
+    let watches: Arc<WatchMetrics> = registry.register();
     let health = Arc::new(Health::default());
     let resolver = certificate_resolver(&args)?;
     let tls_config = Arc::new(tls::server_config(resolver.clone()).context("TLS configuration")?);
@@ -71,12 +81,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         &args.namespaces,
         fetcher,
         cache.clone(),
-        metrics.clone(),
+        registry.register(),
+        &watches,
         &health,
         RefreshSettings {
             interval: args.refresh_interval,
             architectures: args.architectures.clone(),
-            history: history(&args, &client, &metrics, &health),
+            history: history(&args, &client, &registry, &watches, &health),
             max_kept_total: args.max_kept_total,
         },
     );
@@ -84,37 +95,60 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let (fleet_stores, fleet_run) = elemental_changelog_apiserver::fleet::reflect::start(
         &client,
         &args.namespaces,
-        &metrics,
+        &watches,
         &health,
     );
     let channels_run = async move {
         futures::future::select(channels_run, fleet_run).await;
     };
+    let auth_metrics = Arc::new(AuthCounts::new(&registry, watches));
     let authn = Arc::new(Authenticator::new(
         client.clone(),
         &args.authn,
-        metrics.clone(),
+        auth_metrics.clone(),
     ));
     let auth_ready = health.ready_flag("authentication-config");
     let authn_run = authn.clone().run(move || auth_ready.set());
-    let authz = Arc::new(Authorizer::new(client, &args.authz, metrics.clone()));
+    let authz = Arc::new(Authorizer::new(client, &args.authz, auth_metrics));
+    let live = Live::new(&args.architectures);
     let resources = Arc::new(Resources::new(
         objects,
         cache,
         args.default_arch.clone(),
         args.architectures.clone(),
-        ReadyCache::new(args.serving.answer_cache_size, metrics.clone()),
+        ReadyCache::new(args.serving.answer_cache_size, registry.register()),
+        live.clone(),
     ));
-    let fleet = Arc::new(FleetView::new(fleet_stores, resources.clone()));
-    let gauge_run = fleet.clone().keep_gauge(metrics.clone());
+    let fleet = Arc::new(FleetView::new(
+        fleet_stores,
+        Arc::new(resources.clone()),
+        live.clone(),
+    ));
+    let live_run = {
+        let versions = live
+            .clone()
+            .keep_versions(resources.clone(), health.ready_flag("version-summaries"));
+        let machines = live.keep_machines(
+            resources.clone(),
+            fleet.clone(),
+            registry.register(),
+            health.ready_flag("machine-summaries"),
+        );
+        async move {
+            futures::future::select(Box::pin(versions), Box::pin(machines)).await;
+        }
+    };
+    let certs_run = server::reload_certificates(resolver, registry.register());
     let app = Arc::new(App {
-        metrics: metrics.clone(),
+        metrics: registry.register(),
+        registry,
         health: health.clone(),
         authn,
         authz,
         resources,
         fleet,
         inflight: Arc::new(Semaphore::new(args.serving.max_requests_inflight)),
+        watches: WatchSlots::new(args.serving.max_watches, args.serving.max_watches_per_user),
         compute: Arc::new(Semaphore::new(compute_slots(
             args.serving.max_compute_concurrency,
         ))),
@@ -127,11 +161,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening on {addr}"))?;
     info!(%addr, version = env!("CARGO_PKG_VERSION"), "serving");
-    let certs_run = reload_certificates(resolver, metrics);
     let shutdown = shutdown(health, args.serving.shutdown_delay_duration);
     let defaults = app.clone().keep_defaults_ready();
     let defaults_run = async move {
-        futures::future::select(Box::pin(defaults), Box::pin(gauge_run)).await;
+        futures::future::select(Box::pin(defaults), Box::pin(live_run)).await;
     };
     let server = server::serve(listener, tls_config, app, shutdown, &args.serving);
     let loops = Loops {
@@ -256,9 +289,11 @@ async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
 fn history(
     args: &ServeArgs,
     client: &kube::Client,
-    metrics: &Arc<Metrics>,
+    registry: &Registry,
+    watches: &Arc<WatchMetrics>,
     health: &Health,
 ) -> Option<Arc<ConfigMapHistory>> {
+    let metrics: Arc<HistoryMetrics> = registry.register();
     let found = match &args.history_namespace {
         Some(namespace) => Some((namespace.clone(), "--history-namespace (POD_NAMESPACE)")),
         None => default_history_namespace(args.kubeconfig.as_deref()),
@@ -276,7 +311,8 @@ fn history(
         client.clone(),
         &namespace,
         &args.history_configmap,
-        metrics.clone(),
+        metrics,
+        watches.clone(),
     )))
 }
 
@@ -316,27 +352,6 @@ async fn reload_registry_settings(fetcher: Arc<ReloadingFetcher>) {
             }
         }
     }
-}
-
-/// Reloads the serving certificate when its files change and counts the
-/// reloads; never completes.
-async fn reload_certificates(resolver: Arc<serving::ReloadingResolver>, metrics: Arc<Metrics>) {
-    let mut status = resolver.status();
-    let count = async move {
-        let (mut reloads, mut failures) = (0, 0);
-        while status.changed().await.is_ok() {
-            let now = status.borrow_and_update().clone();
-            for _ in reloads..now.reloads {
-                metrics.cert_reload(CertReload::Loaded);
-            }
-            for _ in failures..now.failures {
-                metrics.cert_reload(CertReload::Rejected);
-            }
-            (reloads, failures) = (now.reloads, now.failures);
-        }
-        std::future::pending::<()>().await;
-    };
-    tokio::join!(resolver.watch(serving::DEFAULT_POLL_INTERVAL), count);
 }
 
 /// Completes when the server should stop accepting: after SIGTERM or SIGINT

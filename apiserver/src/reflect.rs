@@ -33,10 +33,11 @@ use kube::{
         watcher,
     },
 };
+use prometheus::{IntCounterVec, IntGaugeVec};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::metrics::{Metrics, WatchedResource};
+use crate::metrics::family;
 
 /// Seconds a watch lasts before it is renewed. kube-rs ends a watch whose connection
 /// went silent only after its timeout (290 s by default) plus a margin; a shorter one
@@ -48,6 +49,9 @@ pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
 /// backoff restarts at each attempt (each emits `Init` before its list fails), which would
 /// list every second.
 pub const CRD_RECHECK: Duration = Duration::from_secs(30);
+
+/// Objects per page of a list, unless a kind says otherwise (kube-runtime's default).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
 
 /// The watch settings of every watch of this server.
 pub fn watch_config() -> watcher::Config {
@@ -62,6 +66,8 @@ pub struct Stores<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
     namespaced: BTreeMap<String, Store<K>>,
     /// True once every store has listed (or, for an optional kind, found its CRD missing).
     synced: watch::Receiver<bool>,
+    /// Counts the changes of any store (objects applied or deleted, lists completed).
+    changes: watch::Receiver<u64>,
 }
 
 impl<K> Stores<K>
@@ -77,9 +83,11 @@ where
             namespaces.iter().cloned().map(Some).collect()
         };
         let (tx, synced) = watch::channel(false);
+        let (changed, changes) = watch::channel(0u64);
         let sync = Arc::new(SyncCount {
             left: AtomicUsize::new(wanted.len()),
             synced: tx,
+            changed,
         });
         let mut all = None;
         let mut namespaced = BTreeMap::new();
@@ -103,6 +111,7 @@ where
             all,
             namespaced,
             synced,
+            changes,
         };
         (stores, feeders)
     }
@@ -148,6 +157,11 @@ where
         out
     }
 
+    /// A receiver told of every change of any store of this kind.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
     /// Whether `namespace` is watched at all.
     pub fn watches(&self, namespace: &str) -> bool {
         self.all.is_some() || self.namespaced.contains_key(namespace)
@@ -165,6 +179,8 @@ where
 struct SyncCount {
     left: AtomicUsize,
     synced: watch::Sender<bool>,
+    /// Bumped at every change of a store.
+    changed: watch::Sender<u64>,
 }
 
 /// The write side of one store: applies watch events, and counts the store synced at its
@@ -188,6 +204,9 @@ where
         if matches!(event, watcher::Event::InitDone) {
             self.mark_synced();
         }
+        if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+            self.sync.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
     /// Counts the store synced (once).
@@ -200,6 +219,71 @@ where
     }
 }
 
+family! {
+    /// What the watches count (this module's, the channel history's and the authentication
+    /// ConfigMap's).
+    pub struct WatchMetrics {
+        errors: IntCounterVec = metric(
+            "watch_errors_total",
+            "Errors of the watches on the Kubernetes API, by watched resource; each is retried with backoff.",
+            &["resource"],
+        ),
+        synced: IntGaugeVec = metric(
+            "watch_synced",
+            "1 when the watch of a resource has completed its initial list.",
+            &["resource"],
+        ),
+    }
+}
+
+impl WatchMetrics {
+    /// Counts a watch error of `resource`.
+    pub fn watch_error(&self, resource: WatchedResource) {
+        self.errors.with_label_values(&[resource.as_str()]).inc();
+    }
+
+    /// Records whether the watch of `resource` has synced.
+    pub fn watch_synced(&self, resource: WatchedResource, synced: bool) {
+        self.synced
+            .with_label_values(&[resource.as_str()])
+            .set(i64::from(synced));
+    }
+}
+
+/// What a watch watches: the `resource` label of watch metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchedResource {
+    /// The operator's `ManagedOSVersionChannel` objects.
+    Channels,
+    /// The operator's `ManagedOSVersion` objects.
+    Versions,
+    /// The ConfigMap of the channel history.
+    History,
+    /// `kube-system/extension-apiserver-authentication`.
+    AuthConfig,
+    /// The operator's `MachineInventory` objects (the fleet view).
+    MachineInventories,
+    /// The operator's `MachineInventorySelector` objects (the fleet view).
+    MachineInventorySelectors,
+    /// The operator's `ManagedOSImage` objects (the fleet view).
+    ManagedOsImages,
+}
+
+impl WatchedResource {
+    /// The `resource` label value: the plural of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MachineInventories => "machineinventories",
+            Self::MachineInventorySelectors => "machineinventoryselectors",
+            Self::ManagedOsImages => "managedosimages",
+            Self::Channels => "managedosversionchannels",
+            Self::Versions => "managedosversions",
+            Self::History => "configmaps",
+            Self::AuthConfig => "extension-apiserver-authentication",
+        }
+    }
+}
+
 /// What is watched of one kind.
 pub struct Kind<K> {
     /// The kind's label in the watch metrics and logs.
@@ -208,6 +292,8 @@ pub struct Kind<K> {
     pub trim: fn(&mut K),
     /// Whether the kind's CRD may be missing (see the module documentation).
     pub optional: bool,
+    /// Objects per page of a list ([`DEFAULT_PAGE_SIZE`] unless [`Kind::paged`]).
+    pub page_size: u32,
 }
 
 impl<K> Kind<K> {
@@ -217,6 +303,7 @@ impl<K> Kind<K> {
             resource,
             trim: |_| {},
             optional: false,
+            page_size: DEFAULT_PAGE_SIZE,
         }
     }
 
@@ -226,7 +313,13 @@ impl<K> Kind<K> {
             resource,
             trim,
             optional: true,
+            page_size: DEFAULT_PAGE_SIZE,
         }
+    }
+
+    /// Lists the kind in pages of `page_size` objects.
+    pub fn paged(self, page_size: u32) -> Self {
+        Self { page_size, ..self }
     }
 }
 
@@ -237,7 +330,7 @@ pub fn watch<K>(
     client: &Client,
     namespaces: &[String],
     kind: Kind<K>,
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<WatchMetrics>,
     drivers: &mut Vec<BoxFuture<'static, ()>>,
     on_event: impl Fn(&watcher::Event<K>) + Clone + Send + Sync + 'static,
 ) -> Stores<K>
@@ -254,6 +347,7 @@ where
         resource,
         trim,
         optional,
+        page_size,
     } = kind;
     let (stores, feeders) = Stores::new(namespaces);
     for mut feeder in feeders {
@@ -269,7 +363,7 @@ where
             resource = resource.as_str(),
             namespace = namespace.as_deref().unwrap_or("*")
         );
-        let stream = watcher(api, watch_config())
+        let stream = watcher(api, watch_config().page_size(page_size))
             .default_backoff()
             .map_ok(move |event| event.modify(trim));
         drivers.push(Box::pin(

@@ -40,7 +40,6 @@ use rustls_pki_types::CertificateDer;
 use self::fleet::FleetResource;
 pub use self::query::QueryValues;
 use self::selector::{FieldSelector, LabelSelector};
-use crate::metrics::RequestResource;
 pub use elemental_changelog_auth::{Attributes, ResourceAttributes};
 
 /// The longest query string accepted, in bytes (kube-apiserver takes what fits in its
@@ -100,6 +99,49 @@ pub enum Target {
     },
     /// Anything else: 404.
     NotFound,
+}
+
+/// What a request asks for, in a few words: the `resource` label of request metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestResource {
+    /// `managedosversions` (summaries).
+    Summaries,
+    /// `managedosversions/changelog`.
+    Changelog,
+    /// `machineinventories` (the fleet view's machines).
+    Machines,
+    /// `machineinventories/changelog`.
+    MachineChangelog,
+    /// `managedosimages/changelog`.
+    ImageChangelog,
+    /// Discovery documents.
+    Discovery,
+    /// OpenAPI documents.
+    OpenApi,
+    /// `/livez`, `/readyz`, `/healthz`.
+    Health,
+    /// `/metrics`.
+    Metrics,
+    /// Anything else (answered 404).
+    Other,
+}
+
+impl RequestResource {
+    /// The `resource` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Summaries => "managedosversions",
+            Self::Changelog => "managedosversions/changelog",
+            Self::Machines => "machineinventories",
+            Self::MachineChangelog => "machineinventories/changelog",
+            Self::ImageChangelog => "managedosimages/changelog",
+            Self::Discovery => "discovery",
+            Self::OpenApi => "openapi",
+            Self::Health => "health",
+            Self::Metrics => "metrics",
+            Self::Other => "other",
+        }
+    }
 }
 
 /// Discovery documents.
@@ -176,6 +218,22 @@ pub struct ListParams {
     pub cve: Option<String>,
     /// `includeObject`, for Table answers.
     pub include_object: IncludeObject,
+    /// The watch options, when this is a watch (`watch=true`).
+    pub watch: Option<WatchParams>,
+}
+
+/// Options of a watch, checked as kube-apiserver checks them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchParams {
+    /// `resourceVersion`: where to start (`None`, or `0`: with every object present as ADDED).
+    pub resource_version: Option<String>,
+    /// `allowWatchBookmarks`.
+    pub bookmarks: bool,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<u64>,
+    /// `sendInitialEvents=true` (with `resourceVersionMatch=NotOlderThan`): every object
+    /// present as ADDED, then a bookmark annotated `k8s.io/initial-events-end`.
+    pub send_initial_events: bool,
 }
 
 /// Parameters of one summary.
@@ -240,7 +298,10 @@ impl RequestInfo {
         let path = decode_path(uri.path())?;
         let query = QueryValues::parse(raw_query);
         let attributes = attributes::of(method, path, &query);
-        let target = Target::of(&attributes, &query);
+        let mut target = Target::of(&attributes, &query);
+        if attributes.verb() == "watch" {
+            target.watched(&query);
+        }
         Ok(Self {
             method: method.clone(),
             attributes,
@@ -396,6 +457,80 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Adds the watch options to a list's parameters (an invalid one makes the target a 400).
+    fn watched(&mut self, query: &QueryValues) {
+        let (params, resource) = match self {
+            Self::Resource(Resource::List { params, .. }) => (params, RequestResource::Summaries),
+            Self::Fleet(FleetResource::Machines { params, .. }) => {
+                (params, RequestResource::Machines)
+            }
+            _ => return,
+        };
+        match WatchParams::parse(query) {
+            Ok(watch) => params.watch = Some(watch),
+            Err(error) => *self = Self::Invalid { resource, error },
+        }
+    }
+}
+
+/// Go's `strconv.ParseBool`, as kube-apiserver reads boolean options.
+fn go_bool(key: &str, value: &str) -> Result<bool, StatusError> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(invalid_value(key, value, "must be a boolean")),
+    }
+}
+
+impl WatchParams {
+    fn parse(query: &QueryValues) -> Result<Self, StatusError> {
+        let flag = |key: &str| -> Result<Option<bool>, StatusError> {
+            non_empty(query, key).map(|v| go_bool(key, v)).transpose()
+        };
+        let send_initial_events = flag("sendInitialEvents")?;
+        let bookmarks = flag("allowWatchBookmarks")?.unwrap_or(false);
+        let matching = non_empty(query, "resourceVersionMatch");
+        match (send_initial_events, matching) {
+            (Some(_), Some("NotOlderThan")) | (None, None) => {}
+            (Some(_), other) => {
+                return Err(invalid_value(
+                    "resourceVersionMatch",
+                    other.unwrap_or_default(),
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            (None, Some(other)) => {
+                return Err(invalid_value(
+                    "resourceVersionMatch",
+                    other,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+        }
+        if send_initial_events == Some(true) && !bookmarks {
+            return Err(invalid_value(
+                "allowWatchBookmarks",
+                "false",
+                "sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
+        }
+        let timeout_seconds = non_empty(query, "timeoutSeconds")
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    invalid_value("timeoutSeconds", v, "must be a non-negative integer")
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            resource_version: non_empty(query, "resourceVersion").map(str::to_owned),
+            bookmarks,
+            timeout_seconds,
+            send_initial_events: send_initial_events == Some(true),
+        })
+    }
+}
+
 impl ListParams {
     fn parse(query: &QueryValues) -> Result<Self, StatusError> {
         // List options this API does not use must still be well formed, as kube-apiserver
@@ -413,6 +548,7 @@ impl ListParams {
             fields: FieldSelector::parse(selector(query, "fieldSelector")?)?,
             cve: non_empty(query, "cve").map(cve_id).transpose()?,
             include_object: include_object(query)?,
+            watch: None,
         })
     }
 }

@@ -5,8 +5,10 @@
 //! This API is read-only: any verb but GET (and HEAD) is a 405.
 
 pub mod fleet;
+pub mod metrics;
 pub mod ready;
 pub mod resources;
+pub mod watch;
 
 use std::{
     sync::{Arc, LazyLock},
@@ -16,7 +18,9 @@ use std::{
 use bytes::Bytes;
 use dashmap::DashMap;
 use elemental_changelog_apiservice::{
-    discovery, openapi,
+    discovery,
+    fleet::MachineInventoryChangelogSummary,
+    openapi,
     status::{Denied, StatusError},
 };
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
@@ -31,14 +35,19 @@ use elemental_changelog_auth::{
 };
 
 use self::{
+    metrics::{ServingLimit, ServingMetrics},
     ready::Ready,
     resources::{Answer, Cost, Job, Plan},
 };
 use crate::{
     access_log::{AccessLog, Entry, Requester},
     health::{self, Health},
-    metrics::{Metrics, RequestResource, ServingLimit},
-    request::{Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, Resource, Target},
+    live::Answers,
+    metrics::Registry,
+    request::{
+        Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, RequestResource, Resource,
+        Target, fleet::FleetResource,
+    },
     telemetry::error_chain,
 };
 
@@ -52,8 +61,10 @@ const DEFAULTS_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Everything a request may need.
 pub struct App {
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
+    /// What serving counts.
+    pub metrics: Arc<ServingMetrics>,
+    /// Every metric of the process, for `/metrics`.
+    pub registry: Registry,
     /// Liveness and readiness.
     pub health: Arc<Health>,
     /// Who is asking.
@@ -68,6 +79,8 @@ pub struct App {
     pub inflight: Arc<Semaphore>,
     /// Computations running off the async threads: `--max-compute-concurrency`.
     pub compute: Arc<Semaphore>,
+    /// Watches open: `--max-watches`, `--max-watches-per-user`.
+    pub watches: Arc<watch::WatchSlots>,
     /// Deadline of one request: `--request-timeout`.
     pub request_timeout: Duration,
     /// Which requests are logged: `--access-log`.
@@ -78,8 +91,15 @@ pub struct App {
 pub type HttpResponse = Response<Full<Bytes>>;
 
 impl App {
-    /// Answers one request. Never fails: every error is a `Status` response.
-    pub async fn handle(&self, req: Request<Incoming>, peer: &Peer) -> HttpResponse {
+    /// Answers one request. Never fails: every error is a `Status` response. `keep` (the
+    /// connection's count of requests in flight) is dropped with the answer, or when a
+    /// watch's stream ends.
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: &Peer,
+        keep: Box<dyn Send>,
+    ) -> Response<watch::Body> {
         let (mut parts, _body) = req.into_parts();
         let started = std::time::Instant::now();
         let info = match RequestInfo::parse(&parts.method, &parts.uri) {
@@ -97,11 +117,31 @@ impl App {
                     latency: started.elapsed(),
                     addr: peer.addr,
                 });
-                return response;
+                return whole(response);
             }
         };
         let timer = self.metrics.request(info.verb(), info.metric());
         let mut requester = Requester::default();
+        if info.verb() == "watch" && info.is_read() && !info.is_health() {
+            // A watch is long-running: not a request in flight, nor under the request
+            // deadline, but under the watch limits. Logged when answered (its stream's bytes
+            // are not known then).
+            let response = self
+                .watch(&info, &mut parts.headers, peer, keep, &mut requester)
+                .await;
+            let code = response.status().as_u16();
+            self.access_log.record(&Entry {
+                requester: &requester,
+                verb: info.verb(),
+                path: info.path(),
+                code,
+                bytes: None,
+                latency: started.elapsed(),
+                addr: peer.addr,
+            });
+            timer.finish(code);
+            return response;
+        }
         let response = self
             .limited(&info, &mut parts.headers, peer, &mut requester)
             .await;
@@ -126,11 +166,92 @@ impl App {
                 "request"
             );
         }
+        let response = whole(response);
         timer.finish(code);
         if *info.method() == http::Method::HEAD {
             return without_body(response);
         }
         response
+    }
+
+    /// Authenticates and authorizes a watch as its list would be, then serves it.
+    async fn watch(
+        &self,
+        info: &RequestInfo,
+        headers: &mut HeaderMap,
+        peer: &Peer,
+        keep: Box<dyn Send>,
+        requester: &mut Requester,
+    ) -> Response<watch::Body> {
+        let user = match self.admit(info, headers, peer, requester).await {
+            Ok(user) => user,
+            Err(refused) => return whole(refused),
+        };
+        let accept = header_str(headers, header::ACCEPT);
+        let slot = || {
+            self.watches.take(&user.name, keep).map_err(|limit| {
+                self.metrics.request_refused(match limit {
+                    watch::WatchLimit::Total => ServingLimit::Watches,
+                    watch::WatchLimit::PerUser => ServingLimit::WatchesPerUser,
+                });
+                StatusError::too_many_requests(RETRY_AFTER_TOO_MANY)
+            })
+        };
+        let live = self.resources.live();
+        let served = match info.target() {
+            Target::Resource(Resource::List { namespace, params }) => self
+                .resources
+                .served_arch(params.arch.as_ref())
+                .and_then(|arch| {
+                    let hub = live
+                        .versions(&arch)
+                        .ok_or_else(|| StatusError::method_not_allowed("watch"))?;
+                    if params.cve.is_some() {
+                        return Err(StatusError::bad_request(
+                            "cve: a watch of managedosversions cannot select the versions fixing a CVE; list them with ?cve= instead",
+                        ));
+                    }
+                    watch::watch(
+                        hub,
+                        &watch::SUMMARIES,
+                        namespace.as_deref(),
+                        params,
+                        accept,
+                        None,
+                        slot()?,
+                    )
+                }),
+            Target::Fleet(FleetResource::Machines { namespace, params }) => self
+                .resources
+                .served_arch(params.arch.as_ref())
+                .and_then(|arch| {
+                    let hub = live
+                        .machines(&arch)
+                        .ok_or_else(|| StatusError::method_not_allowed("watch"))?;
+                    // With `?cve=`, each event's machine carries its exposure, computed from
+                    // the channel data of the moment (each channel's first fix found once).
+                    let exposure = params.cve.clone().map(|cve| {
+                        let fleet = self.fleet.clone();
+                        Box::new(move |m: &MachineInventoryChangelogSummary| {
+                            let mut m = m.clone();
+                            m.cve = Some(fleet.exposure(&m, &cve, &arch));
+                            m
+                        }) as watch::Transform<MachineInventoryChangelogSummary>
+                    });
+                    watch::watch(
+                        hub,
+                        &watch::MACHINES,
+                        namespace.as_deref(),
+                        params,
+                        accept,
+                        exposure,
+                        slot()?,
+                    )
+                }),
+            Target::Invalid { error, .. } => Err(error.clone()),
+            _ => Err(StatusError::method_not_allowed(info.verb())),
+        };
+        served.unwrap_or_else(|error| whole(status(&error)))
     }
 
     /// Applies the serving limits: health probes always pass; a connection admitted
@@ -179,6 +300,26 @@ impl App {
         peer: &Peer,
         requester: &mut Requester,
     ) -> HttpResponse {
+        if let Err(refused) = self.admit(info, headers, peer, requester).await {
+            return refused;
+        }
+        // Watches are served by `watch`; a watch of anything else is not served.
+        if !info.is_read() || info.verb() == "watch" {
+            return status(&StatusError::method_not_allowed(info.verb()));
+        }
+        self.route(info, headers).await
+    }
+
+    /// Authenticates the request and authorizes what it asks (and the second version a
+    /// changelog's `from=` or a machine changelog's `to=` reads): the user, or the refusal to
+    /// send. `requester` is who asked, as far as authentication got (for the access log).
+    async fn admit(
+        &self,
+        info: &RequestInfo,
+        headers: &mut HeaderMap,
+        peer: &Peer,
+        requester: &mut Requester,
+    ) -> Result<UserInfo, HttpResponse> {
         // Health answers are the same for everyone: a token on a probe is never reviewed.
         let tokens = if info.is_health() {
             Tokens::Ignore
@@ -196,30 +337,27 @@ impl App {
             }
             Err(error) if error.is_saturated() => {
                 self.metrics.request_refused(ServingLimit::Reviews);
-                return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+                return Err(status(&StatusError::too_many_requests(
+                    RETRY_AFTER_TOO_MANY,
+                )));
             }
             Err(error) => {
                 warn!(error = %error_chain(&error), addr = ?peer.addr, "authentication failed");
-                return status(&StatusError::unauthorized());
+                return Err(status(&StatusError::unauthorized()));
             }
         };
-        if let Err(refused) = self
-            .authorize(&user, info.attributes(), info.is_public_document())
-            .await
-        {
-            return refused;
-        }
+        self.authorize(&user, info.attributes(), info.is_public_document())
+            .await?;
         // `from=` and a machine changelog's `to=` read a second ManagedOSVersion: the user
-        // must be allowed its changelog too.
-        if let Some(other) = info.also_reads()
-            && let Err(refused) = self.authorize(&user, &other, false).await
-        {
-            return refused;
+        // must be allowed its changelog too (a Role's resourceNames may name only some).
+        if let Some(other) = info.also_reads() {
+            self.authorize(&user, &other, false).await?;
         }
-        // Watches are not served: there is no stream of changes to offer.
-        if !info.is_read() || info.verb() == "watch" {
-            return status(&StatusError::method_not_allowed(info.verb()));
-        }
+        Ok(user)
+    }
+
+    /// Answers an admitted request by what it targets.
+    async fn route(&self, info: &RequestInfo, headers: &mut HeaderMap) -> HttpResponse {
         let accept = header_str(headers, header::ACCEPT);
         match info.target() {
             Target::Discovery(which) => {
@@ -243,18 +381,31 @@ impl App {
                 Probe::Ready => health_response(&self.health.ready(), "readyz", *verbose),
             },
             Target::Metrics => ok(
-                self.metrics.encode(),
+                self.registry.encode(),
                 "text/plain; version=0.0.4; charset=utf-8",
             ),
-            Target::Resource(resource) => self
-                .answer_resource(resource, headers)
-                .await
-                .unwrap_or_else(|error| status(&error)),
-            Target::Fleet(resource) => match self.fleet.plan(resource, accept) {
-                Ok(plan) => self.answer_plan(plan, headers).await,
-                Err(error) => Err(error),
+            Target::Resource(resource) => {
+                if matches!(resource, Resource::List { .. } | Resource::Get { .. }) {
+                    self.resources.live().fresh(Answers::Versions).await;
+                }
+                self.answer_resource(resource, headers)
+                    .await
+                    .unwrap_or_else(|error| status(&error))
             }
-            .unwrap_or_else(|error| status(&error)),
+            Target::Fleet(resource) => {
+                if matches!(
+                    resource,
+                    FleetResource::Machines { .. } | FleetResource::Machine { .. }
+                ) {
+                    self.resources.live().fresh(Answers::Machines).await;
+                }
+                let planned = self.fleet.plan(resource, accept);
+                match planned {
+                    Ok(plan) => self.answer_plan(plan, headers).await,
+                    Err(error) => Err(error),
+                }
+                .unwrap_or_else(|error| status(&error))
+            }
             Target::Invalid { error, .. } => status(error),
             Target::NotFound => status(&not_found_path(info.path())),
         }
@@ -403,6 +554,16 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The size of a response's body, when known before it is sent.
+fn body_size(response: &HttpResponse) -> Option<u64> {
+    hyper::body::Body::size_hint(response.body()).exact()
+}
+
+/// A whole (not streamed) response as the body type every response has.
+pub fn whole(response: HttpResponse) -> Response<watch::Body> {
+    response.map(http_body_util::Either::Left)
+}
+
 /// A `Status` error response.
 pub fn status(error: &StatusError) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from(error.to_json())));
@@ -485,16 +646,11 @@ fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusEr
     StatusError::forbidden(&user.name, &denied, reason)
 }
 
-/// The size of a response's body, when known before it is sent.
-fn body_size(response: &HttpResponse) -> Option<u64> {
-    hyper::body::Body::size_hint(response.body()).exact()
-}
-
 /// The answer to a HEAD request: the GET answer's head (its `Content-Length` included), no
 /// body. hyper leaves out the body of a HEAD answer over HTTP/1.1 but sends it over HTTP/2,
 /// where DATA frames on a HEAD stream are a protocol error: Go's HTTP/2 client (kube-apiserver's
 /// proxy) resets the stream with `PROTOCOL_ERROR` and logs "received DATA on a HEAD request".
-fn without_body(response: HttpResponse) -> HttpResponse {
+fn without_body(response: Response<watch::Body>) -> Response<watch::Body> {
     let (mut parts, body) = response.into_parts();
     if let Some(length) = hyper::body::Body::size_hint(&body).exact() {
         parts
@@ -502,7 +658,7 @@ fn without_body(response: HttpResponse) -> HttpResponse {
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(length));
     }
-    Response::from_parts(parts, Full::new(Bytes::new()))
+    whole(Response::from_parts(parts, Full::new(Bytes::new())))
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@
 //! 16 MiB); an answer nobody reads holds at most one TLS record besides
 //! its body, for the write timeout. So what any number of hostile connections can make
 //! the server hold is bounded by `--max-connections`, whoever sends them.
+//!
+//! The serving certificate is reloaded when its files change ([`reload_certificates`]).
 
 mod heads;
 mod io;
@@ -33,14 +35,14 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
+use elemental_changelog_certs::serving::{self, ReloadingResolver};
+use http::Request;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
+use prometheus::IntCounterVec;
 use rustls::pki_types::CertificateDer;
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -55,7 +57,7 @@ use self::{
     io::Guarded,
     lifetime::{Activity, Next, Timeouts},
 };
-use crate::{request::Peer, routes::App, telemetry::error_chain};
+use crate::{metrics::family, request::Peer, routes::App, telemetry::error_chain};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,6 +120,17 @@ pub struct ServingLimits {
         default_value_t = 400
     )]
     pub max_requests_inflight: usize,
+    /// Watches served at once (they do not count as requests in flight); past it, 429 with
+    /// Retry-After.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_WATCHES", default_value_t = 1000)]
+    pub max_watches: usize,
+    /// Watches one user may hold at once; past it, 429 with Retry-After.
+    #[arg(
+        long,
+        env = "ELEMENTAL_CHANGELOG_MAX_WATCHES_PER_USER",
+        default_value_t = 100
+    )]
+    pub max_watches_per_user: usize,
     /// Deadline of one request; past it, 504.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -161,6 +174,8 @@ impl Default for ServingLimits {
         Self {
             max_connections: 1024,
             max_requests_inflight: 400,
+            max_watches: 1000,
+            max_watches_per_user: 100,
             request_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             idle_connection_timeout: Duration::from_secs(90),
@@ -404,9 +419,9 @@ impl Connection {
             let peer = peer.clone();
             let in_flight = requests.request();
             async move {
-                let response = app.handle(req, &peer).await;
-                drop(in_flight);
-                Ok::<Response<Full<Bytes>>, std::convert::Infallible>(response)
+                // A watch keeps `in_flight` until its stream ends: its connection is busy.
+                let response = app.handle(req, &peer, Box::new(in_flight)).await;
+                Ok::<_, std::convert::Infallible>(response)
             }
         });
         let io = Guarded::new(tls, activity.clone(), pool.write_timeout);
@@ -514,4 +529,62 @@ fn builder(header_read_timeout: Duration, keep_alive: bool) -> auto::Builder<Tok
         .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
     builder
+}
+
+/// Reloads the serving certificate when its files change and counts the
+/// reloads; never completes.
+pub async fn reload_certificates(resolver: Arc<ReloadingResolver>, metrics: Arc<CertMetrics>) {
+    let mut status = resolver.status();
+    let count = async move {
+        let (mut reloads, mut failures) = (0, 0);
+        while status.changed().await.is_ok() {
+            let now = status.borrow_and_update().clone();
+            for _ in reloads..now.reloads {
+                metrics.cert_reload(CertReload::Loaded);
+            }
+            for _ in failures..now.failures {
+                metrics.cert_reload(CertReload::Rejected);
+            }
+            (reloads, failures) = (now.reloads, now.failures);
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::join!(resolver.watch(serving::DEFAULT_POLL_INTERVAL), count);
+}
+
+family! {
+    /// What the serving certificate's reloads count.
+    pub struct CertMetrics {
+        reloads: IntCounterVec = metric(
+            "serving_cert_reloads_total",
+            "Serving certificate reloads, by result (loaded, rejected).",
+            &["result"],
+        ),
+    }
+}
+
+impl CertMetrics {
+    /// Counts a serving certificate reload.
+    pub fn cert_reload(&self, result: CertReload) {
+        self.reloads.with_label_values(&[result.as_str()]).inc();
+    }
+}
+
+/// How a reload of the serving certificate ended: the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertReload {
+    /// The new pair was loaded and is served.
+    Loaded,
+    /// The new pair was refused; the old one is kept.
+    Rejected,
+}
+
+impl CertReload {
+    /// The `result` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Loaded => "loaded",
+            Self::Rejected => "rejected",
+        }
+    }
 }

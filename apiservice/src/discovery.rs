@@ -115,7 +115,9 @@ struct GroupVersionForDiscovery {
     version: &'static str,
 }
 
-const RESOURCE_VERBS: &[&str] = &["get", "list"];
+/// Verbs of the listed resources: their lists are watched (Rancher's Steve keeps a type only
+/// with both `list` and `watch`).
+const RESOURCE_VERBS: &[&str] = &["get", "list", "watch"];
 const SUBRESOURCE_VERBS: &[&str] = &["get"];
 const CHANGELOG_PATH: &str = "managedosversions/changelog";
 const MACHINE_CHANGELOG_PATH: &str = "machineinventories/changelog";
@@ -435,11 +437,11 @@ mod tests {
                 "groupVersion": "changelog.elemental.cattle.io/v1beta1",
                 "resources": [
                     {"name": "managedosversions", "singularName": "managedosversion", "namespaced": true,
-                     "kind": "ManagedOSVersionChangelogSummary", "verbs": ["get", "list"]},
+                     "kind": "ManagedOSVersionChangelogSummary", "verbs": ["get", "list", "watch"]},
                     {"name": "managedosversions/changelog", "singularName": "", "namespaced": true,
                      "kind": "ManagedOSVersionChangelog", "verbs": ["get"]},
                     {"name": "machineinventories", "singularName": "machineinventory", "namespaced": true,
-                     "kind": "MachineInventoryChangelogSummary", "verbs": ["get", "list"]},
+                     "kind": "MachineInventoryChangelogSummary", "verbs": ["get", "list", "watch"]},
                     {"name": "machineinventories/changelog", "singularName": "", "namespaced": true,
                      "kind": "ManagedOSVersionChangelog", "verbs": ["get"]},
                     {"name": "managedosimages/changelog", "singularName": "", "namespaced": true,
@@ -497,7 +499,7 @@ mod tests {
                             "responseKind": gvk("ManagedOSVersionChangelogSummary"),
                             "scope": "Namespaced",
                             "singularResource": "managedosversion",
-                            "verbs": ["get", "list"],
+                            "verbs": ["get", "list", "watch"],
                             "subresources": [{
                                 "subresource": "changelog",
                                 "responseKind": gvk("ManagedOSVersionChangelog"),
@@ -508,7 +510,7 @@ mod tests {
                             "responseKind": gvk("MachineInventoryChangelogSummary"),
                             "scope": "Namespaced",
                             "singularResource": "machineinventory",
-                            "verbs": ["get", "list"],
+                            "verbs": ["get", "list", "watch"],
                             "subresources": [{
                                 "subresource": "changelog",
                                 "responseKind": gvk("ManagedOSVersionChangelog"),

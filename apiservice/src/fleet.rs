@@ -112,6 +112,11 @@ pub enum MachineReason {
     /// The target is in another channel than the current version: no
     /// changelog between them.
     OtherChannel,
+    /// The MachineInventory's labels or a read `elemental.cattle.io/os.*`
+    /// annotation pass the server's caps (value length, label count or
+    /// bytes): its labels and annotations are not kept, so nothing of it is
+    /// resolved.
+    MetadataTooLarge,
 }
 
 /// What the machine reported about its OS (the operator's `os.*` annotations).
@@ -239,6 +244,9 @@ pub enum PlanTargetReason {
     ImageInNoChannel,
     /// `spec.osImage` is the upgrade image of several ManagedOSVersions.
     Ambiguous,
+    /// The ManagedOSImage's spec or labels pass the server's caps: they are
+    /// not kept.
+    ManagedOSImageTooLarge,
 }
 
 /// Why a `clusterTargets` entry, or a machine, cannot be evaluated.
@@ -257,6 +265,9 @@ pub enum SelectionReason {
     InvalidSelector,
     /// The entry sets no criterion.
     EmptyTarget,
+    /// The ManagedOSImage's spec or labels pass the server's caps: they are
+    /// not kept, so which machines it selects is not known.
+    ManagedOSImageTooLarge,
 }
 
 /// A `clusterTargets` entry that cannot be evaluated.

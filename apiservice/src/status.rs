@@ -23,6 +23,8 @@ pub enum Reason {
     MethodNotAllowed,
     /// 406: no acceptable representation.
     NotAcceptable,
+    /// 410: a watch's resourceVersion can no longer be served: list again.
+    Expired,
     /// 415: the request body's media type is not supported.
     UnsupportedMediaType,
     /// 429: too many requests.
@@ -45,6 +47,7 @@ impl Reason {
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::NotAcceptable => 406,
+            Self::Expired => 410,
             Self::UnsupportedMediaType => 415,
             Self::TooManyRequests => 429,
             Self::InternalError => 500,
@@ -62,6 +65,7 @@ impl Reason {
             Self::NotFound => "NotFound",
             Self::MethodNotAllowed => "MethodNotAllowed",
             Self::NotAcceptable => "NotAcceptable",
+            Self::Expired => "Expired",
             Self::UnsupportedMediaType => "UnsupportedMediaType",
             Self::TooManyRequests => "TooManyRequests",
             Self::InternalError => "InternalError",
@@ -326,6 +330,12 @@ impl StatusError {
     /// 400 with `message`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(Reason::BadRequest, message.into(), None)
+    }
+
+    /// 410 `Expired`, as kube-apiserver ends a watch whose resourceVersion is too old: the
+    /// client lists again.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(Reason::Expired, message.into(), None)
     }
 
     /// 401, as kube-apiserver answers a request it could not authenticate.

@@ -89,7 +89,7 @@ async fn discovery_through_the_aggregator(bed: &TestBed) -> Result<()> {
         summaries["kind"] == "ManagedOSVersionChangelogSummary",
         "{summaries}"
     );
-    ensure!(verbs(&summaries) == ["get", "list"], "{summaries}");
+    ensure!(verbs(&summaries) == ["get", "list", "watch"], "{summaries}");
     let changelog =
         find("managedosversions/changelog").context("no managedosversions/changelog")?;
     ensure!(

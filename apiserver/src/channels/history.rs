@@ -26,10 +26,13 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
+use prometheus::{IntCounterVec, IntGauge};
+
 use crate::{
     cache::ChannelKey,
     health::ReadyFlag,
-    metrics::{HistoryWrite, Metrics, WatchedResource},
+    metrics::{family, gauge_value},
+    reflect::{WatchMetrics, WatchedResource},
 };
 
 /// Most images recorded per channel; the oldest go first beyond it.
@@ -387,7 +390,8 @@ pub struct ConfigMapHistory {
     api: Api<ConfigMap>,
     namespace: String,
     name: String,
-    metrics: Arc<Metrics>,
+    metrics: Arc<HistoryMetrics>,
+    watches: Arc<WatchMetrics>,
     state: watch::Sender<(Arc<History>, bool)>,
 }
 
@@ -402,12 +406,20 @@ impl std::fmt::Debug for ConfigMapHistory {
 
 impl ConfigMapHistory {
     /// The history in ConfigMap `namespace/name`; read once [`ConfigMapHistory::run`] runs.
-    pub fn new(client: Client, namespace: &str, name: &str, metrics: Arc<Metrics>) -> Self {
+    /// Its watch is counted in `watches`.
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        metrics: Arc<HistoryMetrics>,
+        watches: Arc<WatchMetrics>,
+    ) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             metrics,
+            watches,
             state: watch::Sender::new((Arc::new(History::default()), false)),
         }
     }
@@ -459,7 +471,7 @@ impl ConfigMapHistory {
                     self.publish(History::default());
                 }
                 Err(error) => {
-                    self.metrics.watch_error(WatchedResource::History);
+                    self.watches.watch_error(WatchedResource::History);
                     if matches!(&error, watcher::Error::InitialListFailed(kube::Error::Api(status)) | watcher::Error::WatchStartFailed(kube::Error::Api(status)) if status.code == 403)
                     {
                         // Not readable by this ServiceAccount: serving without the history beats
@@ -575,6 +587,64 @@ impl HistoryStore for ConfigMapHistory {
             }
             result.map(drop)
         })
+    }
+}
+
+family! {
+    /// What the channel history counts.
+    pub struct HistoryMetrics {
+        writes: IntCounterVec = metric(
+            "channel_history_writes_total",
+            "Writes of the channel history ConfigMap, by result (written, conflict, failed).",
+            &["result"],
+        ),
+        records: IntGauge = metric(
+            "channel_history_images",
+            "Images recorded in the channel history, over all channels.",
+        ),
+        enabled: IntGauge = metric(
+            "channel_history_enabled",
+            "1 when the channel history ConfigMap is kept (--history-namespace, or the service account's namespace in a pod), 0 when it is off.",
+        ),
+    }
+}
+
+impl HistoryMetrics {
+    /// Counts a write of the channel history.
+    pub fn history_write(&self, result: HistoryWrite) {
+        self.writes.with_label_values(&[result.as_str()]).inc();
+    }
+
+    /// Sets the number of images recorded in the channel history.
+    pub fn history_records(&self, records: usize) {
+        self.records.set(gauge_value(records));
+    }
+
+    /// Records whether the channel history is kept in the cluster.
+    pub fn history_enabled(&self, enabled: bool) {
+        self.enabled.set(i64::from(enabled));
+    }
+}
+
+/// How a write of the channel history ended; the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistoryWrite {
+    /// Written.
+    Written,
+    /// Another replica wrote first; retried from the new content.
+    Conflict,
+    /// Failed (API error, contention, size); retried at the next change.
+    Failed,
+}
+
+impl HistoryWrite {
+    /// The `result` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Written => "written",
+            Self::Conflict => "conflict",
+            Self::Failed => "failed",
+        }
     }
 }
 

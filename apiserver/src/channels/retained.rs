@@ -2,7 +2,8 @@
 //! channel's current image no longer lists, where its data comes from (the
 //! older image the [channel history](super::history) maps it to, held here
 //! already or pulled again by digest), and the composition of the snapshot
-//! that serves them, swapped into the cache by compare and swap.
+//! that serves them. Nothing here writes shared state: the composed states go back to
+//! the reconcile, and the controller publishes them.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashSet},
@@ -17,19 +18,20 @@ use elemental_changelog_apiservice::Arch;
 use elemental_changelog_registry::{Digest, ImageRef, Repository};
 use jiff::Timestamp;
 use kube::ResourceExt;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::{
-    Context, SWAP_ATTEMPTS,
-    history::{Change, History},
+    Context,
+    controller::Progress,
+    history::History,
     images::{self, Read},
+    metrics::RetainedPull,
 };
 use crate::{
     cache::{
         ArchState, ChannelKey, ChannelState, FetchFailure, RetainedStatus, RetainedStatuses,
         Snapshot,
     },
-    metrics::RetainedPull,
     read_error::ReadErrorKind,
     telemetry::error_chain,
 };
@@ -139,98 +141,92 @@ fn plan(
     out
 }
 
-/// Serves the retained versions of every architecture next to what
-/// [`refresh_arch`] read, pulling older images by digest where needed, and
-/// swaps the result into the cache if its state is still the one the refresh
-/// started from (else composes again from the new state), as the state of
-/// the channel naming `image` (as its spec writes it), in `repository`
-/// (`None`: `image` is no valid reference). False when an older image could
-/// not be pulled.
-pub(super) async fn retain_and_store(
-    key: &ChannelKey,
-    image: &str,
-    repository: Option<&Repository>,
-    mut expected: Option<Arc<ChannelState>>,
-    archs: &BTreeMap<Arch, ArchState>,
-    ctx: &Context,
-    memory: &mut Memory,
-) -> bool {
-    let mut pulled: Pulled = BTreeMap::new();
-    for _ in 0..SWAP_ATTEMPTS {
-        let history = ctx
-            .history
-            .as_ref()
-            .map(|h| h.subscribe().borrow().0.clone());
-        let live: BTreeSet<String> = ctx
-            .versions
-            .list(Some(&key.namespace))
-            .iter()
-            .filter(|v| v.channel_name() == Some(key.name.as_str()))
-            .map(|v| v.name_any())
-            .collect();
-        memory.no_data.retain(|(_, _, name)| live.contains(name));
-        // One plan per distinct snapshot: a single-platform image serves
-        // every architecture with one.
-        let mut groups: Vec<Group> = Vec::new();
-        for (arch, state) in archs {
-            let Some(snapshot) = &state.snapshot else {
-                continue;
-            };
-            if groups
-                .iter()
-                .any(|(s, _, _)| s.generation() == snapshot.generation())
-            {
-                continue;
-            }
-            let previous = expected
-                .as_ref()
-                .and_then(|p| p.archs.get(arch))
-                .and_then(|a| a.snapshot.as_deref());
-            let sources = plan(
-                key,
-                arch,
-                repository,
-                snapshot,
-                previous,
-                &live,
-                history.as_deref(),
-                memory,
-            );
-            groups.push((snapshot.clone(), arch.clone(), sources));
-        }
-        let ok = pull_retained(key, &groups, archs, ctx, memory, &mut pulled).await;
-        let composed = compose(groups, expected.clone(), &pulled).await;
-        let mut state = ChannelState {
-            image: Some(image.to_owned()),
-            attempted: true,
-            archs: archs.clone(),
-        };
-        for arch in state.archs.values_mut() {
-            if let Some(snapshot) = &arch.snapshot
-                && let Some((_, new)) = composed
-                    .iter()
-                    .find(|(old, _)| old.generation() == snapshot.generation())
-            {
-                arch.snapshot = Some(new.clone());
-            }
-        }
-        match ctx.cache.compare_and_swap(key, expected.as_ref(), state) {
-            Ok(_) => return ok,
-            // Deleted meanwhile: its worker is being stopped.
-            Err(None) if expected.is_some() => return ok,
-            Err(current) => {
-                debug!("channel state changed during the refresh; composing again");
-                expected = current;
-            }
-        }
-    }
-    warn!("the channel state kept changing during the refresh; trying again at the next one");
-    false
+/// What [`retain`] made of a refresh's architectures.
+pub(super) struct Retained {
+    /// Each architecture's state, its snapshot serving the retained versions too.
+    pub(super) archs: BTreeMap<Arch, ArchState>,
+    /// Retained versions whose older image could not be pulled (empty: none).
+    pub(super) statuses: RetainedStatuses,
+    /// The first older image that could not be pulled, and why.
+    pub(super) failed: Option<(ImageRef, ReadErrorKind)>,
 }
 
-/// Pulls the older images `groups` need and has not pulled yet, recording
-/// in the cache which retained versions are being rebuilt and which could
-/// not be. False when a pull failed.
+/// Serves the retained versions of every architecture next to what
+/// [`refresh_arch`](super::reconcile) read, pulling older images by digest where needed,
+/// composed on the channel's `previous` state (the one published). `repository` is the
+/// channel image's (`None`: the image is no valid reference). Writes nothing: which
+/// versions are being rebuilt meanwhile is told to `progress`.
+pub(super) async fn retain(
+    key: &ChannelKey,
+    repository: Option<&Repository>,
+    previous: Option<&ChannelState>,
+    mut archs: BTreeMap<Arch, ArchState>,
+    ctx: &Context,
+    memory: &mut Memory,
+    progress: &Progress<'_>,
+) -> Retained {
+    let history = ctx
+        .history
+        .as_ref()
+        .map(|h| h.subscribe().borrow().0.clone());
+    let live: BTreeSet<String> = ctx
+        .versions
+        .list(Some(&key.namespace))
+        .iter()
+        .filter(|v| v.channel_name() == Some(key.name.as_str()))
+        .map(|v| v.name_any())
+        .collect();
+    memory.no_data.retain(|(_, _, name)| live.contains(name));
+    // One plan per distinct snapshot: a single-platform image serves
+    // every architecture with one.
+    let mut groups: Vec<Group> = Vec::new();
+    for (arch, state) in &archs {
+        let Some(snapshot) = &state.snapshot else {
+            continue;
+        };
+        if groups
+            .iter()
+            .any(|(s, _, _)| s.generation() == snapshot.generation())
+        {
+            continue;
+        }
+        let previous = previous
+            .and_then(|p| p.archs.get(arch))
+            .and_then(|a| a.snapshot.as_deref());
+        let sources = plan(
+            key,
+            arch,
+            repository,
+            snapshot,
+            previous,
+            &live,
+            history.as_deref(),
+            memory,
+        );
+        groups.push((snapshot.clone(), arch.clone(), sources));
+    }
+    let mut pulled: Pulled = BTreeMap::new();
+    let failed = pull_retained(key, &groups, &archs, ctx, memory, &mut pulled, progress).await;
+    let statuses = retained_statuses(&groups, &archs, &pulled);
+    let composed = compose(groups, previous, &pulled).await;
+    for arch in archs.values_mut() {
+        if let Some(snapshot) = &arch.snapshot
+            && let Some((_, new)) = composed
+                .iter()
+                .find(|(old, _)| old.generation() == snapshot.generation())
+        {
+            arch.snapshot = Some(new.clone());
+        }
+    }
+    Retained {
+        archs,
+        statuses,
+        failed,
+    }
+}
+
+/// Pulls the older images `groups` need, telling `progress` which retained versions are
+/// being rebuilt first. Returns the first image that could not be pulled, and why.
 async fn pull_retained(
     key: &ChannelKey,
     groups: &[Group],
@@ -238,10 +234,13 @@ async fn pull_retained(
     ctx: &Context,
     memory: &mut Memory,
     pulled: &mut Pulled,
-) -> bool {
-    ctx.cache
-        .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
-    let mut ok = true;
+    progress: &Progress<'_>,
+) -> Option<(ImageRef, ReadErrorKind)> {
+    let rebuilding = retained_statuses(groups, archs, pulled);
+    if !rebuilding.values().all(BTreeMap::is_empty) {
+        progress.rebuilding(rebuilding);
+    }
+    let mut failed = None;
     for (_, arch, sources) in groups {
         // One reference per digest: every record followed is of the channel's repository.
         let wanted: BTreeMap<&Digest, &ImageRef> = sources
@@ -280,7 +279,7 @@ async fn pull_retained(
                     info!(image = %reference, %arch, "older image read for retained versions");
                 }
                 Err(failure) => {
-                    ok = false;
+                    failed.get_or_insert_with(|| (reference.clone(), failure.kind));
                     ctx.metrics.retained_pull(RetainedPull::Failed);
                     warn!(image = %reference, %arch, kind = %failure.kind, error = %failure.message, "pulling an older image for retained versions failed; retrying with backoff");
                 }
@@ -288,9 +287,7 @@ async fn pull_retained(
             pulled.insert(slot, result);
         }
     }
-    ctx.cache
-        .set_retained_statuses(key, retained_statuses(groups, archs, pulled));
-    ok
+    failed
 }
 
 /// Which retained versions of `groups` are being rebuilt (their older image
@@ -361,7 +358,7 @@ async fn read_by_digest(
 /// holds exactly those is kept as it is. Returns (old, new) pairs.
 async fn compose(
     groups: Vec<Group>,
-    previous: Option<Arc<ChannelState>>,
+    previous: Option<&ChannelState>,
     pulled: &Pulled,
 ) -> Vec<(Arc<Snapshot>, Arc<Snapshot>)> {
     // What each group can use: held data, and the older images pulled for it.
@@ -369,7 +366,6 @@ async fn compose(
         .into_iter()
         .map(|(snapshot, arch, sources)| {
             let previous = previous
-                .as_ref()
                 .and_then(|p| p.archs.get(&arch))
                 .and_then(|a| a.snapshot.clone());
             let images: BTreeMap<Digest, Arc<ChannelData>> = sources
@@ -455,50 +451,4 @@ fn compose_one(
     let data = IndexedChannel::new(data);
     data.precompute_summaries();
     Arc::new(snapshot.with_data(data))
-}
-
-/// Records in the channel history the image each architecture was read
-/// from, with the versions it listed (nothing is written when the history
-/// has it already).
-pub(super) async fn record_history(
-    key: &ChannelKey,
-    image: &ImageRef,
-    archs: &BTreeMap<Arch, ArchState>,
-    ctx: &Context,
-) {
-    let Some(history) = &ctx.history else {
-        return;
-    };
-    let repository = image.repository();
-    let mut by_digest: BTreeMap<Digest, BTreeSet<String>> = BTreeMap::new();
-    for snapshot in archs.values().filter_map(|a| a.snapshot.as_ref()) {
-        if snapshot.image != *image {
-            continue;
-        }
-        by_digest
-            .entry(snapshot.digest.clone())
-            .or_default()
-            .extend(
-                snapshot
-                    .data
-                    .data()
-                    .versions()
-                    .iter()
-                    .filter(|(_, v)| v.retained_from.is_none())
-                    .map(|(n, _)| n.clone()),
-            );
-    }
-    let current = history.subscribe().borrow().0.clone();
-    for (digest, versions) in by_digest {
-        if current.is_recorded(key, &digest, &versions) {
-            continue;
-        }
-        let (key, repository) = (key.clone(), repository.clone());
-        let change: Change = Box::new(move |h: &mut History| {
-            h.record(&key, &repository, &digest, &versions, Timestamp::now())
-        });
-        if let Err(error) = history.update(change).await {
-            warn!(error = %error_chain(&error), "recording the image in the channel history failed; trying again at the next refresh");
-        }
-    }
 }

@@ -13,8 +13,24 @@ use elemental_changelog::data::ChannelData;
 
 use elemental_changelog_registry::{Access, FetchErrorKind, Repository};
 
-use super::*;
-use crate::cache::RetainedStatus;
+use super::{
+    controller::{Action, ChannelMemory, MIN_BACKOFF, controller, error_policy, grew, next_wait},
+    history::{Change, History},
+    reconcile::Cause,
+    *,
+};
+use crate::{
+    cache::{
+        ArchState, Change as CacheChange, ChannelState, Refreshed, RetainedStatus,
+        RetainedStatuses, Snapshot, without_retained,
+    },
+    read_error::ReadErrorKind,
+};
+use elemental_changelog_registry::{Digest, ImageRef};
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+use std::{collections::BTreeMap, time::Duration};
+use tokio::sync::{mpsc, watch};
 
 const INTERVAL: Duration = Duration::from_secs(600);
 /// Longer than anything the tests wait for; on paused time it costs nothing.
@@ -272,7 +288,7 @@ struct Harness {
     calls: mpsc::UnboundedReceiver<Call>,
     fake: Arc<Fake>,
     cache: Arc<Cache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ChannelMetrics>,
     health: Arc<Health>,
     started: Instant,
 }
@@ -325,7 +341,6 @@ fn context(
     Objects,
     Writers,
     Arc<Context>,
-    mpsc::UnboundedReceiver<ChannelKey>,
 ) {
     let (calls_tx, calls) = mpsc::unbounded_channel();
     let fake = Arc::new(Fake {
@@ -342,13 +357,12 @@ fn context(
         channels: channel_stores,
         versions: version_stores,
     };
-    let (attempted_tx, attempted) = mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
         fetcher: fake.clone(),
         images: ParsedImages::default(),
         kept: Kept::new(kept_limit),
         cache: Arc::new(Cache::default()),
-        metrics: Arc::new(Metrics::new()),
+        metrics: crate::metrics::Registry::default().register(),
         versions: objects.versions.clone(),
         settings: RefreshSettings {
             interval: INTERVAL,
@@ -356,17 +370,9 @@ fn context(
             history: None,
             max_kept_total: kept_limit,
         },
-        attempted: attempted_tx,
         history: history.map(|h| h as Arc<dyn HistoryStore>),
     });
-    (
-        fake,
-        calls,
-        objects,
-        Writers { channels, versions },
-        ctx,
-        attempted,
-    )
+    (fake, calls, objects, Writers { channels, versions }, ctx)
 }
 
 struct Writers {
@@ -387,16 +393,21 @@ impl Harness {
 
     /// Starts the controller with a limit on the data kept for all channels.
     fn start_full(archs: &[&str], history: Option<Arc<MemHistory>>, kept_limit: u64) -> Self {
-        let (fake, calls, objects, writers, ctx, attempted) = context(archs, history, kept_limit);
+        let (fake, calls, objects, writers, ctx) = context(archs, history, kept_limit);
         let health = Arc::new(Health::default());
         let (events, events_rx) = mpsc::unbounded_channel();
         let cache = ctx.cache.clone();
         let metrics = ctx.metrics.clone();
+        let publisher = Arc::new(Publisher::new(
+            cache.clone(),
+            metrics.clone(),
+            ctx.history.clone(),
+        ));
         tokio::spawn(controller(
             objects,
             ctx,
+            publisher,
             events_rx,
-            attempted,
             health.ready_flag("informer-sync"),
             health.ready_flag("channels-first-fetch"),
             health.heartbeat("channel-controller"),
@@ -531,47 +542,41 @@ fn backoff_doubles_from_the_minimum_up_to_the_interval() {
 
 #[tokio::test]
 async fn the_error_policy_backs_off_and_waits_for_kept_data_only_when_refused() {
-    let (_fake, _calls, _objects, _writers, ctx, _attempted) = context(&["x86_64"], None, 0);
     let mut memory = ChannelMemory::default();
-    let failed = |kind| ChannelState {
-        image: Some("registry/channel:6.1".to_owned()),
-        attempted: true,
-        archs: BTreeMap::from([(
-            Arch::x86_64(),
-            ArchState {
-                last_error: Some(FetchFailure {
-                    kind,
-                    message: String::new(),
-                    at: Timestamp::now(),
-                }),
-                ..ArchState::default()
-            },
-        )]),
+    let timeout = Cause::Read {
+        arch: Arch::x86_64(),
+        kind: ReadErrorKind::Fetch(FetchErrorKind::Timeout),
     };
-    let timeout = failed(ReadErrorKind::Fetch(FetchErrorKind::Timeout));
-    let refused = failed(ReadErrorKind::OverKeptTotal);
-    let action = |ok, state, memory: &mut ChannelMemory| error_policy(ok, state, &ctx, memory);
+    let refused = Cause::OverKeptTotal;
+    let retained = Cause::Retained {
+        image: "registry/channel:5.5"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}")),
+        kind: ReadErrorKind::Fetch(FetchErrorKind::Timeout),
+    };
+    let action =
+        |cause: Option<&Cause>, memory: &mut ChannelMemory| error_policy(cause, memory, INTERVAL);
     let backoff = |requeue_after, on_kept_data_change| Action {
         requeue_after,
         on_kept_data_change,
     };
     assert_eq!(
-        action(false, Some(&timeout), &mut memory),
+        action(Some(&timeout), &mut memory),
         backoff(MIN_BACKOFF, false)
     );
     assert_eq!(
-        action(false, Some(&refused), &mut memory),
+        action(Some(&refused), &mut memory),
         backoff(MIN_BACKOFF * 2, true),
         "refused for the kept-data limit: also woken when data goes"
     );
     assert_eq!(
-        action(true, None, &mut memory),
+        action(None, &mut memory),
         backoff(INTERVAL, false),
         "a success starts the backoff over"
     );
-    assert_eq!(memory.failures, 0);
+    assert_eq!(memory.failures(), 0);
     assert_eq!(
-        action(false, None, &mut memory),
+        action(Some(&retained), &mut memory),
         backoff(MIN_BACKOFF, false)
     );
 }
@@ -1182,8 +1187,8 @@ async fn an_image_that_is_no_reference_fails_as_its_resolve_would_and_keeps_the_
     assert_eq!(h.fake.pulls().len(), 1);
 }
 
-#[tokio::test]
-async fn cache_totals_and_pruning() {
+#[test]
+fn cache_totals_and_pruning() {
     let cache = Cache::default();
     assert_eq!(cache.totals(), crate::cache::Totals::default());
     let old = ChannelData::from_files(image_files(&["v1", "v2"])).unwrap_or_else(|e| panic!("{e}"));
@@ -1213,17 +1218,40 @@ async fn cache_totals_and_pruning() {
         rejected: None,
     };
     let key = ChannelKey::new(NS, "sl-micro");
-    cache.update(&key, |_| ChannelState {
-        image: Some("registry/channel:v2".to_owned()),
-        attempted: true,
-        archs: BTreeMap::from([(Arch::x86_64(), arch.clone()), (Arch::aarch64(), arch)]),
-    });
+    let refreshed = || Refreshed {
+        sync: channel(
+            "sl-micro",
+            Some("registry/channel:v2"),
+            "2026-01-01T00:00:00Z",
+        )
+        .sync_key(),
+        versions: Arc::default(),
+    };
+    cache.apply(
+        &key,
+        CacheChange::Refreshed {
+            state: ChannelState {
+                image: Some("registry/channel:v2".to_owned()),
+                attempted: true,
+                archs: BTreeMap::from([(Arch::x86_64(), arch.clone()), (Arch::aarch64(), arch)]),
+            },
+            retained: RetainedStatuses::new(),
+            refreshed: refreshed(),
+        },
+    );
     // A channel that was attempted but has no data does not count as one.
-    cache.update(&ChannelKey::new(NS, "empty"), |_| ChannelState {
-        image: Some("registry/x".to_owned()),
-        attempted: true,
-        ..ChannelState::default()
-    });
+    cache.apply(
+        &ChannelKey::new(NS, "empty"),
+        CacheChange::Refreshed {
+            state: ChannelState {
+                image: Some("registry/x".to_owned()),
+                attempted: true,
+                ..ChannelState::default()
+            },
+            retained: RetainedStatuses::new(),
+            refreshed: refreshed(),
+        },
+    );
     assert_eq!(
         cache.totals(),
         crate::cache::Totals {
@@ -1235,45 +1263,19 @@ async fn cache_totals_and_pruning() {
     );
 
     let before = cache.get(&key).unwrap_or_else(|| panic!("no state"));
-    cache.prune_retained(&key, Arc::new(|_: &str| true)).await;
     assert!(
-        Arc::ptr_eq(
-            &before,
-            &cache.get(&key).unwrap_or_else(|| panic!("no state"))
-        ),
-        "nothing to prune: same state"
+        without_retained(&before, &|_: &str| true).is_none(),
+        "nothing to prune: no new state"
     );
-    cache
-        .prune_retained(&ChannelKey::new(NS, "unknown"), Arc::new(|_: &str| false))
-        .await;
-
-    cache
-        .prune_retained(&key, Arc::new(|name: &str| name == "v1"))
-        .await;
-    assert_eq!(
-        cache.totals().retained,
-        2,
+    assert!(
+        without_retained(&before, &|name: &str| name == "v1").is_none(),
         "only retained versions are pruned, and only when gone"
     );
-    // Pruned while another update landed: built again from the new state.
-    let stale = cache.get(&key);
-    cache.update(&key, |s| s.cloned().unwrap_or_default());
-    let current = cache.get(&key);
-    let refused = cache.compare_and_swap(&key, stale.as_ref(), ChannelState::default());
-    assert!(
-        matches!(&refused, Err(Some(now)) if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, now))),
-        "a swap from a stale state is refused and says what is current"
-    );
-    assert!(
-        cache
-            .compare_and_swap(
-                &ChannelKey::new(NS, "unknown"),
-                stale.as_ref(),
-                ChannelState::default()
-            )
-            .is_err_and(|c| c.is_none())
-    );
-    assert!(cache.prune_retained(&key, Arc::new(|_: &str| false)).await);
+    assert_eq!(cache.totals().retained, 2);
+    let current = cache.get(&key).unwrap_or_else(|| panic!("no state"));
+    let pruned =
+        without_retained(&current, &|_: &str| false).unwrap_or_else(|| panic!("v1 is gone"));
+    cache.apply(&key, CacheChange::Pruned(pruned));
     assert_eq!(
         cache.totals(),
         crate::cache::Totals {
@@ -1293,7 +1295,7 @@ async fn cache_totals_and_pruning() {
         ("sha256:new", "registry/channel:v2")
     );
     assert!(snapshot.data.summary("v3").is_ok());
-    cache.remove(&key);
+    cache.apply(&key, CacheChange::Removed);
     assert_eq!(cache.totals().versions, 0);
 }
 

@@ -14,7 +14,8 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const FLEET_LOCAL_NAMESPACE: &str = "fleet-local";
 
 /// `MachineInventory.spec`: nothing of it is read (the OS annotations, the
-/// labels and the owner reference are in `metadata`).
+/// labels and the owner reference are in `metadata`). It carries the
+/// reflector's [`Oversize`] marker instead.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "elemental.cattle.io",
@@ -23,7 +24,71 @@ pub const FLEET_LOCAL_NAMESPACE: &str = "fleet-local";
     namespaced,
     schema = "disabled"
 )]
-pub struct MachineInventorySpec {}
+pub struct MachineInventorySpec {
+    /// Set by the reflector ([`super::reflect`]) when the machine's metadata
+    /// passed a cap and was dropped; never read from or written to the API.
+    #[serde(skip)]
+    pub oversize: Option<Oversize>,
+}
+
+/// Which cap of [`super::reflect`] a fleet object passed. Its labels and
+/// annotations (a ManagedOSImage: its spec too) were dropped, so it is never
+/// resolved from a partial copy: a machine is `Unknown`
+/// (`MetadataTooLarge`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Oversize {
+    /// A read `elemental.cattle.io/os.*` annotation's value is longer than
+    /// [`MAX_OS_VALUE_BYTES`](super::reflect::MAX_OS_VALUE_BYTES).
+    OsValue {
+        /// The annotation.
+        key: &'static str,
+        /// Its length.
+        bytes: usize,
+    },
+    /// More labels than [`MAX_LABELS`](super::reflect::MAX_LABELS).
+    LabelCount {
+        /// How many.
+        count: usize,
+    },
+    /// Labels (keys and values) longer than
+    /// [`MAX_LABEL_BYTES`](super::reflect::MAX_LABEL_BYTES) together.
+    LabelBytes {
+        /// Their length.
+        bytes: usize,
+    },
+    /// A ManagedOSImage's spec fields read, serialized, are longer than
+    /// [`MAX_IMAGE_SPEC_BYTES`](super::reflect::MAX_IMAGE_SPEC_BYTES).
+    SpecBytes {
+        /// Their length.
+        bytes: usize,
+    },
+}
+
+impl std::fmt::Display for Oversize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use super::reflect::{
+            MAX_IMAGE_SPEC_BYTES, MAX_LABEL_BYTES, MAX_LABELS, MAX_OS_VALUE_BYTES,
+        };
+        match self {
+            Self::OsValue { key, bytes } => write!(
+                f,
+                "the annotation {key} is {bytes} bytes long, more than the {MAX_OS_VALUE_BYTES} this server keeps"
+            ),
+            Self::LabelCount { count } => write!(
+                f,
+                "it has {count} labels, more than the {MAX_LABELS} this server keeps"
+            ),
+            Self::LabelBytes { bytes } => write!(
+                f,
+                "its labels are {bytes} bytes long together, more than the {MAX_LABEL_BYTES} this server keeps"
+            ),
+            Self::SpecBytes { bytes } => write!(
+                f,
+                "its spec (osImage, managedOSVersionName, nodeSelector, clusterTargets) is {bytes} bytes long, more than the {MAX_IMAGE_SPEC_BYTES} this server keeps"
+            ),
+        }
+    }
+}
 
 /// `MachineInventorySelector.spec`: nothing of it is read (the cluster label
 /// is in `metadata`).
@@ -84,6 +149,10 @@ pub struct ManagedOSImageSpec {
     /// The fleet clusters to upgrade.
     #[serde(default)]
     pub cluster_targets: Vec<ClusterTarget>,
+    /// Set by the reflector when the object passed a cap (the fields above
+    /// are then empty); never read from or written to the API.
+    #[serde(skip)]
+    pub oversize: Option<Oversize>,
 }
 
 impl MachineInventory {

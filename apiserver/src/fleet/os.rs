@@ -34,6 +34,17 @@ pub const OS_CPE_NAME: &str = "elemental.cattle.io/os.cpe-name";
 /// `"true"` when the machine registered without the Elemental toolkit.
 pub const OS_UNMANAGED: &str = "elemental.cattle.io/os.unmanaged";
 
+/// The annotations the fleet view reads; the reflector keeps no other
+/// (`os.name`, `os.id`, `os.cpe-name` and any other `os.*` key a machine
+/// sends are dropped).
+pub const READ_ANNOTATIONS: [&str; 5] = [
+    OS_IMAGE,
+    OS_VERSION,
+    OS_VERSION_ID,
+    OS_PRETTY_NAME,
+    OS_UNMANAGED,
+];
+
 /// Reverses Go's `html.EscapeString` (`<`, `>`, `&`, `'`, `"`), which the
 /// operator applies to every annotation value.
 pub fn unescape_html(s: &str) -> String {

@@ -7,33 +7,76 @@
 //! and is listed again every 30 s, so the objects appear once the CRD does. The
 //! ManagedOSVersion kinds are different: without them the server has nothing to serve and
 //! stays unready.
+//!
+//! Each object is trimmed to what the view reads before it is stored, and what is kept is
+//! capped, so that memory per object is bounded whatever a registering machine sends (the
+//! operator stores every annotation a machine sends, of any key and length, as
+//! `elemental.cattle.io/<key>`, and renders the MachineRegistration's label templates from
+//! the machine's hardware data, without an administrator): a machine keeps the `os.*`
+//! annotations the resolution reads ([`READ_ANNOTATIONS`]), each at most
+//! [`MAX_OS_VALUE_BYTES`], and at most [`MAX_LABELS`] labels of at most [`MAX_LABEL_BYTES`]
+//! together. An object past a cap keeps only its identity (name, namespace, uid,
+//! resourceVersion, creation, its controller owner) and the [`Oversize`] marker: the view
+//! answers `Unknown` (`MetadataTooLarge`) for it, never from a partial copy. Lists are read
+//! in pages of [`LIST_PAGE_SIZE`] objects, so a list of padded objects is never held whole.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, io, sync::Arc};
 
 use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Client, runtime::watcher};
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage};
+use super::crd::{
+    CLUSTER_NAME_LABEL, MachineInventory, MachineInventorySelector, ManagedOSImage, Oversize,
+};
+use super::os::READ_ANNOTATIONS;
 use crate::{
     health::Health,
-    metrics::{Metrics, WatchedResource},
-    reflect::{self, Kind, Stores},
+    reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
 };
 
-/// Prefix of the annotations a machine's OS is reported in (see [`super::os`]).
-const OS_ANNOTATION_PREFIX: &str = "elemental.cattle.io/os.";
+/// Longest value of a read `os.*` annotation that is kept. `elemental-register` sends short
+/// os-release values (a `PRETTY_NAME` of a few dozen bytes; an image reference is at most a
+/// 255-byte name, a 128-byte tag and a digest, and a mirror prefix), which the operator
+/// HTML-escapes; 1 KiB leaves room for all of that.
+pub const MAX_OS_VALUE_BYTES: usize = 1024;
+
+/// Most labels of one object that are kept. The operator's inventory labels are the ones an
+/// administrator's MachineRegistration names (a few to a few dozen; their values come from the
+/// machine, at most 58 bytes each).
+pub const MAX_LABELS: usize = 64;
+
+/// Most bytes of one object's labels (keys and values together) that are kept: 64 labels of
+/// 128 bytes. Kubernetes bounds one label (a 317-byte key, a 63-byte value), not their number.
+pub const MAX_LABEL_BYTES: usize = 8 * 1024;
+
+/// Most bytes of the spec fields of a ManagedOSImage that are kept (`osImage`,
+/// `managedOSVersionName`, `nodeSelector`, `clusterTargets`, as JSON). Administrators write
+/// these, a few hundred bytes each.
+pub const MAX_IMAGE_SPEC_BYTES: usize = 64 * 1024;
+
+/// Objects per page when a fleet kind is listed (at start and at every re-list). A page is
+/// held whole while it is parsed, before its objects are trimmed, and the allocator keeps
+/// much of what a large page took: with 500 MachineInventories of 192 KiB of metadata, a
+/// server started with kube-runtime's default page (500) peaked at 381 MiB (past the chart's
+/// 256 Mi limit at every start) and kept 172 MiB more than before them; with pages of 50, 52
+/// MiB more; with pages of 10, 14–15 MiB (`integration/tests/padded.rs`). The cost: 50,000
+/// ordinary machines list in 5,000 requests (5,000 took 2.0–2.5 s in pages of 10, 0.75–1.5 s
+/// in pages of 500, on a loopback test bed).
+pub const LIST_PAGE_SIZE: u32 = 10;
 
 /// The read side of the fleet reflectors.
 #[derive(Clone)]
 pub struct FleetStores {
-    /// MachineInventories: metadata (name, namespace, uid, resourceVersion, creation, labels,
-    /// `elemental.cattle.io/os.*` annotations, owner references) only.
+    /// MachineInventories: name, namespace, uid, resourceVersion, creation, at most
+    /// [`MAX_LABELS`] labels, the read `os.*` annotations and the controller owner reference
+    /// only (or, past a cap, the [`Oversize`] marker instead of labels and annotations).
     pub machines: Stores<MachineInventory>,
-    /// MachineInventorySelectors: labels and owner references only.
+    /// MachineInventorySelectors: the cluster-name label only.
     pub selectors: Stores<MachineInventorySelector>,
-    /// ManagedOSImages: spec fields read, labels, owner references.
+    /// ManagedOSImages: spec fields read and labels, capped.
     pub images: Stores<ManagedOSImage>,
     changes: watch::Receiver<u64>,
 }
@@ -45,26 +88,98 @@ impl FleetStores {
     }
 }
 
-/// What a MachineInventory keeps: no managedFields, no annotations but the OS ones, no spec
-/// or status (the typed spec is empty; status is not deserialized).
-fn trim_machine(m: &mut MachineInventory) {
-    m.metadata.managed_fields = None;
-    m.metadata.finalizers = None;
-    if let Some(annotations) = &mut m.metadata.annotations {
-        annotations.retain(|k, _| k.starts_with(OS_ANNOTATION_PREFIX));
+/// Drops what no fleet object is read for: managedFields, finalizers, annotations.
+fn trim_common(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    meta.finalizers = None;
+    meta.annotations = None;
+}
+
+/// Which label cap `labels` pass, if any.
+fn labels_oversize(labels: Option<&BTreeMap<String, String>>) -> Option<Oversize> {
+    let labels = labels?;
+    if labels.len() > MAX_LABELS {
+        return Some(Oversize::LabelCount {
+            count: labels.len(),
+        });
+    }
+    let bytes = labels.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (bytes > MAX_LABEL_BYTES).then_some(Oversize::LabelBytes { bytes })
+}
+
+/// What a MachineInventory keeps: the read `os.*` annotations, the labels, the controller
+/// owner (its MachineInventorySelector) and its identity; past a cap, its identity and the
+/// marker only. No spec or status is deserialized at all.
+pub(super) fn trim_machine(m: &mut MachineInventory) {
+    let meta = &mut m.metadata;
+    let mut annotations = meta.annotations.take().unwrap_or_default();
+    trim_common(meta);
+    // Only the controller reference is read (`selector_name`); Kubernetes allows one.
+    if let Some(owners) = &mut meta.owner_references {
+        owners.retain(|o| o.controller == Some(true));
+    }
+    let kept: BTreeMap<String, String> = READ_ANNOTATIONS
+        .iter()
+        .filter_map(|key| annotations.remove_entry(*key))
+        .collect();
+    drop(annotations);
+    let oversize = READ_ANNOTATIONS
+        .iter()
+        .find_map(|key| {
+            let bytes = kept.get(*key)?.len();
+            (bytes > MAX_OS_VALUE_BYTES).then_some(Oversize::OsValue { key, bytes })
+        })
+        .or_else(|| labels_oversize(meta.labels.as_ref()));
+    if let Some(oversize) = oversize {
+        meta.labels = None;
+        m.spec.oversize = Some(oversize);
+    } else if !kept.is_empty() {
+        meta.annotations = Some(kept);
     }
 }
 
-fn trim_selector(s: &mut MachineInventorySelector) {
-    s.metadata.managed_fields = None;
-    s.metadata.finalizers = None;
-    s.metadata.annotations = None;
+/// What a MachineInventorySelector keeps: its cluster-name label (a label value is at most
+/// 63 bytes) and its identity.
+pub(super) fn trim_selector(s: &mut MachineInventorySelector) {
+    trim_common(&mut s.metadata);
+    s.metadata.owner_references = None;
+    if let Some(labels) = &mut s.metadata.labels {
+        labels.retain(|k, _| k == CLUSTER_NAME_LABEL);
+    }
 }
 
-fn trim_image(i: &mut ManagedOSImage) {
-    i.metadata.managed_fields = None;
-    i.metadata.finalizers = None;
-    i.metadata.annotations = None;
+/// Counts the bytes written to it.
+#[derive(Default)]
+struct Count(usize);
+
+impl io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a ManagedOSImage keeps: the spec fields read (typed; others are never
+/// deserialized), its labels and its identity; past a cap, its identity and the marker only.
+pub(super) fn trim_image(i: &mut ManagedOSImage) {
+    trim_common(&mut i.metadata);
+    i.metadata.owner_references = None;
+    let mut spec_bytes = Count::default();
+    // Serializing these typed fields cannot fail; a failure counts as too large.
+    let spec_bytes =
+        serde_json::to_writer(&mut spec_bytes, &i.spec).map_or(usize::MAX, |()| spec_bytes.0);
+    let oversize = (spec_bytes > MAX_IMAGE_SPEC_BYTES)
+        .then_some(Oversize::SpecBytes { bytes: spec_bytes })
+        .or_else(|| labels_oversize(i.metadata.labels.as_ref()));
+    if let Some(oversize) = oversize {
+        i.metadata.labels = None;
+        i.spec = Default::default();
+        i.spec.oversize = Some(oversize);
+    }
 }
 
 /// Starts the fleet reflectors (one watch per namespace and kind, or one per kind for all
@@ -73,7 +188,7 @@ fn trim_image(i: &mut ManagedOSImage) {
 pub fn start(
     client: &Client,
     namespaces: &[String],
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<WatchMetrics>,
     health: &Health,
 ) -> (FleetStores, BoxFuture<'static, ()>) {
     let (tx, changes) = watch::channel(0u64);
@@ -82,7 +197,7 @@ pub fn start(
     let machines = reflect::watch(
         client,
         namespaces,
-        Kind::optional(WatchedResource::MachineInventories, trim_machine),
+        Kind::optional(WatchedResource::MachineInventories, trim_machine).paged(LIST_PAGE_SIZE),
         metrics,
         &mut drivers,
         count_changes(&tx),
@@ -90,7 +205,8 @@ pub fn start(
     let selectors = reflect::watch(
         client,
         namespaces,
-        Kind::optional(WatchedResource::MachineInventorySelectors, trim_selector),
+        Kind::optional(WatchedResource::MachineInventorySelectors, trim_selector)
+            .paged(LIST_PAGE_SIZE),
         metrics,
         &mut drivers,
         count_changes(&tx),
@@ -98,7 +214,7 @@ pub fn start(
     let images = reflect::watch(
         client,
         namespaces,
-        Kind::optional(WatchedResource::ManagedOsImages, trim_image),
+        Kind::optional(WatchedResource::ManagedOsImages, trim_image).paged(LIST_PAGE_SIZE),
         metrics,
         &mut drivers,
         count_changes(&tx),
@@ -146,34 +262,238 @@ fn count_changes<K>(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+    use serde_json::json;
 
     use super::*;
+    use crate::fleet::os::{OS_CPE_NAME, OS_IMAGE, OS_NAME, OS_PRETTY_NAME, OS_VERSION};
+
+    fn machine(annotations: &[(&str, String)], labels: &[(String, String)]) -> MachineInventory {
+        let mut m = MachineInventory::new("m", Default::default());
+        m.metadata.namespace = Some("ns".to_owned());
+        m.metadata.uid = Some("uid-m".to_owned());
+        m.metadata.resource_version = Some("7".to_owned());
+        m.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        m.metadata.finalizers = Some(vec!["x".to_owned()]);
+        m.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+        );
+        m.metadata.labels = Some(labels.iter().cloned().collect());
+        let owner = |kind: &str, controller| OwnerReference {
+            api_version: "elemental.cattle.io/v1beta1".to_owned(),
+            kind: kind.to_owned(),
+            name: "sel".to_owned(),
+            uid: "u".to_owned(),
+            controller: Some(controller),
+            ..OwnerReference::default()
+        };
+        m.metadata.owner_references = Some(vec![
+            owner("MachineInventorySelector", true),
+            owner("Other", false),
+        ]);
+        m
+    }
+
+    fn labels(count: usize, value_len: usize) -> Vec<(String, String)> {
+        (0..count)
+            .map(|i| (format!("l{i:03}"), "v".repeat(value_len)))
+            .collect()
+    }
+
+    /// The identity every trimmed machine keeps, past a cap or not.
+    fn assert_identity(m: &MachineInventory) {
+        assert_eq!(m.metadata.name.as_deref(), Some("m"));
+        assert_eq!(m.metadata.uid.as_deref(), Some("uid-m"));
+        assert_eq!(m.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(m.selector_name(), Some("sel"));
+        assert_eq!(m.metadata.owner_references.as_ref().unwrap().len(), 1);
+        assert_eq!(m.metadata.managed_fields, None);
+        assert_eq!(m.metadata.finalizers, None);
+    }
 
     #[test]
-    fn machines_keep_only_what_is_read() {
-        let mut m = MachineInventory::new("m", Default::default());
-        m.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
-        m.metadata.annotations = Some(BTreeMap::from([
-            ("elemental.cattle.io/os.image".to_owned(), "x:1".to_owned()),
-            (
-                "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
-                "{}".to_owned(),
-            ),
-        ]));
-        m.metadata.labels = Some(BTreeMap::from([("pool".to_owned(), "a".to_owned())]));
+    fn machines_keep_only_the_annotations_read() {
+        let mut m = machine(
+            &[
+                (OS_IMAGE, "x:1".to_owned()),
+                (OS_VERSION, "1".to_owned()),
+                (OS_NAME, "SL Micro".to_owned()),
+                (OS_CPE_NAME, "cpe:/o:suse".to_owned()),
+                // Not read: dropped whatever their size, the machine is still resolved.
+                ("elemental.cattle.io/os.padding", "p".repeat(200 * 1024)),
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration",
+                    "{}".to_owned(),
+                ),
+            ],
+            &labels(3, 10),
+        );
         trim_machine(&mut m);
-        assert_eq!(m.metadata.managed_fields, None);
+        assert_identity(&m);
+        assert_eq!(m.spec.oversize, None);
         assert_eq!(
             m.metadata
                 .annotations
                 .unwrap()
-                .into_keys()
+                .into_iter()
                 .collect::<Vec<_>>(),
-            ["elemental.cattle.io/os.image"]
+            [
+                (OS_IMAGE.to_owned(), "x:1".to_owned()),
+                (OS_VERSION.to_owned(), "1".to_owned())
+            ]
         );
-        assert_eq!(m.metadata.labels.unwrap().len(), 1);
+        assert_eq!(m.metadata.labels.unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_value_at_the_cap_is_kept_one_past_it_drops_the_metadata() {
+        let mut at = machine(
+            &[(OS_PRETTY_NAME, "n".repeat(MAX_OS_VALUE_BYTES))],
+            &labels(1, 1),
+        );
+        trim_machine(&mut at);
+        assert_eq!(at.spec.oversize, None);
+        assert_eq!(at.metadata.annotations.unwrap().len(), 1);
+
+        let mut past = machine(
+            &[
+                (OS_IMAGE, "x:1".to_owned()),
+                (OS_PRETTY_NAME, "n".repeat(MAX_OS_VALUE_BYTES + 1)),
+            ],
+            &labels(1, 1),
+        );
+        trim_machine(&mut past);
+        assert_identity(&past);
+        assert_eq!(
+            past.spec.oversize,
+            Some(Oversize::OsValue {
+                key: OS_PRETTY_NAME,
+                bytes: MAX_OS_VALUE_BYTES + 1
+            })
+        );
+        assert_eq!(past.metadata.annotations, None, "never kept in part");
+        assert_eq!(past.metadata.labels, None);
+    }
+
+    #[test]
+    fn labels_past_the_count_or_the_bytes_drop_the_metadata() {
+        let image = || vec![(OS_IMAGE, "x:1".to_owned())];
+        let mut at = machine(&image(), &labels(MAX_LABELS, 1));
+        trim_machine(&mut at);
+        assert_eq!(at.spec.oversize, None);
+        assert_eq!(at.metadata.labels.unwrap().len(), MAX_LABELS);
+
+        let mut many = machine(&image(), &labels(MAX_LABELS + 1, 1));
+        trim_machine(&mut many);
+        assert_eq!(
+            many.spec.oversize,
+            Some(Oversize::LabelCount {
+                count: MAX_LABELS + 1
+            })
+        );
+        assert_eq!(
+            (many.metadata.labels, many.metadata.annotations),
+            (None, None)
+        );
+
+        // 32 labels of 4 + 252 bytes: 8192, the cap; one more byte passes it.
+        let exactly = labels(32, MAX_LABEL_BYTES / 32 - 4);
+        let mut at = machine(&image(), &exactly);
+        trim_machine(&mut at);
+        assert_eq!(at.spec.oversize, None);
+        let mut over = exactly.clone();
+        over[0].1.push('v');
+        let mut past = machine(&image(), &over);
+        trim_machine(&mut past);
+        assert_identity(&past);
+        assert_eq!(
+            past.spec.oversize,
+            Some(Oversize::LabelBytes {
+                bytes: MAX_LABEL_BYTES + 1
+            })
+        );
+        assert_eq!(past.metadata.labels, None);
+    }
+
+    #[test]
+    fn the_reason_names_the_cap() {
+        let message = Oversize::OsValue {
+            key: OS_IMAGE,
+            bytes: 5000,
+        }
+        .to_string();
+        assert_eq!(
+            message,
+            "the annotation elemental.cattle.io/os.image is 5000 bytes long, more than the 1024 this server keeps"
+        );
+    }
+
+    #[test]
+    fn selectors_keep_only_the_cluster_label() {
+        let mut s: MachineInventorySelector = serde_json::from_value(json!({
+            "apiVersion": "elemental.cattle.io/v1beta1", "kind": "MachineInventorySelector",
+            "metadata": {"name": "s", "namespace": "ns",
+                "labels": {CLUSTER_NAME_LABEL: "prod", "other": "x".repeat(60)},
+                "annotations": {"a": "b"}},
+            "spec": {}
+        }))
+        .unwrap();
+        trim_selector(&mut s);
+        assert_eq!(s.cluster_name(), Some("prod"));
+        assert_eq!(s.metadata.labels.unwrap().len(), 1);
+        assert_eq!(s.metadata.annotations, None);
+    }
+
+    fn image(spec: serde_json::Value, labels: serde_json::Value) -> ManagedOSImage {
+        serde_json::from_value(json!({
+            "apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSImage",
+            "metadata": {"name": "i", "namespace": "ns", "labels": labels},
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn images_past_the_spec_or_label_caps_keep_only_the_marker() {
+        let mut small = image(
+            json!({"managedOSVersionName": "v1", "upgradeContainer": {"image": "x".repeat(100_000)}}),
+            json!({"a": "b"}),
+        );
+        trim_image(&mut small);
+        assert_eq!(small.spec.oversize, None, "unread fields are not kept");
+        assert_eq!(small.spec.managed_os_version_name.as_deref(), Some("v1"));
+        assert_eq!(small.metadata.labels.unwrap().len(), 1);
+
+        let targets: Vec<_> = (0..2000)
+            .map(|i| json!({"clusterName": format!("cluster-{i:040}")}))
+            .collect();
+        let mut big = image(
+            json!({"managedOSVersionName": "v1", "clusterTargets": targets}),
+            json!({"a": "b"}),
+        );
+        trim_image(&mut big);
+        assert!(matches!(
+            big.spec.oversize,
+            Some(Oversize::SpecBytes { bytes }) if bytes > MAX_IMAGE_SPEC_BYTES
+        ));
+        assert!(big.spec.cluster_targets.is_empty());
+        assert_eq!(big.spec.managed_os_version_name, None);
+        assert_eq!(big.metadata.labels, None);
+
+        let many: serde_json::Map<_, _> = (0..=MAX_LABELS)
+            .map(|i| (format!("l{i}"), json!("v")))
+            .collect();
+        let mut labelled = image(json!({"managedOSVersionName": "v1"}), many.into());
+        trim_image(&mut labelled);
+        assert_eq!(
+            labelled.spec.oversize,
+            Some(Oversize::LabelCount {
+                count: MAX_LABELS + 1
+            })
+        );
+        assert_eq!(labelled.spec.managed_os_version_name, None);
     }
 }

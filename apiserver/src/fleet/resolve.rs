@@ -11,7 +11,7 @@ use elemental_changelog_apiservice::fleet::{
 use elemental_changelog_apiservice::types::{ChangelogSummary, ObjectMeta, VersionRef};
 use kube::ResourceExt;
 
-use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage};
+use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage, Oversize};
 use super::os::{
     Reported, host_suffixes, is_container, normalize_image, normalize_version, upgrade_image,
 };
@@ -196,6 +196,14 @@ fn wire_name<T: serde::Serialize>(v: T) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default()
+}
+
+/// A machine past the reflector's caps: `MetadataTooLarge`.
+fn too_large(oversize: &Oversize) -> (MachineReason, String) {
+    (
+        MachineReason::MetadataTooLarge,
+        format!("the MachineInventory's labels and annotations are not kept: {oversize}"),
+    )
 }
 
 fn list_names(versions: &[&Version<'_>]) -> String {
@@ -403,6 +411,12 @@ impl<'a> FleetIndex<'a> {
     pub fn image_target(&self, image: &ManagedOSImage) -> PlanTarget {
         let ns = image.metadata.namespace.as_deref().unwrap_or_default();
         let unresolved = |reason, message: String| PlanTarget::Unresolved { reason, message };
+        if let Some(oversize) = &image.spec.oversize {
+            return unresolved(
+                PlanTargetReason::ManagedOSImageTooLarge,
+                format!("the ManagedOSImage is not kept: {oversize}"),
+            );
+        }
         let os_image = image
             .spec
             .os_image
@@ -467,6 +481,9 @@ impl<'a> FleetIndex<'a> {
         machine: &MachineInventory,
         reported: &Reported,
     ) -> Result<ChannelVersion, (MachineReason, String)> {
+        if let Some(oversize) = &machine.spec.oversize {
+            return Err(too_large(oversize));
+        }
         if reported.unmanaged {
             return Err((
                 MachineReason::Unmanaged,
@@ -611,6 +628,21 @@ impl<'a> FleetIndex<'a> {
     pub fn machine(&self, machine: &MachineInventory) -> MachineResolution {
         let namespace = machine.metadata.namespace.clone().unwrap_or_default();
         let name = machine.name_any();
+        if let Some(oversize) = &machine.spec.oversize {
+            // Its labels and annotations are not kept: nothing is resolved from what is left.
+            let (reason, message) = too_large(oversize);
+            return MachineResolution {
+                namespace,
+                name,
+                reported: Reported::default(),
+                current: None,
+                target: None,
+                state: MachineState::Unknown,
+                reason: Some(reason),
+                message: Some(message),
+                pending: None,
+            };
+        }
         let reported = Reported::from_annotations(machine.annotations());
         let current = self.current(machine, &reported);
         let cluster = self.cluster_of(machine);
@@ -815,6 +847,16 @@ impl<'a> FleetIndex<'a> {
                 continue;
             }
             let name = m.name_any();
+            if let Some(oversize) = &m.spec.oversize {
+                // Its labels are not kept: whether the plan selects it is not known.
+                let (reason, message) = too_large(oversize);
+                unknown_machines.push(PlanMachine {
+                    name,
+                    reason: wire_name(reason),
+                    message,
+                });
+                continue;
+            }
             match image_selects(image, m, self.cluster_of(m), self.fleet) {
                 Selection::NotSelected => {}
                 Selection::Undecided { reason, message } => unknown_machines.push(PlanMachine {

@@ -257,6 +257,12 @@ pub fn image_selects(
     if image.namespace().unwrap_or_default() != namespace {
         return Selection::NotSelected;
     }
+    if let Some(oversize) = &image.spec.oversize {
+        return undecided(
+            SelectionReason::ManagedOSImageTooLarge,
+            format!("the ManagedOSImage is not kept: {oversize}"),
+        );
+    }
     let clusters = if namespace == FLEET_LOCAL_NAMESPACE {
         // The bundle targets `local`, the only cluster of fleet-local.
         Selection::Selected

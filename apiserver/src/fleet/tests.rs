@@ -1149,3 +1149,101 @@ proptest! {
         prop_assert_eq!(by_version, scan_version);
     }
 }
+
+// ---- objects past the reflector's caps ----
+
+#[test]
+fn a_machine_past_a_cap_is_unknown_and_never_resolved_from_what_is_left() {
+    let mut w = World::new();
+    w.images.push(moi(
+        NS,
+        "everything",
+        json!({"managedOSVersionName": "a-v1.2", "clusterTargets": [{"clusterName": "prod"}]}),
+    ));
+    let index = w.index();
+    let mut padded = machine(
+        "padded",
+        json!({
+            "elemental.cattle.io/os.image": image_of("a", 0),
+            "elemental.cattle.io/os.version": "v".repeat(reflect::MAX_OS_VALUE_BYTES + 1),
+        }),
+        json!({}),
+        Some("sel-1"),
+    );
+    reflect::trim_machine(&mut padded);
+    let r = index.machine(&padded);
+    assert_eq!(r.state, MachineState::Unknown);
+    assert_eq!(r.reason, Some(MachineReason::MetadataTooLarge));
+    assert!(
+        r.message.as_deref().unwrap().contains(&format!(
+            "elemental.cattle.io/os.version is {} bytes long",
+            reflect::MAX_OS_VALUE_BYTES + 1
+        )),
+        "{r:?}"
+    );
+    assert_eq!((r.current, r.target, r.pending), (None, None, None));
+    assert_eq!(r.reported, Reported::default());
+    let cve = index.cve(&index.machine(&padded), "CVE-1", |_, _, _| true);
+    assert_eq!(cve.state, CveState::Unknown);
+
+    // A plan lists it among the unknown machines, whatever it would select.
+    let ordinary = in_cluster("ordinary", &image_of("a", 0), "sel-1", json!({}));
+    let plan = index.plan(&w.images[0], [&padded, &ordinary]);
+    assert_eq!(plan.groups.len(), 1);
+    assert_eq!(plan.groups[0].machines, ["ordinary"]);
+    assert_eq!(plan.unknown_machines.len(), 1);
+    assert_eq!(plan.unknown_machines[0].name, "padded");
+    assert_eq!(plan.unknown_machines[0].reason, "MetadataTooLarge");
+
+    // Within the caps, the same machine resolves as any other.
+    let mut fine = machine(
+        "fine",
+        json!({"elemental.cattle.io/os.image": image_of("a", 0), "elemental.cattle.io/os.padding": "p".repeat(100_000)}),
+        json!({}),
+        Some("sel-1"),
+    );
+    reflect::trim_machine(&mut fine);
+    let r = index.machine(&fine);
+    assert_eq!(r.current.unwrap().name, "a-v1.0");
+    assert_eq!(r.target.unwrap().name, "a-v1.2");
+}
+
+#[test]
+fn a_managed_os_image_past_a_cap_is_unresolved_and_selects_undecidably() {
+    let mut w = World::new();
+    let targets: Vec<Value> = (0..2000)
+        .map(|i| json!({"clusterName": format!("cluster-{i:040}")}))
+        .collect();
+    let mut image = moi(
+        NS,
+        "huge",
+        json!({"managedOSVersionName": "a-v1.2", "clusterTargets": targets}),
+    );
+    reflect::trim_image(&mut image);
+    w.images.push(image.clone());
+    let index = w.index();
+    let m = in_cluster("m", &image_of("a", 0), "sel-1", json!({}));
+    let r = index.machine(&m);
+    let target = r.target.unwrap();
+    assert_eq!(
+        (target.name.as_str(), target.source, target.reason),
+        (
+            "a-v1.4",
+            TargetSource::NewestInChannel,
+            Some(TargetReason::ClusterUnresolved)
+        )
+    );
+    assert!(
+        target.message.unwrap().contains("ManagedOSImage huge"),
+        "the message names the image"
+    );
+    let plan = index.plan(&image, [&m]);
+    assert!(matches!(
+        plan.target,
+        PlanTarget::Unresolved {
+            reason: PlanTargetReason::ManagedOSImageTooLarge,
+            ..
+        }
+    ));
+    assert_eq!(plan.unknown_machines[0].reason, "ManagedOSImageTooLarge");
+}

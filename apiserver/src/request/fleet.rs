@@ -12,11 +12,11 @@ use elemental_changelog_apiservice::{
     status::StatusError,
 };
 
+use super::RequestResource;
 use super::{
     Format, ListParams, QueryValues, Target, arch, cve_id, include_object, invalid_value,
     is_dns1123_subdomain, namespace, non_empty,
 };
-use crate::metrics::RequestResource;
 
 /// A request of the fleet view.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,11 +10,12 @@ use bytes::Bytes;
 use flate2::{Compression, write::GzEncoder};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use quick_cache::{OptionsBuilder, Weighter, sync::Cache};
 use sha2::{Digest, Sha256};
 
 use super::HttpResponse;
-use crate::metrics::Metrics;
+use crate::metrics::{Family, Registry, family, gauge_value};
 
 /// Bodies smaller than this are not compressed, as k8s.io/apiserver compresses none under
 /// 128 KiB (`defaultGzipThresholdBytes` in `endpoints/handlers/responsewriters`).
@@ -220,12 +221,12 @@ impl<K: AnswerKeyBytes> Weighter<K, Arc<Ready>> for ByBytes {
 /// found again (the key names the snapshot by generation) and ages out.
 pub struct ReadyCache<K> {
     answers: Option<Cache<K, Arc<Ready>, ByBytes>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<AnswerMetrics>,
 }
 
 impl<K: Eq + Hash + Clone + AnswerKeyBytes> ReadyCache<K> {
     /// A cache of at most `capacity` bytes; 0 keeps nothing (every answer is rendered).
-    pub fn new(capacity: u64, metrics: Arc<Metrics>) -> Self {
+    pub fn new(capacity: u64, metrics: Arc<AnswerMetrics>) -> Self {
         // Answers are typically a few KiB; the estimate only sizes the tables.
         let estimated = usize::try_from(capacity / 8192)
             .unwrap_or(usize::MAX)
@@ -319,6 +320,59 @@ impl<K: Eq + Hash + Clone + AnswerKeyBytes> ReadyCache<K> {
     /// Most bytes kept.
     pub fn capacity(&self) -> u64 {
         self.answers.as_ref().map_or(0, Cache::capacity)
+    }
+}
+
+family! {
+    /// The ready-bytes cache's metrics.
+    struct AnswerFamilies {
+        lookups: IntCounterVec = metric(
+            "answer_cache_requests_total",
+            "Answers looked up in the ready-bytes cache, by result (hit: sent as kept; miss: rendered).",
+            &["result"],
+        ),
+        bytes: IntGauge = metric(
+            "answer_cache_bytes",
+            "Bytes of rendered answers kept (bodies, gzip forms, per-answer overhead); at most --answer-cache-size.",
+        ),
+        answers: IntGauge = metric("answer_cache_answers", "Rendered answers kept."),
+    }
+}
+
+/// What the ready-bytes cache counts: lookups (both results shown from the start) and its size.
+pub struct AnswerMetrics {
+    hits: IntCounter,
+    misses: IntCounter,
+    bytes: IntGauge,
+    answers: IntGauge,
+}
+
+impl Family for AnswerMetrics {
+    fn register(registry: &Registry) -> Self {
+        let family = AnswerFamilies::register(registry);
+        Self {
+            hits: family.lookups.with_label_values(&["hit"]),
+            misses: family.lookups.with_label_values(&["miss"]),
+            bytes: family.bytes,
+            answers: family.answers,
+        }
+    }
+}
+
+impl AnswerMetrics {
+    /// Counts a lookup in the ready-bytes cache.
+    pub fn answer_cache(&self, hit: bool) {
+        if hit {
+            self.hits.inc();
+        } else {
+            self.misses.inc();
+        }
+    }
+
+    /// Sets the size of the ready-bytes cache.
+    pub fn answer_cache_bytes(&self, bytes: u64, answers: usize) {
+        self.bytes.set(gauge_value(bytes));
+        self.answers.set(gauge_value(answers));
     }
 }
 
@@ -416,7 +470,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_in_bytes_and_renders_once() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Registry::default().register();
         let cache = ReadyCache::new(64 * 1024, metrics);
         let mut renders = 0;
         for _ in 0..3 {
@@ -450,7 +504,7 @@ mod tests {
 
     #[test]
     fn keys_count_in_the_weight() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Registry::default().register();
         let cache = ReadyCache::new(1 << 20, metrics);
         // Small answers under 7,000-byte keys: without the keys, 1 MiB would hold ~1,700 of
         // them and ~12 MiB of keys.
@@ -472,7 +526,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_async_renders_of_one_key_render_once() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Registry::default().register();
         let cache = Arc::new(ReadyCache::new(1 << 20, metrics));
         let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (release, released) = tokio::sync::watch::channel(false);
@@ -503,7 +557,7 @@ mod tests {
     /// or more was.
     #[test]
     fn large_answers_are_kept() {
-        let cache = ReadyCache::new(32 << 20, Arc::new(Metrics::new()));
+        let cache = ReadyCache::new(32 << 20, Registry::default().register());
         for (key, mib) in [(1u32, 1usize), (4, 4), (8, 8)] {
             let body = vec![b'x'; mib << 20];
             cache

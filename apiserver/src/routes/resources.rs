@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use elemental_changelog::compute::QueryError;
 use elemental_changelog_apiservice::{
-    Arch, RESOURCE, content,
+    API_VERSION, Arch, RESOURCE, SUMMARY_LIST_KIND, content,
     content::{IncludeObject, Representation},
     render,
     status::{CauseReason, StatusCause, StatusDetails, StatusError},
@@ -32,8 +32,10 @@ use crate::{
         Objects,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
     },
+    live::Live,
     objects::{self, Source},
     request::{ChangelogParams, Format, ListParams, Resource},
+    watch::{Hub, Item, ResourceVersion},
 };
 
 /// Seconds a client should wait before asking again for data being fetched
@@ -49,6 +51,8 @@ pub struct Resources {
     default_arch: Arch,
     architectures: Vec<Arch>,
     ready: ReadyCache<AnswerKey>,
+    /// The summaries computed when their inputs change: lists, gets and watches.
+    live: Arc<Live>,
 }
 
 /// What a kept answer depends on: two requests with equal keys get the same bytes.
@@ -81,21 +85,6 @@ pub enum AnswerKey {
         /// SHA-256 of the selection.
         fingerprint: [u8; 32],
     },
-    /// Machine summaries, one (`get`) or a list, as JSON or a Table (it has no column that
-    /// depends on the time of the request): a fingerprint of every machine selected and of
-    /// everything their resolution reads (see `routes::fleet`).
-    Machines {
-        /// JSON or a Table (its version and what rows carry).
-        representation: Representation,
-        /// A list (or one machine).
-        list: bool,
-        /// `cve`, as asked.
-        cve: Option<String>,
-        /// Architecture.
-        arch: Arch,
-        /// SHA-256 of the machines and the resolution's inputs.
-        fingerprint: [u8; 32],
-    },
 }
 
 impl AnswerKeyBytes for AnswerKey {
@@ -109,8 +98,87 @@ impl AnswerKeyBytes for AnswerKey {
                     + text(&object.resource_version)
                     + text(from)
             }
-            Self::Summaries { cve, .. } | Self::Machines { cve, .. } => text(cve),
+            Self::Summaries { cve, .. } => text(cve),
         }
+    }
+}
+
+/// What the fleet view reads of the version side, and no more: it owns its own answers
+/// (`routes::fleet`), and asks this side only for versions, channel data and changelogs.
+pub trait VersionSide: Send + Sync {
+    /// The architecture asked for (the default when none), if this server reads it.
+    fn served_arch(&self, asked: Option<&Arch>) -> Result<Arch, StatusError>;
+    /// The ManagedOSVersions of `namespace` (or of all), by namespace and name.
+    fn versions(&self, namespace: Option<&str>) -> Vec<Arc<ManagedOSVersion>>;
+    /// One ManagedOSVersion.
+    fn version(&self, namespace: &str, name: &str) -> Option<Arc<ManagedOSVersion>>;
+    /// The data of channel `namespace/channel` for `arch`, if fetched.
+    fn snapshot(&self, namespace: &str, channel: &str, arch: &Arch) -> Option<Arc<Snapshot>>;
+    /// Every fetched channel's data for `arch`, in `namespace` (or all), by namespace and
+    /// channel name.
+    fn snapshots(
+        &self,
+        namespace: Option<&str>,
+        arch: &Arch,
+    ) -> std::collections::HashMap<(String, String), Arc<Snapshot>>;
+    /// The changelog of ManagedOSVersion `namespace/name` as `params` ask, rendered on this
+    /// thread (callers are off the async threads already).
+    fn changelog(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &ChangelogParams,
+        accept: Option<&str>,
+    ) -> Result<Answer, StatusError>;
+}
+
+impl VersionSide for Arc<Resources> {
+    fn served_arch(&self, asked: Option<&Arch>) -> Result<Arch, StatusError> {
+        self.arch(asked).cloned()
+    }
+
+    fn versions(&self, namespace: Option<&str>) -> Vec<Arc<ManagedOSVersion>> {
+        self.objects.versions.list(namespace)
+    }
+
+    fn version(&self, namespace: &str, name: &str) -> Option<Arc<ManagedOSVersion>> {
+        self.objects.versions.get(namespace, name)
+    }
+
+    fn snapshot(&self, namespace: &str, channel: &str, arch: &Arch) -> Option<Arc<Snapshot>> {
+        self.channel_snapshot(namespace, channel, arch)
+    }
+
+    fn snapshots(
+        &self,
+        namespace: Option<&str>,
+        arch: &Arch,
+    ) -> std::collections::HashMap<(String, String), Arc<Snapshot>> {
+        self.objects
+            .channels
+            .list(namespace)
+            .iter()
+            .filter_map(|channel| {
+                let (namespace, name) = (channel.namespace()?, channel.name_any());
+                let snapshot = self.channel_snapshot(&namespace, &name, arch)?;
+                Some(((namespace, name), snapshot))
+            })
+            .collect()
+    }
+
+    fn changelog(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &ChangelogParams,
+        accept: Option<&str>,
+    ) -> Result<Answer, StatusError> {
+        let resource = Resource::Changelog {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            params: params.clone(),
+        };
+        self.plan(&resource, accept)?.run_here(self)
     }
 }
 
@@ -250,6 +318,7 @@ impl Resources {
         default_arch: Arch,
         architectures: Vec<Arch>,
         ready: ReadyCache<AnswerKey>,
+        live: Arc<Live>,
     ) -> Self {
         Self {
             objects,
@@ -257,7 +326,13 @@ impl Resources {
             default_arch,
             architectures,
             ready,
+            live,
         }
+    }
+
+    /// The answers computed when their inputs change.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
     }
 
     /// Plans the answer to `resource`, once: the ready bytes when they are kept (decided
@@ -299,7 +374,15 @@ impl Resources {
             } => {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.arch(params.arch.as_ref())?.clone();
-                let version = self.version(namespace, name)?;
+                let version = self.existing_version(namespace, name)?;
+                if let Some(item) = self
+                    .live
+                    .versions(&arch)
+                    .and_then(|hub| hub.get(namespace, name))
+                {
+                    return Ok(kept_summary(&item, representation));
+                }
+                // Not computed yet (created a moment ago): computed for this request.
                 let lookup = self.lookup(&version, &arch);
                 self.plan_summaries(vec![(version, lookup)], None, arch, representation, false)
             }
@@ -307,6 +390,15 @@ impl Resources {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
                 let arch = self.arch(params.arch.as_ref())?.clone();
+                if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
+                    let (hub, namespace, params) = (hub.clone(), namespace.clone(), params.clone());
+                    return Ok(Plan::Render(Render {
+                        cost: Cost::Heavy,
+                        job: Job::Run(Box::new(move || {
+                            kept_summaries(&hub, namespace.as_deref(), &params, representation)
+                        })),
+                    }));
+                }
                 let (resources, namespace, params) =
                     (self.clone(), namespace.clone(), params.clone());
                 // Selecting grows with the number of versions: it is part of the job.
@@ -327,6 +419,18 @@ impl Resources {
                 }))
             }
         }
+    }
+
+    /// The summary of every version for `arch`, computed now (what the live hub keeps, see
+    /// [`crate::live`]); each names the ManagedOSVersion's own resourceVersion until the hub
+    /// gives it one.
+    pub fn summaries(&self, arch: &Arch) -> Vec<ManagedOSVersionChangelogSummary> {
+        self.objects
+            .versions
+            .list(None)
+            .iter()
+            .map(|v| summary(v, &self.lookup(v, arch)))
+            .collect()
     }
 
     /// Renders, ahead of any request, the default answer (JSON, the default architecture,
@@ -407,7 +511,7 @@ impl Resources {
             content::negotiate(accept, IncludeObject::default())?;
         }
         let arch = self.arch(params.arch.as_ref())?;
-        let version = self.version(namespace, name)?;
+        let version = self.existing_version(namespace, name)?;
         let (channel, snapshot) = match self.lookup(&version, arch) {
             Lookup::Found { channel, snapshot } => (channel, snapshot),
             Lookup::Unavailable { error, .. } => return Err(error),
@@ -519,7 +623,11 @@ impl Resources {
             })
     }
 
-    fn version(&self, namespace: &str, name: &str) -> Result<Arc<ManagedOSVersion>, StatusError> {
+    fn existing_version(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<ManagedOSVersion>, StatusError> {
         self.objects
             .versions
             .get(namespace, name)
@@ -977,7 +1085,63 @@ fn render_summaries(
         None => selection,
     };
     let items = selection.iter().map(|(v, l)| summary(v, l)).collect();
-    respond_summaries(representation, items, list)
+    respond_summaries(representation, items, list, None)
+}
+
+/// One kept summary, as JSON or a Table.
+fn kept_summary(
+    item: &Arc<Item<ManagedOSVersionChangelogSummary>>,
+    representation: Representation,
+) -> Plan {
+    match representation {
+        Representation::Json => {
+            Plan::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
+        }
+        Representation::Table { .. } => {
+            let object = item.object.clone();
+            Plan::Render(Render {
+                cost: Cost::Light,
+                job: Job::Run(Box::new(move || {
+                    let (body, content_type) =
+                        respond_summaries(representation, vec![object], false, None)?;
+                    Ok(Answer::Fresh(ok(body, content_type)))
+                })),
+            })
+        }
+    }
+}
+
+/// The kept summaries of `namespace` (or all) that `params` select, as a list with the
+/// resourceVersion a watch may start from.
+fn kept_summaries(
+    hub: &Hub<ManagedOSVersionChangelogSummary>,
+    namespace: Option<&str>,
+    params: &ListParams,
+    representation: Representation,
+) -> Result<Answer, StatusError> {
+    let (version, items) = hub.list(namespace);
+    let selected: Vec<_> = items
+        .iter()
+        .filter(|i| selects(params, &i.object.metadata))
+        .collect();
+    let (body, content_type) = match representation {
+        Representation::Json => (
+            crate::live::list_json(API_VERSION, SUMMARY_LIST_KIND, version, &selected),
+            content::JSON,
+        ),
+        Representation::Table { .. } => respond_summaries(
+            representation,
+            selected.iter().map(|i| i.object.clone()).collect(),
+            true,
+            Some(version),
+        )?,
+    };
+    Ok(Answer::Fresh(ok(body, content_type)))
+}
+
+/// Whether `params`' label and field selectors select an object with `meta`.
+pub fn selects(params: &ListParams, meta: &ObjectMeta) -> bool {
+    params.labels.matches(&meta.labels) && params.fields.matches(&meta.name, &meta.namespace)
 }
 
 /// The body and content type of summaries in `representation`.
@@ -985,6 +1149,7 @@ fn respond_summaries(
     representation: Representation,
     items: Vec<ManagedOSVersionChangelogSummary>,
     list: bool,
+    resource_version: Option<ResourceVersion>,
 ) -> Result<(Vec<u8>, &'static str), StatusError> {
     let content_type = representation.content_type();
     let body = match representation {
@@ -992,17 +1157,24 @@ fn respond_summaries(
             version,
             include_object,
         } => {
-            let table = table::summaries_table_version(
+            let mut table = table::summaries_table_version(
                 &items,
                 true,
                 version,
                 include_object,
                 jiff::Timestamp::now(),
             );
+            if let Some(rv) = resource_version {
+                table.metadata.resource_version = rv.text();
+            }
             serde_json::to_vec(&table)
         }
         Representation::Json if list => {
-            serde_json::to_vec(&ManagedOSVersionChangelogSummaryList::new(items))
+            let mut list = ManagedOSVersionChangelogSummaryList::new(items);
+            if let Some(rv) = resource_version {
+                list.metadata.resource_version = rv.text();
+            }
+            serde_json::to_vec(&list)
         }
         Representation::Json => match items.into_iter().next() {
             Some(item) => serde_json::to_vec(&item),

@@ -38,6 +38,7 @@ fn machine_reason(description: &str) -> Value {
             MachineReason::ChannelNotFetched,
             MachineReason::TargetOlder,
             MachineReason::OtherChannel,
+            MachineReason::MetadataTooLarge,
         ]),
         description,
     )
@@ -172,6 +173,7 @@ pub(super) fn schemas(spec: Spec, m: &mut Map<String, Value>) {
         SelectionReason::ClusterGroupUnknown,
         SelectionReason::InvalidSelector,
         SelectionReason::EmptyTarget,
+        SelectionReason::ManagedOSImageTooLarge,
     ]);
     m.insert(
         p("UnresolvedClusterTarget"),
@@ -200,6 +202,7 @@ pub(super) fn schemas(spec: Spec, m: &mut Map<String, Value>) {
                 PlanTargetReason::VersionNotFound,
                 PlanTargetReason::ImageInNoChannel,
                 PlanTargetReason::Ambiguous,
+                PlanTargetReason::ManagedOSImageTooLarge,
             ]), "Why the target is not resolved, when not."),
             "targetMessage": string("Human-readable detail for targetReason."),
             "groups": array_of(spec, &p("PlanGroup"), "Selected machines grouped by the version they run."),

@@ -180,7 +180,8 @@ impl World {
             cache.clone(),
             arch(default_arch),
             archs.iter().map(|a| arch(a)).collect(),
-            ReadyCache::new(4 << 20, Arc::new(crate::metrics::Metrics::new())),
+            ReadyCache::new(4 << 20, crate::metrics::Registry::default().register()),
+            crate::live::Live::new(&archs.iter().map(|a| arch(a)).collect::<Vec<_>>()),
         ));
         Self {
             channels,
@@ -314,6 +315,12 @@ impl World {
             &http::Method::GET,
             &uri.parse().unwrap_or_else(|e| panic!("{uri}: {e}")),
         )?;
+        // What the live task does when an input changes, done now.
+        for arch in self.resources.live().architectures() {
+            if let Some(hub) = self.resources.live().versions(&arch) {
+                hub.replace(None, self.resources.summaries(&arch));
+            }
+        }
         match info.target() {
             crate::request::Target::Resource(resource) => {
                 let plan = self.resources.plan(resource, accept)?;

@@ -1,0 +1,318 @@
+//! Watch requests (`?watch=true` on `managedosversions` and `machineinventories`, in a
+//! namespace or all): authorized as the list is (verb `watch`), bounded in number
+//! (`--max-watches`, `--max-watches-per-user`: 429 past them; a watch is not a request in
+//! flight), then streamed from the resource's [`Hub`] (see [`crate::watch`]).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use elemental_changelog_apiservice::{
+    API_VERSION, MACHINE_SUMMARY_KIND, SUMMARY_KIND,
+    content::{self, Representation},
+    fleet::{MachineInventoryChangelogSummary, table::machines_table},
+    status::StatusError,
+    table::summaries_table_version,
+    types::ManagedOSVersionChangelogSummary,
+};
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::StreamBody;
+
+use super::resources::selects;
+use crate::{
+    request::{ListParams, WatchParams},
+    watch::{
+        Expired, Hub, Object, Start,
+        stream::{self, Encoding, Options, WatchStream},
+    },
+};
+
+/// Shortest life of a watch without `timeoutSeconds` (kube-apiserver's
+/// `--min-request-timeout`); each gets between this and twice this, so that watches
+/// opened together do not all end together.
+pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Watches open, in all and by user.
+pub struct WatchSlots {
+    max: usize,
+    max_per_user: usize,
+    open: Mutex<(usize, HashMap<String, usize>)>,
+}
+
+/// Which limit refused a watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchLimit {
+    /// `--max-watches`.
+    Total,
+    /// `--max-watches-per-user`.
+    PerUser,
+}
+
+/// A watch's place under the limits, given back when the watch ends (with what else the
+/// watch keeps until then).
+pub struct WatchSlot {
+    slots: Arc<WatchSlots>,
+    user: String,
+    _keep: Box<dyn Send>,
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.lock();
+        open.0 = open.0.saturating_sub(1);
+        if let Some(n) = open.1.get_mut(&self.user) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.1.remove(&self.user);
+            }
+        }
+    }
+}
+
+impl WatchSlots {
+    /// At most `max` watches, `max_per_user` of one user.
+    pub fn new(max: usize, max_per_user: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            max_per_user,
+            open: Mutex::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<String, usize>)> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place for one more watch of `user`, or the limit that refuses it.
+    pub fn take(
+        self: &Arc<Self>,
+        user: &str,
+        keep: Box<dyn Send>,
+    ) -> Result<WatchSlot, WatchLimit> {
+        let mut open = self.lock();
+        if open.0 >= self.max {
+            return Err(WatchLimit::Total);
+        }
+        let mine = open.1.get(user).copied().unwrap_or(0);
+        if mine >= self.max_per_user {
+            return Err(WatchLimit::PerUser);
+        }
+        open.0 += 1;
+        open.1.insert(user.to_owned(), mine + 1);
+        Ok(WatchSlot {
+            slots: self.clone(),
+            user: user.to_owned(),
+            _keep: keep,
+        })
+    }
+
+    /// Watches open.
+    pub fn open(&self) -> usize {
+        self.lock().0
+    }
+}
+
+/// The body of every response: whole bytes, or a watch's stream.
+pub type Body = http_body_util::Either<http_body_util::Full<bytes::Bytes>, StreamBody<WatchStream>>;
+
+/// What one kind of watched object needs on the wire.
+pub struct Kind<T> {
+    /// `kind` of one object (bookmarks carry it).
+    pub kind: &'static str,
+    /// One object as a one-row Table (`first`: with column definitions; `cve`: with the CVE
+    /// columns).
+    pub table: fn(&T, Representation, bool, bool) -> Vec<u8>,
+}
+
+/// What a watch adds to each object: a machine's exposure to the CVE asked (`?cve=`).
+pub type Transform<T> = Box<dyn Fn(&T) -> T + Send + Sync>;
+
+/// Version summaries.
+pub const SUMMARIES: Kind<ManagedOSVersionChangelogSummary> = Kind {
+    kind: SUMMARY_KIND,
+    table: summary_row,
+};
+
+/// Machines.
+pub const MACHINES: Kind<MachineInventoryChangelogSummary> = Kind {
+    kind: MACHINE_SUMMARY_KIND,
+    table: machine_row,
+};
+
+fn summary_row(
+    item: &ManagedOSVersionChangelogSummary,
+    r: Representation,
+    first: bool,
+    _cve: bool,
+) -> Vec<u8> {
+    let Representation::Table {
+        version,
+        include_object,
+    } = r
+    else {
+        return Vec::new();
+    };
+    let mut table = summaries_table_version(
+        std::slice::from_ref(item),
+        true,
+        version,
+        include_object,
+        jiff::Timestamp::now(),
+    );
+    one_row(&mut table.column_definitions, first);
+    table.metadata.resource_version = item.metadata.resource_version.clone().unwrap_or_default();
+    serde_json::to_vec(&table).unwrap_or_default()
+}
+
+fn machine_row(
+    item: &MachineInventoryChangelogSummary,
+    r: Representation,
+    first: bool,
+    cve: bool,
+) -> Vec<u8> {
+    let Representation::Table {
+        version,
+        include_object,
+    } = r
+    else {
+        return Vec::new();
+    };
+    let mut table = machines_table(
+        std::slice::from_ref(item),
+        true,
+        cve,
+        version,
+        include_object,
+    );
+    one_row(&mut table.column_definitions, first);
+    table.metadata.resource_version = item.metadata.resource_version.clone().unwrap_or_default();
+    serde_json::to_vec(&table).unwrap_or_default()
+}
+
+/// Column definitions go with the first event of a watch only, as kube-apiserver sends them.
+fn one_row<C>(columns: &mut Vec<C>, first: bool) {
+    if !first {
+        columns.clear();
+    }
+}
+
+/// Starts the watch `params` ask of `hub`, for the objects of `namespace` (or all), in the
+/// representation `accept` asks, each object passed through `transform` when given (`?cve=`);
+/// `slot` is held until it ends.
+pub fn watch<T: Object>(
+    hub: &Arc<Hub<T>>,
+    kind: &Kind<T>,
+    namespace: Option<&str>,
+    params: &ListParams,
+    accept: Option<&str>,
+    transform: Option<Transform<T>>,
+    slot: WatchSlot,
+) -> Result<Response<Body>, StatusError> {
+    let representation = content::negotiate(accept, params.include_object)?;
+    params.fields.check_supported()?;
+    let options = params.watch.clone().unwrap_or_default();
+    let start = match start(hub, &options) {
+        Ok(start) => start,
+        // As kube-apiserver's watch cache: the watch starts, and its one event says why it
+        // ends (client-go and Steve list again on a 410 `Expired`).
+        Err(expired) => return Ok(expired_stream(&expired, representation)),
+    };
+    let watcher = hub
+        .watch(namespace, start)
+        .map_err(|e| StatusError::expired(e.to_string()));
+    let watcher = match watcher {
+        Ok(watcher) => watcher,
+        Err(error) => return Ok(error_stream(&error, representation)),
+    };
+    let selection = params.clone();
+    let table = kind.table;
+    let cve = transform.is_some();
+    let encoding = match (representation, transform) {
+        (Representation::Json, None) => Encoding::Json,
+        (Representation::Json, Some(transform)) => {
+            Encoding::Render(Box::new(move |item: &T, _| {
+                serde_json::to_vec(&transform(item)).unwrap_or_default()
+            }))
+        }
+        (Representation::Table { .. }, None) => {
+            Encoding::Render(Box::new(move |item: &T, first| {
+                table(item, representation, first, false)
+            }))
+        }
+        (Representation::Table { .. }, Some(transform)) => {
+            Encoding::Render(Box::new(move |item: &T, first| {
+                table(&transform(item), representation, first, cve)
+            }))
+        }
+    };
+    let body = stream::stream(
+        watcher,
+        Options {
+            visible: Box::new(move |item: &T| selects(&selection, item.meta())),
+            encoding,
+            bookmarks: options.bookmarks,
+            initial_events_end: options.send_initial_events,
+            timeout: timeout(&options),
+            api_version: API_VERSION,
+            kind: kind.kind,
+        },
+        slot,
+    );
+    Ok(streaming(body, representation))
+}
+
+/// Where a watch with `options` starts.
+fn start<T: Object>(hub: &Hub<T>, options: &WatchParams) -> Result<Start, Expired> {
+    if options.send_initial_events {
+        return Ok(Start::WithObjects);
+    }
+    match options.resource_version.as_deref() {
+        None | Some("0") => Ok(Start::WithObjects),
+        Some(text) => hub.clock().parse(text).map(Start::After),
+    }
+}
+
+/// `timeoutSeconds`, or between [`MIN_WATCH_TIMEOUT`] and twice it.
+fn timeout(options: &WatchParams) -> Duration {
+    match options.timeout_seconds {
+        Some(seconds) => Duration::from_secs(seconds),
+        None => {
+            let spread = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            MIN_WATCH_TIMEOUT + MIN_WATCH_TIMEOUT.mul_f64(f64::from(spread) / 1e9)
+        }
+    }
+}
+
+fn expired_stream(expired: &Expired, representation: Representation) -> Response<Body> {
+    error_stream(&StatusError::expired(expired.to_string()), representation)
+}
+
+/// A watch whose only event is an ERROR carrying `error`.
+fn error_stream(error: &StatusError, representation: Representation) -> Response<Body> {
+    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+    line.extend_from_slice(&error.to_json());
+    line.extend_from_slice(b"}\n");
+    let chunk: WatchStream = Box::pin(futures::stream::once(async move {
+        Ok(hyper::body::Frame::data(bytes::Bytes::from(line)))
+    }));
+    streaming(chunk, representation)
+}
+
+fn streaming(body: WatchStream, representation: Representation) -> Response<Body> {
+    let mut response = Response::new(http_body_util::Either::Right(StreamBody::new(body)));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(representation.content_type()),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    response
+}
