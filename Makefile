@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/target/tools/node/node_modules/.bin:$(PATH)
 HELM := $(TOOLS)/helm
 CHART := charts/elemental-changelog
 
-.PHONY: build deps deps-demo tools demo test lint fmt-check clippy doc helm-lint server unit fmt ui-test ui-extension bench
+.PHONY: build deps deps-demo tools demo test lint fmt-check clippy doc helm-lint deny server unit fmt ui-test ui-extension bench
 
 ## build: compile the whole workspace
 build:
@@ -69,8 +69,15 @@ ui-extension:
 	cd ui/rancher && npm run --silent build-pkg elemental-changelog
 	rm -f ui/rancher/dist-pkg/elemental-changelog-*/report.html
 
-## lint: format check, clippy, rustdoc warnings, helm lint
-lint: fmt-check clippy doc helm-lint
+## lint: format check, clippy, rustdoc warnings, helm lint, the dependency policy
+lint: fmt-check clippy doc helm-lint deny
+
+## deny: the dependency policy of deny.toml (licenses, banned and duplicate crates, crates.io
+## as the only source); offline. RustSec advisories need the network: `cargo-deny check advisories`
+CARGO_DENY := target/tools/cargo-deny/bin/cargo-deny
+deny:
+	@test -x $(CARGO_DENY) || { echo "$(CARGO_DENY) is missing: run 'make deps'" >&2; exit 1; }
+	$(CARGO_DENY) --offline check licenses bans sources
 
 fmt-check:
 	$(CARGO) fmt --all --check
@@ -86,7 +93,7 @@ doc:
 
 helm-lint: tools
 	$(HELM) lint --strict $(CHART)
-	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true
+	$(HELM) lint --strict $(CHART) --set tls.certManager.enabled=true,serviceMonitor.enabled=true,networkPolicy.enabled=true,networkPolicy.from[0].ipBlock.cidr=192.0.2.0/24
 	$(HELM) lint --strict $(CHART) --values $(CHART)/ci/rancher-values.yaml
 	$(HELM) template elemental-changelog $(CHART) --namespace cattle-elemental-system >/dev/null
 

@@ -51,7 +51,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use elemental_changelog_apiservice::Arch;
 use elemental_changelog_registry::{
-    Digest, FetchError, Fetched, ImageRef, ReloadingFetcher, Resolved,
+    Access, Digest, FetchError, Fetched, ImageRef, PullFor, ReloadingFetcher, Resolved,
 };
 use futures::{StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use kube::{Client, ResourceExt, runtime::watcher};
@@ -101,9 +101,16 @@ pub struct RefreshSettings {
 /// (a fake in tests, so the worker's decisions are tested without one).
 /// Resolving and pulling are two steps, so that a digest this process holds
 /// already (unchanged, or parsed for another channel) is not pulled.
+///
+/// Every read is for the channels of one namespace: the registry sends a credential only
+/// where it is granted to that namespace.
 trait ImageSource: Send + Sync {
     /// The manifest digest `image` points at now (see [`Fetcher::resolve`](elemental_changelog_registry::Fetcher::resolve)).
-    fn resolve<'a>(&'a self, image: &'a ImageRef) -> BoxFuture<'a, Result<Digest, FetchError>>;
+    fn resolve<'a>(
+        &'a self,
+        image: &'a ImageRef,
+        namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Digest, FetchError>>;
 
     /// Pulls `image` at `digest` for `arch` (see [`Fetcher::pull`](elemental_changelog_registry::Fetcher::pull)).
     fn pull<'a>(
@@ -111,13 +118,27 @@ trait ImageSource: Send + Sync {
         image: &'a ImageRef,
         digest: &'a Digest,
         arch: &'a Arch,
+        namespace: &'a str,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>>;
+
+    /// Which credential a read of `image` for `namespace` sends (see [`Fetcher::access`](elemental_changelog_registry::Fetcher::access)).
+    fn access(&self, image: &ImageRef, namespace: &str) -> Access;
 }
 
 impl ImageSource for ReloadingFetcher {
-    fn resolve<'a>(&'a self, image: &'a ImageRef) -> BoxFuture<'a, Result<Digest, FetchError>> {
+    fn resolve<'a>(
+        &'a self,
+        image: &'a ImageRef,
+        namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Digest, FetchError>> {
         let fetcher = self.current();
-        Box::pin(async move { Ok(fetcher.resolve(image).await?.digest().clone()) })
+        Box::pin(async move {
+            Ok(fetcher
+                .resolve(image, PullFor::Namespace(namespace))
+                .await?
+                .digest()
+                .clone())
+        })
     }
 
     fn pull<'a>(
@@ -125,16 +146,23 @@ impl ImageSource for ReloadingFetcher {
         image: &'a ImageRef,
         digest: &'a Digest,
         arch: &'a Arch,
+        namespace: &'a str,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
         let fetcher = self.current();
         let span = info_span!("fetch", %image, %arch);
         Box::pin(
             async move {
                 let resolved = Resolved::new(image.clone(), digest.clone());
-                fetcher.pull(&resolved, arch.oci()).await
+                fetcher
+                    .pull(&resolved, arch.oci(), PullFor::Namespace(namespace))
+                    .await
             }
             .instrument(span),
         )
+    }
+
+    fn access(&self, image: &ImageRef, namespace: &str) -> Access {
+        self.current().access(image, PullFor::Namespace(namespace))
     }
 }
 

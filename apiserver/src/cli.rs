@@ -21,7 +21,7 @@ use crate::{
     telemetry,
 };
 use elemental_changelog_registry::{
-    Digest, FetchError, Fetched, Fetcher, ImageRef, config::ConfigError,
+    Digest, FetchError, Fetched, Fetcher, ImageRef, PullFor, config::ConfigError,
 };
 
 /// Why a command failed.
@@ -126,7 +126,7 @@ async fn pull(args: &InspectArgs) -> Result<Option<Inspected>, CliError> {
         .parse()
         .map_err(|error| fetch_error(FetchError::from(error)))?;
     let fetched = fetcher
-        .fetch(&image, args.arch.oci(), None)
+        .fetch(&image, args.arch.oci(), None, PullFor::Anyone)
         .await
         .map_err(fetch_error)?;
     let Fetched::Pulled {

@@ -9,7 +9,7 @@ use std::{net::IpAddr, path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 use elemental_changelog_apiservice::Arch;
 
-use crate::telemetry::LogFormat;
+use crate::{access_log::AccessLog, telemetry::LogFormat};
 
 /// Kubernetes aggregated API server serving Elemental OS changelogs as the
 /// read-only `changelog` subresource of ManagedOSVersion.
@@ -30,7 +30,7 @@ pub struct Cli {
 pub enum Command {
     /// Pull a channel image and print what the server would serve for it,
     /// without any cluster: a debugging aid for channel builders.
-    Inspect(InspectArgs),
+    Inspect(Box<InspectArgs>),
     /// Write the precomputed `<name>.updates.log` files a channel image should
     /// carry, from its channel.json, package lists and updateinfo.xml.
     Compute(ComputeArgs),
@@ -177,6 +177,11 @@ pub struct ServeArgs {
     /// Log line format.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+    /// Which requests on this server's port are logged, one `access` line each (user, groups,
+    /// verb, path, code, bytes, latency, whether through kube-apiserver): `refusals` (401,
+    /// 403, 429), `all`, or `off`. Requests kube-apiserver passes on are in its audit log too.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_ACCESS_LOG", value_enum, default_value_t = AccessLog::Refusals)]
+    pub access_log: AccessLog,
     /// Most bytes of parsed channel data kept in memory for all channels together (each image
     /// once, however many channels share it), e.g. `256MiB`. A channel whose new image would
     /// take the total past it keeps its last good data; a new one serves nothing. Size it from

@@ -19,6 +19,7 @@
 //! and the channels' version orders: a machine's current version, target, state and CVE
 //! exposure, and a ManagedOSImage's upgrade plan.
 
+pub mod access_log;
 pub mod cache;
 pub mod channels;
 pub mod cli;

@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Some(Command::Inspect(args)) => cli::inspect(args).await.map_err(anyhow::Error::from),
+            Some(Command::Inspect(args)) => cli::inspect(*args).await.map_err(anyhow::Error::from),
             Some(Command::Compute(args)) => cli::compute(&args).map_err(anyhow::Error::from),
             None => serve(cli.serve).await,
         }
@@ -173,6 +173,7 @@ fn app(
             args.serving.max_compute_concurrency,
         ))),
         request_timeout: args.serving.request_timeout,
+        access_log: args.access_log,
     })
 }
 

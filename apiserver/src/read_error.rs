@@ -80,9 +80,10 @@ mod tests {
 
     use super::*;
 
-    const ALL: [ReadErrorKind; 17] = [
+    const ALL: [ReadErrorKind; 18] = [
         ReadErrorKind::Fetch(FetchErrorKind::InvalidReference),
         ReadErrorKind::Fetch(FetchErrorKind::Auth),
+        ReadErrorKind::Fetch(FetchErrorKind::RegistryNotAllowed),
         ReadErrorKind::Fetch(FetchErrorKind::NotFound),
         ReadErrorKind::Fetch(FetchErrorKind::Registry),
         ReadErrorKind::Fetch(FetchErrorKind::Timeout),
@@ -121,6 +122,7 @@ mod tests {
                 "no_matching_platform",
                 "not_found",
                 "registry",
+                "registry_not_allowed",
                 "timeout",
             ]
         );

@@ -360,6 +360,22 @@ impl RequestInfo {
         }
     }
 
+    /// The second object this request reads, which the user must be allowed to read too
+    /// (a Role's `resourceNames` may name only some versions): a changelog's `from=` is
+    /// `get` on that ManagedOSVersion's changelog, and so is a machine changelog's `to=`.
+    /// `None` when the request reads one object only.
+    pub fn also_reads(&self) -> Option<Attributes> {
+        match &self.target {
+            Target::Resource(Resource::Changelog { params, .. }) => {
+                self.attributes.with_name(params.from.as_deref()?)
+            }
+            Target::Fleet(FleetResource::MachineChangelog { params, .. }) => self
+                .attributes
+                .with_object(RESOURCE, Some(SUBRESOURCE), params.to.as_deref()?),
+            _ => None,
+        }
+    }
+
     /// Health probes: never refused by a serving limit.
     pub fn is_health(&self) -> bool {
         matches!(self.target, Target::Health { .. })

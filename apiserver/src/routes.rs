@@ -30,7 +30,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use elemental_changelog_auth::{
-    authn::{AUTHENTICATED_GROUP, Authenticator, UserInfo},
+    authn::{AUTHENTICATED_GROUP, Authenticator, Tokens, UserInfo},
     authz::{Authorizer, Decision},
 };
 
@@ -40,6 +40,7 @@ use self::{
     resources::{Answer, Answering, Cost, Job},
 };
 use crate::{
+    access_log::{AccessLog, Entry, Requester},
     health::{self, Health},
     live::Answers,
     metrics::Registry,
@@ -82,6 +83,8 @@ pub struct App {
     pub watches: Arc<watch::WatchSlots>,
     /// Deadline of one request: `--request-timeout`.
     pub request_timeout: Duration,
+    /// Which requests are logged: `--access-log`.
+    pub access_log: AccessLog,
 }
 
 /// The response type of every handler.
@@ -104,28 +107,66 @@ impl App {
             Err(error) => {
                 debug!(method = %parts.method, code = 400, addr = ?peer.addr, %error, "request refused before parsing");
                 self.metrics.request("", RequestResource::Other).finish(400);
-                return whole(status(&error));
+                let response = status(&error);
+                self.access_log.record(&Entry {
+                    requester: &Requester::default(),
+                    verb: "",
+                    path: "",
+                    code: 400,
+                    bytes: body_size(&response),
+                    latency: started.elapsed(),
+                    addr: peer.addr,
+                });
+                return whole(response);
             }
         };
         let timer = self.metrics.request(info.verb(), info.metric());
+        let mut requester = Requester::default();
         if info.verb() == "watch" && info.is_read() && !info.is_health() {
             // A watch is long-running: not a request in flight, nor under the request
-            // deadline, but under the watch limits.
-            let response = self.watch(&info, &mut parts.headers, peer, keep).await;
-            timer.finish(response.status().as_u16());
+            // deadline, but under the watch limits. Logged when answered (its stream's bytes
+            // are not known then).
+            let response = self
+                .watch(&info, &mut parts.headers, peer, keep, &mut requester)
+                .await;
+            let code = response.status().as_u16();
+            self.access_log.record(&Entry {
+                requester: &requester,
+                verb: info.verb(),
+                path: info.path(),
+                code,
+                bytes: None,
+                latency: started.elapsed(),
+                addr: peer.addr,
+            });
+            timer.finish(code);
             return response;
         }
-        let response = whole(self.limited(&info, &mut parts.headers, peer).await);
+        let response = self
+            .limited(&info, &mut parts.headers, peer, &mut requester)
+            .await;
         let code = response.status().as_u16();
-        debug!(
-            method = %info.method(),
-            path = info.path(),
-            verb = info.verb(),
+        let logged = self.access_log.record(&Entry {
+            requester: &requester,
+            verb: info.verb(),
+            path: info.path(),
             code,
-            micros = started.elapsed().as_micros(),
-            addr = ?peer.addr,
-            "request"
-        );
+            bytes: body_size(&response),
+            latency: started.elapsed(),
+            addr: peer.addr,
+        });
+        if !logged {
+            debug!(
+                method = %info.method(),
+                path = info.path(),
+                verb = info.verb(),
+                code,
+                micros = started.elapsed().as_micros(),
+                addr = ?peer.addr,
+                "request"
+            );
+        }
+        let response = whole(response);
         timer.finish(code);
         if *info.method() == http::Method::HEAD {
             return without_body(response);
@@ -140,8 +181,9 @@ impl App {
         headers: &mut HeaderMap,
         peer: &Peer,
         keep: Box<dyn Send>,
+        requester: &mut Requester,
     ) -> Response<watch::Body> {
-        let user = match self.admit(info, headers, peer).await {
+        let user = match self.admit(info, headers, peer, requester).await {
             Ok(user) => user,
             Err(refused) => return whole(refused),
         };
@@ -220,9 +262,10 @@ impl App {
         info: &RequestInfo,
         headers: &mut HeaderMap,
         peer: &Peer,
+        requester: &mut Requester,
     ) -> HttpResponse {
         if info.is_health() {
-            return self.respond(info, headers, peer).await;
+            return self.respond(info, headers, peer, requester).await;
         }
         let permit = if peer.probe_only {
             None
@@ -233,7 +276,12 @@ impl App {
             self.metrics.request_refused(ServingLimit::Inflight);
             return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
         };
-        match tokio::time::timeout(self.request_timeout, self.respond(info, headers, peer)).await {
+        match tokio::time::timeout(
+            self.request_timeout,
+            self.respond(info, headers, peer, requester),
+        )
+        .await
+        {
             Ok(response) => response,
             Err(_) => {
                 self.metrics.request_refused(ServingLimit::Timeout);
@@ -250,8 +298,9 @@ impl App {
         info: &RequestInfo,
         headers: &mut HeaderMap,
         peer: &Peer,
+        requester: &mut Requester,
     ) -> HttpResponse {
-        if let Err(refused) = self.admit(info, headers, peer).await {
+        if let Err(refused) = self.admit(info, headers, peer, requester).await {
             return refused;
         }
         // Watches are served by `watch`; a watch of anything else is not served.
@@ -261,26 +310,31 @@ impl App {
         self.route(info, headers).await
     }
 
-    /// Authenticates the request and authorizes what it asks (and a changelog's `from=`): the
-    /// user, or the refusal to send.
+    /// Authenticates the request and authorizes what it asks (and the second version a
+    /// changelog's `from=` or a machine changelog's `to=` reads): the user, or the refusal to
+    /// send. `requester` is who asked, as far as authentication got (for the access log).
     async fn admit(
         &self,
         info: &RequestInfo,
         headers: &mut HeaderMap,
         peer: &Peer,
+        requester: &mut Requester,
     ) -> Result<UserInfo, HttpResponse> {
         // Health answers are the same for everyone: a token on a probe is never reviewed.
-        let authenticated = if info.is_health() {
-            self.authn
-                .authenticate_without_review(headers, peer.chain.as_deref())
-                .await
+        let tokens = if info.is_health() {
+            Tokens::Ignore
         } else {
-            self.authn
-                .authenticate(headers, peer.chain.as_deref())
-                .await
+            Tokens::Review
         };
+        let authenticated = self
+            .authn
+            .authenticate_request(headers, peer.chain.as_deref(), tokens)
+            .await;
         let user = match authenticated {
-            Ok(user) => user,
+            Ok((user, method)) => {
+                *requester = Requester::new(&user, method);
+                user
+            }
             Err(error) if error.is_saturated() => {
                 self.metrics.request_refused(ServingLimit::Reviews);
                 return Err(status(&StatusError::too_many_requests(
@@ -294,12 +348,9 @@ impl App {
         };
         self.authorize(&user, info.attributes(), info.is_public_document())
             .await?;
-        // `from=` reads a second ManagedOSVersion: the user must be allowed its changelog too
-        // (a Role's resourceNames may name only some versions).
-        if let Target::Resource(Resource::Changelog { params, .. }) = info.target()
-            && let Some(from) = &params.from
-            && let Some(other) = info.attributes().with_name(from)
-        {
+        // `from=` and a machine changelog's `to=` read a second ManagedOSVersion: the user
+        // must be allowed its changelog too (a Role's resourceNames may name only some).
+        if let Some(other) = info.also_reads() {
             self.authorize(&user, &other, false).await?;
         }
         Ok(user)
@@ -501,6 +552,11 @@ impl App {
 
 fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The size of a response's body, when known before it is sent.
+fn body_size(response: &HttpResponse) -> Option<u64> {
+    hyper::body::Body::size_hint(response.body()).exact()
 }
 
 /// A whole (not streamed) response as the body type every response has.

@@ -74,13 +74,34 @@ impl Attributes {
     /// that names `name` instead would have (for `from=`, which reads a second object).
     /// `None` for a request that names no object.
     pub fn with_name(&self, name: &str) -> Option<Self> {
-        let mut resource = self.resource.clone()?;
-        resource.name.as_ref()?;
-        resource.name = Some(name.to_owned());
+        let resource = self.resource.as_ref()?;
+        self.with_object(&resource.resource, resource.subresource.as_deref(), name)
+    }
+
+    /// The same verb on another object of the same group, version and namespace: the
+    /// attributes of a request on `resource`/`name`/`subresource` (for a parameter that names
+    /// an object of another resource, such as a machine changelog's `to=`, a
+    /// ManagedOSVersion). `None` for a request that names no object.
+    pub fn with_object(
+        &self,
+        resource: &str,
+        subresource: Option<&str>,
+        name: &str,
+    ) -> Option<Self> {
+        let this = self.resource.as_ref()?;
+        this.name.as_ref()?;
+        let other = ResourceAttributes {
+            group: this.group.clone(),
+            version: this.version.clone(),
+            resource: resource.to_owned(),
+            subresource: subresource.map(str::to_owned),
+            namespace: this.namespace.clone(),
+            name: Some(name.to_owned()),
+        };
         Some(Self {
-            path: resource.path(),
+            path: other.path(),
             verb: self.verb.clone(),
-            resource: Some(resource),
+            resource: Some(other),
         })
     }
 

@@ -151,8 +151,10 @@ pub struct AuthnArgs {
 
 /// Whether bearer tokens are reviewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tokens {
+pub enum Tokens {
+    /// A bearer token is reviewed (TokenReview).
     Review,
+    /// A bearer token is ignored, as if absent.
     Ignore,
 }
 
@@ -272,8 +274,9 @@ impl Authenticator {
         headers: &mut HeaderMap,
         peer_chain: Option<&[CertificateDer<'static>]>,
     ) -> Result<UserInfo, AuthnError> {
-        self.authenticate_as(headers, peer_chain, Tokens::Review)
+        self.authenticate_request(headers, peer_chain, Tokens::Review)
             .await
+            .map(|(user, _)| user)
     }
 
     /// [`Self::authenticate`] without reviewing bearer tokens (a token is ignored, as if
@@ -284,16 +287,20 @@ impl Authenticator {
         headers: &mut HeaderMap,
         peer_chain: Option<&[CertificateDer<'static>]>,
     ) -> Result<UserInfo, AuthnError> {
-        self.authenticate_as(headers, peer_chain, Tokens::Ignore)
+        self.authenticate_request(headers, peer_chain, Tokens::Ignore)
             .await
+            .map(|(user, _)| user)
     }
 
-    async fn authenticate_as(
+    /// [`Self::authenticate`], or [`Self::authenticate_without_review`] with
+    /// [`Tokens::Ignore`], telling how the user was authenticated too (for an access log:
+    /// [`Authentication::RequestHeader`] is a request kube-apiserver's aggregator passed on).
+    pub async fn authenticate_request(
         &self,
         headers: &mut HeaderMap,
         peer_chain: Option<&[CertificateDer<'static>]>,
         tokens: Tokens,
-    ) -> Result<UserInfo, AuthnError> {
+    ) -> Result<(UserInfo, Authentication), AuthnError> {
         let config = self.config.load_full();
         let chain = peer_chain.filter(|chain| !chain.is_empty());
         let result = self
@@ -303,7 +310,6 @@ impl Authenticator {
             Ok((_, method)) => *method,
             Err(_) => Authentication::Failed,
         });
-        let result = result.map(|(user, _)| user);
         STANDARD_HEADERS.strip(headers);
         if let Some(names) = &config.strip {
             names.strip(headers);

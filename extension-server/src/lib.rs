@@ -204,8 +204,18 @@ pub fn content_type(name: &str) -> &'static str {
 }
 
 /// The answer to one request: `GET`/`HEAD` of a served path, `/healthz`; 404
-/// for other paths, 405 for other methods.
+/// for other paths, 405 for other methods. Every answer, errors included, carries
+/// `X-Content-Type-Options: nosniff`: a browser never guesses another type than the one sent.
 pub fn respond(files: &Files, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let mut response = answer(files, method, path);
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+fn answer(files: &Files, method: &Method, path: &str) -> Response<Full<Bytes>> {
     let head = method == Method::HEAD;
     if method != Method::GET && !head {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
@@ -232,7 +242,6 @@ pub fn respond(files: &Files, method: &Method, path: &str) -> Response<Full<Byte
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, file.content_type)
         .header(header::CONTENT_LENGTH, file.body.len())
-        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Full::new(body))
         .unwrap_or_else(|_| fallback())
@@ -328,6 +337,27 @@ mod tests {
         let post = respond(&files, &Method::POST, "/files.txt");
         assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(post.headers()[header::ALLOW], "GET, HEAD");
+    }
+
+    #[test]
+    fn every_answer_says_nosniff() {
+        let dir = built();
+        let files = Files::load(dir.path(), Limits::default()).expect("load");
+        for (method, path) in [
+            (Method::GET, "/files.txt"),
+            (Method::HEAD, "/files.txt"),
+            (Method::GET, "/healthz"),
+            (Method::GET, "/nothing"),
+            (Method::POST, "/files.txt"),
+        ] {
+            let response = respond(&files, &method, path);
+            assert_eq!(
+                response.headers()[header::X_CONTENT_TYPE_OPTIONS],
+                "nosniff",
+                "{method} {path}: {}",
+                response.status()
+            );
+        }
     }
 
     #[test]

@@ -865,29 +865,38 @@ impl TestBed {
         self.replicas.as_ref()
     }
 
-    /// Applies the chart's ServiceAccount and RBAC (rendered by `helm template`
-    /// for release [`SERVICE_NAME`] in [`SERVER_NAMESPACE`]) and writes a
-    /// kubeconfig with a token of that ServiceAccount (TokenRequest).
-    async fn chart_service_account_kubeconfig(&self) -> Result<PathBuf> {
+    /// Applies the chart's ServiceAccount and RBAC, rendered by `helm template` for release
+    /// [`SERVICE_NAME`] in [`SERVER_NAMESPACE`] with the chart's default values and
+    /// `values` (`key=value`, as `helm --set` takes them).
+    pub async fn apply_chart_rbac(&self, values: &[&str]) -> Result<()> {
         let chart = workspace_root().join("charts/elemental-changelog");
         let chart = chart.to_string_lossy();
-        let rendered = self
-            .helm(&[
-                "template",
-                SERVICE_NAME,
-                &chart,
-                "--namespace",
-                SERVER_NAMESPACE,
-                "--show-only",
-                "templates/serviceaccount.yaml",
-                "--show-only",
-                "templates/rbac.yaml",
-            ])
-            .await?;
+        let mut args = vec![
+            "template",
+            SERVICE_NAME,
+            &chart,
+            "--namespace",
+            SERVER_NAMESPACE,
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ];
+        for value in values {
+            args.extend(["--set", value]);
+        }
+        let rendered = self.helm(&args).await?;
         let rendered = success("helm", &["template"], rendered)?;
         self.kubectl_stdin(&["apply", "-f", "-"], &rendered)
             .await
             .context("applying the chart's ServiceAccount and RBAC")?;
+        Ok(())
+    }
+
+    /// Applies the chart's ServiceAccount and RBAC ([`TestBed::apply_chart_rbac`], default
+    /// values) and writes a kubeconfig with a token of that ServiceAccount (TokenRequest).
+    async fn chart_service_account_kubeconfig(&self) -> Result<PathBuf> {
+        self.apply_chart_rbac(&[]).await?;
         let token = self
             .kubectl_ok(&[
                 "create",

@@ -91,6 +91,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     front_proxy_certificates(bed).await?;
     client_certificates_authenticate_as_cn_and_o(bed).await?;
     invalid_credentials_are_refused(bed).await?;
+    refusals_are_in_the_access_log(bed)?;
     service_account_tokens_are_reviewed(bed).await?;
     metrics_require_authorization(bed).await?;
     phases.done("direct authentication and /metrics");
@@ -696,6 +697,62 @@ async fn invalid_credentials_are_refused(bed: &TestBed) -> Result<()> {
     ensure!(
         status == StatusCode::UNAUTHORIZED,
         "rogue client CA: {status} {body}"
+    );
+    Ok(())
+}
+
+/// The refusals above on this server's own port, which kube-apiserver's audit log never sees,
+/// are each one `access` line of the server's log (`--access-log`, default `refusals`): who,
+/// what, the code, not through the front proxy. Answers that are not refusals are not logged
+/// by default.
+fn refusals_are_in_the_access_log(bed: &TestBed) -> Result<()> {
+    let log = std::fs::read_to_string(bed.server_log()?)?;
+    let access: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("access_log: access "))
+        .collect();
+    let path = changelog_path(FLEET_NAMESPACE);
+    let logged = |fields: &[&str]| {
+        access
+            .iter()
+            .any(|line| fields.iter().all(|f| line.contains(f)))
+    };
+    let forbidden = [
+        "user=alice",
+        "verb=\"get\"",
+        &format!("path=\"{path}\""),
+        "code=403",
+        "proxied=false",
+        "groups=",
+        "bytes=",
+        "micros=",
+    ];
+    ensure!(
+        logged(&forbidden),
+        "alice's direct 403 is not in the access log ({forbidden:?}):\n{}",
+        access.join("\n")
+    );
+    ensure!(
+        !access
+            .iter()
+            .any(|line| line.contains("user=alice groups=0 ")),
+        "an authenticated user is in no group:\n{}",
+        access.join("\n")
+    );
+    let unauthorized = ["user= ", &format!("path=\"{path}\""), "code=401"];
+    ensure!(
+        logged(&unauthorized),
+        "the bad token's 401 is not in the access log:\n{}",
+        access.join("\n")
+    );
+    ensure!(
+        access
+            .iter()
+            .all(|line| ["code=401", "code=403", "code=429"]
+                .iter()
+                .any(|code| line.contains(code))),
+        "only refusals are logged by default:\n{}",
+        access.join("\n")
     );
     Ok(())
 }

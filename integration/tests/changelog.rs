@@ -170,6 +170,13 @@ async fn changelogs_from_channel_images() -> Result<()> {
     let mut extra: Vec<&str> = secure_flags.iter().map(String::as_str).collect();
     // Small enough that the bomb below is stopped quickly in a debug build.
     extra.extend(["--max-uncompressed-size", "64MiB"]);
+    // Issue 26: the secure registry's credential is for fleet-default's channels only, and
+    // only the test's two registries may be read.
+    extra.extend(["--registry-credential-namespace", FLEET_NAMESPACE]);
+    let allowed = [registry.host().to_owned(), secure.host().to_owned()];
+    for host in &allowed {
+        extra.extend(["--allowed-registry", host]);
+    }
     let result = async {
         bed.start_server_reading(&registry, &extra).await?;
         phases.done("server registered and Available");
@@ -486,6 +493,79 @@ async fn json_channel_and_tls_registry(bed: &TestBed, secure: &Registry) -> Resu
         data.check(&served, &version.name)?;
         ensure!(served.channel.digest.as_deref() == Some(pushed.digest.as_str()));
     }
+    credentials_stay_in_their_namespace(bed, secure, &data).await
+}
+
+/// Issue 26: the same private image named by a channel of a namespace the credential is not
+/// granted to is pulled anonymously, refused by the registry (503 `FetchFailed`, kind `auth`,
+/// the log naming the namespace), and not served from fleet-default's read of it; an image on
+/// a registry that is not allowed is refused without a connection.
+async fn credentials_stay_in_their_namespace(
+    bed: &TestBed,
+    secure: &Registry,
+    data: &Listing,
+) -> Result<()> {
+    let client = bed.client();
+    let mut team = OperatorChannel::custom(
+        &client,
+        TEAM_NAMESPACE,
+        "secure",
+        &secure.image("elemental/secure:v1"),
+    )
+    .await?;
+    team.sync(&data.entries()).await?;
+    let newest = &data.newest()?.name;
+    let status = wait_status(bed, TEAM_NAMESPACE, newest, 503, "FetchFailed").await?;
+    ensure!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the registry refused access")),
+        "{status}"
+    );
+    wait_metric(bed, FETCHES, &[("result", "auth")], 1.0).await?;
+    let line = wait_log(
+        bed,
+        &[
+            "its credential is not granted to namespace team-b",
+            secure.host(),
+        ],
+    )
+    .await?;
+    eprintln!("scoped credential: {line}");
+    // fleet-default's channel, on the same image, is served throughout.
+    let (served, _) = wait_changelog(bed, FLEET_NAMESPACE, newest, "", |_| true).await?;
+    data.check(&served, newest)?;
+
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0")?;
+    elsewhere.set_nonblocking(true)?;
+    let probe = Listing::generate("probe", 4, [1]);
+    let mut probing = OperatorChannel::custom(
+        &client,
+        FLEET_NAMESPACE,
+        "probe",
+        &format!("{}/internal/service:v1", elsewhere.local_addr()?),
+    )
+    .await?;
+    probing.sync(&probe.entries()).await?;
+    let status = wait_status(
+        bed,
+        FLEET_NAMESPACE,
+        &probe.newest()?.name,
+        503,
+        "FetchFailed",
+    )
+    .await?;
+    ensure!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not one the server may read from")),
+        "{status}"
+    );
+    wait_metric(bed, FETCHES, &[("result", "registry_not_allowed")], 1.0).await?;
+    ensure!(
+        elsewhere.accept().map_err(|e| e.kind()).err() == Some(std::io::ErrorKind::WouldBlock),
+        "the server connected to a registry that is not allowed"
+    );
     Ok(())
 }
 

@@ -546,36 +546,62 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         );
     }
 
-    // The ServiceMonitor scrapes with a token of its own and verifies the CA.
+    // The ServiceMonitor scrapes with Prometheus's own ServiceAccount token (no long-lived
+    // token Secret), which is granted /metrics, and verifies the CA (issue 26).
     let monitor = find(&docs, "ServiceMonitor", SERVICE_NAME)?;
     let endpoint = &monitor["spec"]["endpoints"][0];
-    let token_secret = string(
-        &endpoint["authorization"]["credentials"]["name"],
-        "credentials",
-    )?;
-    let token = find(&docs, "Secret", token_secret)?;
-    ensure!(token["type"].as_str() == Some("kubernetes.io/service-account-token"));
-    let scraper = string(
-        &token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
-        "SA",
-    )?;
-    find(&docs, "ServiceAccount", scraper)?;
+    ensure!(
+        docs.iter()
+            .all(|d| d["type"].as_str() != Some("kubernetes.io/service-account-token")),
+        "a long-lived ServiceAccount token Secret is rendered"
+    );
+    ensure!(
+        endpoint["bearerTokenFile"].as_str()
+            == Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+            && endpoint["authorization"].is_null(),
+        "the scrape does not use Prometheus's own token: {endpoint:?}"
+    );
     let binding = find(
         &docs,
         "ClusterRoleBinding",
         &format!("{SERVICE_NAME}-metrics-reader"),
     )?;
-    ensure!(binding["subjects"][0]["name"].as_str() == Some(scraper));
+    ensure!(
+        binding["subjects"][0]["name"].as_str() == Some("rancher-monitoring-prometheus")
+            && binding["subjects"][0]["namespace"].as_str() == Some("cattle-monitoring-system"),
+        "{binding:?}"
+    );
     let metrics_reader = find(
         &docs,
         "ClusterRole",
         string(&binding["roleRef"]["name"], "roleRef")?,
     )?;
     ensure!(metrics_reader["rules"][0]["nonResourceURLs"][0].as_str() == Some("/metrics"));
-    let endpoint_keys = endpoint.as_mapping().context("endpoint")?;
+    let other = render(&[
+        "--set",
+        "serviceMonitor.prometheusServiceAccount.name=kps-kube-prometheus-prometheus",
+        "--set",
+        "serviceMonitor.prometheusServiceAccount.namespace=monitoring",
+    ])
+    .await?;
+    let binding = find(
+        &other,
+        "ClusterRoleBinding",
+        &format!("{SERVICE_NAME}-metrics-reader"),
+    )?;
     ensure!(
-        !endpoint_keys.contains_key("bearerTokenFile"),
-        "bearerTokenFile is deprecated"
+        binding["subjects"][0]["name"].as_str() == Some("kps-kube-prometheus-prometheus")
+            && binding["subjects"][0]["namespace"].as_str() == Some("monitoring"),
+        "{binding:?}"
+    );
+    let unbound = render(&["--set", "serviceMonitor.prometheusServiceAccount.name="]).await?;
+    ensure!(
+        unbound
+            .iter()
+            .all(|d| d["kind"].as_str() != Some("ClusterRoleBinding")
+                || d["metadata"]["name"].as_str()
+                    != Some(&format!("{SERVICE_NAME}-metrics-reader"))),
+        "bound with no Prometheus ServiceAccount named"
     );
     let tls = &endpoint["tlsConfig"];
     ensure!(
@@ -590,11 +616,13 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
     );
     ensure!(tls["serverName"].as_str() == Some(service_dns.as_str()));
 
-    // The viewer is aggregated to view, edit and admin; Rancher's roles only
-    // where Rancher's API exists, with the viewer's rules.
+    // The changelog viewer is aggregated to view, edit and admin; the fleet view's machine
+    // and plan readers are roles of their own, aggregated to nothing by default (machine data
+    // the elemental-operator grants to no built-in role). Rancher's roles only where Rancher's
+    // API exists, one per ClusterRole with its rules.
     let viewer = find(&docs, "ClusterRole", "elemental-changelog-viewer")?;
-    // The fleet view: readers get its machines and changelogs; the server lists and
-    // watches exactly the operator objects it resolves them from.
+    let machine_reader = find(&docs, "ClusterRole", "elemental-changelog-machine-reader")?;
+    let plan_reader = find(&docs, "ClusterRole", "elemental-changelog-plan-reader")?;
     let grants = |role: &serde_yaml::Value, group: &str, resource: &str, verb: &str| {
         role["rules"].as_sequence().is_some_and(|rules| {
             rules.iter().any(|r| {
@@ -610,15 +638,81 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
             })
         })
     };
-    for (resource, verb) in [
-        ("machineinventories", "get"),
-        ("machineinventories", "list"),
-        ("machineinventories/changelog", "get"),
-        ("managedosimages/changelog", "get"),
+    for (role, name, resource, verb) in [
+        (
+            machine_reader,
+            "machine reader",
+            "machineinventories",
+            "get",
+        ),
+        (
+            machine_reader,
+            "machine reader",
+            "machineinventories",
+            "list",
+        ),
+        (
+            machine_reader,
+            "machine reader",
+            "machineinventories/changelog",
+            "get",
+        ),
+        (
+            plan_reader,
+            "plan reader",
+            "managedosimages/changelog",
+            "get",
+        ),
+        (viewer, "viewer", "managedosversions", "list"),
+        (viewer, "viewer", "managedosversions/changelog", "get"),
     ] {
         ensure!(
-            grants(viewer, "changelog.elemental.cattle.io", resource, verb),
-            "the viewer lacks {verb} on {resource}"
+            grants(role, "changelog.elemental.cattle.io", resource, verb),
+            "the {name} lacks {verb} on {resource}"
+        );
+    }
+    for resource in [
+        "machineinventories",
+        "machineinventories/changelog",
+        "managedosimages/changelog",
+    ] {
+        ensure!(
+            !grants(viewer, "changelog.elemental.cattle.io", resource, "get")
+                && !grants(viewer, "changelog.elemental.cattle.io", resource, "list"),
+            "the aggregated viewer grants the fleet view's {resource}"
+        );
+    }
+    let aggregated_to = |role: &serde_yaml::Value| -> Vec<String> {
+        role["metadata"]["labels"]
+            .as_mapping()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| {
+                let role = k
+                    .as_str()?
+                    .strip_prefix("rbac.authorization.k8s.io/aggregate-to-")?;
+                (v.as_str() == Some("true")).then(|| role.to_owned())
+            })
+            .collect()
+    };
+    ensure!(
+        aggregated_to(viewer) == ["view", "edit", "admin"],
+        "{viewer:?}"
+    );
+    for role in [machine_reader, plan_reader] {
+        ensure!(
+            aggregated_to(role).is_empty(),
+            "the fleet view is aggregated by default: {role:?}"
+        );
+    }
+    let opted_in = render(&["--set", "rbac.fleetView.aggregateTo={view}"]).await?;
+    for name in [
+        "elemental-changelog-machine-reader",
+        "elemental-changelog-plan-reader",
+    ] {
+        ensure!(
+            aggregated_to(find(&opted_in, "ClusterRole", name)?) == ["view"],
+            "{name} not aggregated to view with rbac.fleetView.aggregateTo"
         );
     }
     let server_role = find(&docs, "ClusterRole", RELEASE)?;
@@ -634,13 +728,6 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
             );
         }
     }
-    for role in ["view", "edit", "admin"] {
-        ensure!(
-            viewer["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")]
-                .as_str()
-                == Some("true")
-        );
-    }
     for kind in ["RoleTemplate", "GlobalRole"] {
         ensure!(
             docs.iter().all(|d| d["kind"].as_str() != Some(kind)),
@@ -655,17 +742,23 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
     ])
     .await?;
     for kind in ["RoleTemplate", "GlobalRole"] {
-        let role = find(&on_rancher, kind, "elemental-changelog-viewer")?;
-        ensure!(
-            role["rules"] == viewer["rules"],
-            "{kind} rules differ from the viewer's"
-        );
-        ensure!(role["displayName"].as_str() == Some("Elemental Changelog Reader"));
+        for (cluster_role, display) in [
+            (viewer, "Elemental Changelog Reader"),
+            (machine_reader, "Elemental Machine Reader"),
+            (plan_reader, "Elemental Upgrade Plan Reader"),
+        ] {
+            let name = string(&cluster_role["metadata"]["name"], "name")?;
+            let role = find(&on_rancher, kind, name)?;
+            ensure!(
+                role["rules"] == cluster_role["rules"],
+                "{kind} {name}: rules differ from the ClusterRole's"
+            );
+            ensure!(role["displayName"].as_str() == Some(display));
+            if kind == "RoleTemplate" {
+                ensure!(role["context"].as_str() == Some("cluster"));
+            }
+        }
     }
-    ensure!(
-        find(&on_rancher, "RoleTemplate", "elemental-changelog-viewer")?["context"].as_str()
-            == Some("cluster")
-    );
     let disabled = render(&[
         "--api-versions",
         "management.cattle.io/v3/RoleTemplate",
@@ -677,6 +770,86 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         disabled
             .iter()
             .all(|d| d["kind"].as_str() != Some("RoleTemplate"))
+    );
+    pods_and_peers_are_narrow(&render).await
+}
+
+/// Issue 26: the server's pods run at `system-cluster-critical` unless told otherwise; its
+/// NetworkPolicy admits kube-apiserver's peers (required) and the monitoring namespace when
+/// scraped, the extension's only Rancher's namespace.
+async fn pods_and_peers_are_narrow(
+    render: &impl AsyncFn(&[&str]) -> Result<Vec<Value>>,
+) -> Result<()> {
+    let pod_spec = |docs: &[Value]| -> Result<Value> {
+        Ok(find(docs, "Deployment", SERVICE_NAME)?["spec"]["template"]["spec"].clone())
+    };
+    ensure!(
+        pod_spec(&render(&[]).await?)?["priorityClassName"].as_str()
+            == Some("system-cluster-critical")
+    );
+    ensure!(
+        pod_spec(&render(&["--set", "priorityClassName=tenant-high"]).await?)?["priorityClassName"]
+            .as_str()
+            == Some("tenant-high")
+    );
+    ensure!(
+        pod_spec(&render(&["--set", "priorityClassName="]).await?)?["priorityClassName"].is_null()
+    );
+
+    // Enabled without kube-apiserver's peers: refused, naming the value.
+    let refused = render(&["--set", "networkPolicy.enabled=true"]).await;
+    ensure!(
+        refused
+            .as_ref()
+            .is_err_and(|e| format!("{e:#}").contains("networkPolicy.from")),
+        "a NetworkPolicy admitting every source renders: {refused:?}"
+    );
+    let docs = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.from[0].ipBlock.cidr=10.0.0.0/24",
+        "--api-versions",
+        "catalog.cattle.io/v1/UIPlugin",
+    ])
+    .await?;
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("NetworkPolicy"))
+        .collect();
+    ensure!(policies.len() == 2, "{policies:?}");
+    for policy in &policies {
+        for rule in policy["spec"]["ingress"].as_sequence().context("ingress")? {
+            ensure!(
+                rule["from"].as_sequence().is_some_and(|f| !f.is_empty()),
+                "an ingress rule admits every source: {policy:?}"
+            );
+        }
+    }
+    let server = find(&docs, "NetworkPolicy", SERVICE_NAME)?;
+    let rules = server["spec"]["ingress"].as_sequence().context("ingress")?;
+    ensure!(
+        rules[0]["from"][0]["ipBlock"]["cidr"].as_str() == Some("10.0.0.0/24"),
+        "{server:?}"
+    );
+    // The ci values enable the ServiceMonitor: Prometheus's namespace is admitted too.
+    ensure!(
+        rules.len() == 2
+            && rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                .as_str()
+                == Some("cattle-monitoring-system"),
+        "{server:?}"
+    );
+    let extension = policies
+        .iter()
+        .find(|p| p["metadata"]["name"].as_str() != Some(SERVICE_NAME))
+        .context("the extension's NetworkPolicy")?;
+    ensure!(
+        extension["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"]
+            .as_str()
+            == Some("cattle-system"),
+        "{extension:?}"
     );
     Ok(())
 }
@@ -1430,6 +1603,26 @@ async fn ui_extension(bed: &TestBed) -> Result<()> {
             == 404,
         "the bundle report is served"
     );
+    // Every answer, errors included, forbids content sniffing (issue 26).
+    for (method, path) in [
+        (reqwest::Method::GET, "files.txt"),
+        (reqwest::Method::GET, "healthz"),
+        (reqwest::Method::GET, "plugin/report.html"),
+        (reqwest::Method::POST, "files.txt"),
+    ] {
+        let response = http
+            .request(method.clone(), format!("{base}/{path}"))
+            .send()
+            .await?;
+        ensure!(
+            response
+                .headers()
+                .get("x-content-type-options")
+                .is_some_and(|v| v == "nosniff"),
+            "{method} /{path} ({}) without X-Content-Type-Options: nosniff",
+            response.status()
+        );
+    }
     server.kill().await?;
 
     helm_ok(

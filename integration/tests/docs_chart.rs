@@ -333,7 +333,7 @@ fn install_md_names_every_kind_the_chart_installs() -> Result<()> {
         "--api-versions",
         "management.cattle.io/v3/GlobalRole",
         "--set",
-        "serviceMonitor.enabled=true,networkPolicy.enabled=true",
+        "serviceMonitor.enabled=true,networkPolicy.enabled=true,networkPolicy.from[0].ipBlock.cidr=192.0.2.0/24",
     ];
     let mut kinds = rendered_kinds(&rancher)?;
     let mut cert_manager = rancher.to_vec();

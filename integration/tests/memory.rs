@@ -35,6 +35,7 @@ use elemental_changelog_integration::{
 };
 use elemental_changelog_registry::{
     BudgetError, FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, ImageRef, Limit,
+    PullFor,
 };
 
 const MIB: u64 = 1 << 20;
@@ -102,7 +103,10 @@ async fn channel(fetcher: Fetcher, image: String) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(240);
     let reference: ImageRef = image.parse().expect("the test's references are valid");
     loop {
-        match fetcher.fetch(&reference, "amd64", None).await {
+        match fetcher
+            .fetch(&reference, "amd64", None, PullFor::Anyone)
+            .await
+        {
             Ok(Fetched::Pulled { files, memory, .. }) => {
                 let parsed = tokio::task::spawn_blocking(move || {
                     let limits = memory

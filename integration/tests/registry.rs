@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use elemental_changelog_apiserver::channels::CHANNEL_FILES;
 use elemental_changelog_apiservice::Arch;
 use elemental_changelog_integration::{
@@ -16,7 +16,7 @@ use elemental_changelog_integration::{
 };
 use elemental_changelog_registry::{
     Digest, FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, ImageRef,
-    Limit, RegistryArgs,
+    Limit, PullFor, RegistryArgs,
 };
 
 const CHANNEL: &[u8] =
@@ -108,6 +108,7 @@ async fn anonymous_pull_of_every_manifest_and_layer_format() -> Result<()> {
                 &img(&registry.image(&format!("channel:{tag}"))),
                 "amd64",
                 None,
+                PullFor::Anyone,
             )
             .await?;
         assert_eq!(fetched.digest().as_str(), pushed.digest, "{tag}");
@@ -141,7 +142,7 @@ async fn anonymous_pull_of_every_manifest_and_layer_format() -> Result<()> {
     let by_digest = registry.image(&format!("channel@{}", pushed.digest));
     assert_eq!(
         fetcher
-            .fetch(&img(&by_digest), "amd64", None)
+            .fetch(&img(&by_digest), "amd64", None, PullFor::Anyone)
             .await?
             .digest()
             .as_str(),
@@ -170,7 +171,12 @@ async fn layers_stack_with_whiteouts() -> Result<()> {
         .layer(Layer::new(Compression::Gzip).file("/changelogs/c", "c"));
     image::push(&registry, "stack:1", &image).await?;
     let fetched = plain_fetcher(&registry)?
-        .fetch(&img(&registry.image("stack:1")), "amd64", None)
+        .fetch(
+            &img(&registry.image("stack:1")),
+            "amd64",
+            None,
+            PullFor::Anyone,
+        )
         .await?;
     assert_eq!(
         files(&fetched),
@@ -194,14 +200,16 @@ async fn unchanged_digest_pulls_no_blob() -> Result<()> {
         &channel_image(Format::Oci, Compression::Gzip),
     )
     .await?;
-    let first = fetcher.fetch(&img(&image), "amd64", None).await?;
+    let first = fetcher
+        .fetch(&img(&image), "amd64", None, PullFor::Anyone)
+        .await?;
     assert_eq!(fetcher.pulls_started(), 1);
     // Without the layer, only a fetch that pulls nothing can succeed.
     registry
         .delete_blob("channel", &pushed.layer_digests[0])
         .await?;
     let again = fetcher
-        .fetch(&img(&image), "amd64", Some(first.digest()))
+        .fetch(&img(&image), "amd64", Some(first.digest()), PullFor::Anyone)
         .await?;
     assert!(
         matches!(&again, Fetched::Unchanged { digest } if *digest == pushed.digest),
@@ -214,6 +222,7 @@ async fn unchanged_digest_pulls_no_blob() -> Result<()> {
                 &img(&image),
                 "amd64",
                 Some(&"sha256:0000".parse::<Digest>()?),
+                PullFor::Anyone,
             )
             .await,
         FetchErrorKind::NotFound,
@@ -242,7 +251,12 @@ async fn index_resolves_the_architecture() -> Result<()> {
         ] {
             // Any spelling reaches the registry by its OCI name, as the server sends it.
             let fetched = fetcher
-                .fetch(&img(&reference), arch.parse::<Arch>()?.oci(), None)
+                .fetch(
+                    &img(&reference),
+                    arch.parse::<Arch>()?.oci(),
+                    None,
+                    PullFor::Anyone,
+                )
                 .await?;
             // The index digest is what tells a changed image.
             assert_eq!(fetched.digest().as_str(), pushed.digest);
@@ -257,7 +271,9 @@ async fn index_resolves_the_architecture() -> Result<()> {
             );
         }
         let error = expect_err(
-            fetcher.fetch(&img(&reference), "s390x", None).await,
+            fetcher
+                .fetch(&img(&reference), "s390x", None, PullFor::Anyone)
+                .await,
             FetchErrorKind::NoMatchingPlatform,
         );
         let message = error.to_string();
@@ -282,19 +298,21 @@ async fn each_pull_is_one_download() -> Result<()> {
         &channel_image(Format::Oci, Compression::Gzip),
     )
     .await?;
-    let resolved = fetcher.resolve(&img(&registry.image("shared:v1"))).await?;
+    let resolved = fetcher
+        .resolve(&img(&registry.image("shared:v1")), PullFor::Anyone)
+        .await?;
     // Two channels, same image and architecture (under either name).
     let (x86_64, amd64) = (Arch::x86_64(), "amd64".parse::<Arch>()?);
     let (a, b) = tokio::join!(
-        fetcher.pull(&resolved, x86_64.oci()),
-        fetcher.pull(&resolved, amd64.oci())
+        fetcher.pull(&resolved, x86_64.oci(), PullFor::Anyone),
+        fetcher.pull(&resolved, amd64.oci(), PullFor::Anyone)
     );
     assert_eq!(files(&a?), files(&b?));
     assert_eq!(fetcher.pulls_started(), 2);
     // Another architecture, or a later call, is another pull.
     let (c, d) = tokio::join!(
-        fetcher.pull(&resolved, "arm64"),
-        fetcher.pull(&resolved, "amd64")
+        fetcher.pull(&resolved, "arm64", PullFor::Anyone),
+        fetcher.pull(&resolved, "amd64", PullFor::Anyone)
     );
     c?;
     d?;
@@ -310,7 +328,12 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     // Unknown repository and unknown tag.
     expect_err(
         fetcher
-            .fetch(&img(&registry.image("nothing:here")), "amd64", None)
+            .fetch(
+                &img(&registry.image("nothing:here")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::NotFound,
     );
@@ -322,7 +345,12 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     .await?;
     expect_err(
         fetcher
-            .fetch(&img(&registry.image("broken:nope")), "amd64", None)
+            .fetch(
+                &img(&registry.image("broken:nope")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::NotFound,
     );
@@ -344,7 +372,12 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
         .await?;
     expect_err(
         fetcher
-            .fetch(&img(&registry.image("missing:v1")), "amd64", None)
+            .fetch(
+                &img(&registry.image("missing:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::NotFound,
     );
@@ -359,7 +392,12 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     registry.corrupt_blob(&pushed.layer_digests[0])?;
     let error = expect_err(
         fetcher
-            .fetch(&img(&registry.image("corrupt:v1")), "amd64", None)
+            .fetch(
+                &img(&registry.image("corrupt:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::DigestMismatch,
     );
@@ -382,7 +420,12 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     std::fs::write(&path, manifest.replace(&config, &flipped))?;
     let error = expect_err(
         fetcher
-            .fetch(&img(&registry.image("badmanifest:v1")), "amd64", None)
+            .fetch(
+                &img(&registry.image("badmanifest:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::DigestMismatch,
     );
@@ -399,7 +442,12 @@ async fn broken_images_fail_with_their_reason() -> Result<()> {
     image::push(&registry, "garbage:v1", &garbage).await?;
     expect_err(
         fetcher
-            .fetch(&img(&registry.image("garbage:v1")), "amd64", None)
+            .fetch(
+                &img(&registry.image("garbage:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::Layer,
     );
@@ -424,7 +472,12 @@ async fn traversal_links_and_devices_are_ignored() -> Result<()> {
     );
     image::push(&registry, "traversal:v1", &image).await?;
     let fetched = plain_fetcher(&registry)?
-        .fetch(&img(&registry.image("traversal:v1")), "amd64", None)
+        .fetch(
+            &img(&registry.image("traversal:v1")),
+            "amd64",
+            None,
+            PullFor::Anyone,
+        )
         .await?;
     let long = format!("changelogs/{}.updates.log", "long".repeat(40));
     assert_eq!(
@@ -456,7 +509,12 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     for tag in ["gzip", "zstd"] {
         let error = expect_err(
             fetcher
-                .fetch(&img(&registry.image(&format!("bomb:{tag}"))), "amd64", None)
+                .fetch(
+                    &img(&registry.image(&format!("bomb:{tag}"))),
+                    "amd64",
+                    None,
+                    PullFor::Anyone,
+                )
                 .await,
             FetchErrorKind::LimitExceeded(Limit::UncompressedBytes),
         );
@@ -481,7 +539,12 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     .await?;
     let error = expect_err(
         plain_fetcher(&registry)?
-            .fetch(&img(&registry.image("huge:v1")), "amd64", None)
+            .fetch(
+                &img(&registry.image("huge:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::FileBytes),
     );
@@ -502,7 +565,12 @@ async fn decompression_bombs_and_oversized_images_are_refused() -> Result<()> {
     };
     let error = expect_err(
         plain_fetcher_with(&registry, tiny)?
-            .fetch(&img(&registry.image("bomb:gzip")), "amd64", None)
+            .fetch(
+                &img(&registry.image("bomb:gzip")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::CompressedBytes),
     );
@@ -532,20 +600,26 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
 
     let good = registry.write_docker_config("puller", "s3cret:with:colons")?;
     let fetcher = Fetcher::new(args(Some(good), ca.clone()).to_config(CHANNEL_FILES)?)?;
-    let fetched = fetcher.fetch(&img(&image), "amd64", None).await?;
+    let fetched = fetcher
+        .fetch(&img(&image), "amd64", None, PullFor::Anyone)
+        .await?;
     assert_eq!(fetched.file("channel.json"), Some(CHANNEL));
 
     let wrong = registry.write_docker_config("puller", "wrong")?;
     let fetcher = Fetcher::new(args(Some(wrong), ca.clone()).to_config(CHANNEL_FILES)?)?;
     let error = expect_err(
-        fetcher.fetch(&img(&image), "amd64", None).await,
+        fetcher
+            .fetch(&img(&image), "amd64", None, PullFor::Anyone)
+            .await,
         FetchErrorKind::Auth,
     );
     assert!(error.to_string().contains(registry.host()), "{error}");
 
     let anonymous = Fetcher::new(args(None, ca).to_config(CHANNEL_FILES)?)?;
     expect_err(
-        anonymous.fetch(&img(&image), "amd64", None).await,
+        anonymous
+            .fetch(&img(&image), "amd64", None, PullFor::Anyone)
+            .await,
         FetchErrorKind::Auth,
     );
 
@@ -553,7 +627,9 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
     let good = registry.write_docker_config("puller", "s3cret:with:colons")?;
     let untrusting = Fetcher::new(args(Some(good), None).to_config(CHANNEL_FILES)?)?;
     expect_err(
-        untrusting.fetch(&img(&image), "amd64", None).await,
+        untrusting
+            .fetch(&img(&image), "amd64", None, PullFor::Anyone)
+            .await,
         FetchErrorKind::Registry,
     );
 
@@ -568,7 +644,12 @@ async fn tls_and_basic_auth_from_registry_flags() -> Result<()> {
     let https_only = Fetcher::new(FetchConfig::default())?;
     expect_err(
         https_only
-            .fetch(&img(&plain.image("channel:v1")), "amd64", None)
+            .fetch(
+                &img(&plain.image("channel:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::Registry,
     );
@@ -639,7 +720,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     let started = Instant::now();
     let error = expect_err(
         fetcher
-            .fetch(&img(&hostile.image("endless:v1")), "amd64", None)
+            .fetch(
+                &img(&hostile.image("endless:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -665,7 +751,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&img(&hostile.image("announced:v1")), "amd64", None)
+            .fetch(
+                &img(&hostile.image("announced:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -688,7 +779,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     let started = Instant::now();
     expect_err(
         fetcher
-            .fetch(&img(&hostile.image("trickle:v1")), "amd64", None)
+            .fetch(
+                &img(&hostile.image("trickle:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::Timeout,
     );
@@ -717,7 +813,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&img(&hostile.image("tokened:v1")), "amd64", None)
+            .fetch(
+                &img(&hostile.image("tokened:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::ResponseBytes),
     );
@@ -730,7 +831,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&img(&hostile.image("tokened:v1")), "amd64", None)
+            .fetch(
+                &img(&hostile.image("tokened:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::Timeout,
     );
@@ -743,7 +849,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
         ),
     );
     let fetched = fetcher
-        .fetch(&img(&hostile.image("tokened:v1")), "amd64", None)
+        .fetch(
+            &img(&hostile.image("tokened:v1")),
+            "amd64",
+            None,
+            PullFor::Anyone,
+        )
         .await?;
     assert_eq!(fetched.digest().as_str(), manifest_digest);
     assert!(files(&fetched).is_empty());
@@ -751,7 +862,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     route_manifest(&hostile, "refused", &manifest_digest, behind_token("other"));
     expect_err(
         fetcher
-            .fetch(&img(&hostile.image("refused:v1")), "amd64", None)
+            .fetch(
+                &img(&hostile.image("refused:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::Auth,
     );
@@ -766,7 +882,12 @@ async fn hostile_registry_answers_are_read_with_limits() -> Result<()> {
     );
     expect_err(
         fetcher
-            .fetch(&img(&hostile.image("layers:v1")), "amd64", None)
+            .fetch(
+                &img(&hostile.image("layers:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::Layers),
     );
@@ -789,7 +910,12 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     };
     expect_err(
         plain_fetcher_with(&registry, few)?
-            .fetch(&img(&registry.image("layers:v1")), "amd64", None)
+            .fetch(
+                &img(&registry.image("layers:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::Layers),
     );
@@ -798,7 +924,12 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
         ..FetchLimits::default()
     };
     let fetched = plain_fetcher_with(&registry, enough)?
-        .fetch(&img(&registry.image("layers:v1")), "amd64", None)
+        .fetch(
+            &img(&registry.image("layers:v1")),
+            "amd64",
+            None,
+            PullFor::Anyone,
+        )
         .await?;
     assert_eq!(fetched.file("changelogs/l7"), Some(&b"x"[..]));
 
@@ -812,7 +943,12 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     .await?;
     expect_err(
         plain_fetcher(&registry)?
-            .fetch(&img(&registry.image("wide:v1")), "amd64", None)
+            .fetch(
+                &img(&registry.image("wide:v1")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::LimitExceeded(Limit::IndexManifests),
     );
@@ -826,9 +962,134 @@ async fn layer_and_index_counts_are_limited() -> Result<()> {
     // Within the limit, an index of made-up architectures has none for x86_64.
     expect_err(
         plain_fetcher(&registry)?
-            .fetch(&img(&registry.image("wide:v2")), "amd64", None)
+            .fetch(
+                &img(&registry.image("wide:v2")),
+                "amd64",
+                None,
+                PullFor::Anyone,
+            )
             .await,
         FetchErrorKind::NoMatchingPlatform,
+    );
+    Ok(())
+}
+
+/// A copy of the Docker config file `path` whose every entry names `namespaces`.
+fn scoped_config(path: &std::path::Path, namespaces: &[&str]) -> Result<PathBuf> {
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
+    for entry in config["auths"]
+        .as_object_mut()
+        .context("auths")?
+        .values_mut()
+    {
+        entry["namespaces"] = serde_json::json!(namespaces);
+    }
+    let scoped = path.with_extension("scoped.json");
+    std::fs::write(&scoped, serde_json::to_vec(&config)?)?;
+    Ok(scoped)
+}
+
+/// Issue 26: a credential is sent only for the namespaces it is granted to (its entry's
+/// `"namespaces"`, else `--registry-credential-namespace`); a pull for another namespace goes
+/// anonymously, and the TLS + htpasswd registry refuses it with an `auth` error that names the
+/// namespace and the registry, nothing else. `--allowed-registry` refuses other registries
+/// before connecting to them.
+#[tokio::test]
+async fn credentials_are_scoped_by_namespace_and_registries_allowed() -> Result<()> {
+    let registry = Registry::start_tls_auth("puller", "s3cret").await?;
+    image::push(
+        &registry,
+        "private/channel:v1",
+        &channel_image(Format::Docker, Compression::Gzip),
+    )
+    .await?;
+    let image = img(&registry.image("private/channel:v1"));
+    let ca = registry.ca_file().map(PathBuf::from);
+    let config = registry.write_docker_config("puller", "s3cret")?;
+
+    let granted = PullFor::Namespace("fleet-default");
+    let other = PullFor::Namespace("intruder");
+    let host = registry.host().to_owned();
+    let refused_for_other = |fetcher: &Fetcher| {
+        let fetcher = fetcher.clone();
+        let image = image.clone();
+        let host = host.clone();
+        async move {
+            let error = expect_err(
+                fetcher.fetch(&image, "amd64", None, other).await,
+                FetchErrorKind::Auth,
+            );
+            assert!(
+                matches!(&error, FetchError::CredentialNotGranted { namespace, .. } if namespace == "intruder"),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains(&host) && message.contains("intruder"),
+                "{message}"
+            );
+            assert!(!message.contains("private/channel"), "{message}");
+        }
+    };
+
+    // Named by the entry.
+    let scoped = scoped_config(&config, &["fleet-default", "fleet-local"])?;
+    let fetcher = Fetcher::new(args(Some(scoped), ca.clone()).to_config(CHANNEL_FILES)?)?;
+    let fetched = fetcher.fetch(&image, "amd64", None, granted).await?;
+    assert_eq!(fetched.file("channel.json"), Some(CHANNEL));
+    // After a pull with the credential, nothing of it (a token, a connection) serves another
+    // namespace.
+    refused_for_other(&fetcher).await;
+    assert!(
+        fetcher
+            .fetch(&image, "amd64", None, PullFor::Anyone)
+            .await
+            .is_ok()
+    );
+    assert_ne!(
+        fetcher.access(&image, granted),
+        fetcher.access(&image, other),
+        "the image store would share a credentialed read with an anonymous one"
+    );
+
+    // Named by the flag, for entries that name none.
+    let mut flagged = args(Some(config.clone()), ca.clone());
+    flagged.registry_credential_namespaces = vec!["fleet-default".to_owned()];
+    let fetcher = Fetcher::new(flagged.to_config(CHANNEL_FILES)?)?;
+    refused_for_other(&fetcher).await;
+    assert!(fetcher.fetch(&image, "amd64", None, granted).await.is_ok());
+
+    // Neither: any namespace.
+    let fetcher = Fetcher::new(args(Some(config.clone()), ca.clone()).to_config(CHANNEL_FILES)?)?;
+    assert!(fetcher.fetch(&image, "amd64", None, other).await.is_ok());
+
+    // An empty list is a mistake, said at load.
+    let empty = scoped_config(&config, &[])?;
+    let error = args(Some(empty), ca.clone())
+        .to_config(CHANNEL_FILES)
+        .expect_err("an empty namespaces list loads");
+    assert!(
+        elemental_changelog_apiserver::telemetry::error_chain(&error).contains("\"namespaces\""),
+        "{error}"
+    );
+
+    // Allowed registries: the registry itself may be read; another is never connected to.
+    let mut allowed = args(Some(config), ca);
+    allowed.allowed_registries = vec![registry.host().to_owned()];
+    let fetcher = Fetcher::new(allowed.to_config(CHANNEL_FILES)?)?;
+    assert!(fetcher.fetch(&image, "amd64", None, granted).await.is_ok());
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0")?;
+    elsewhere.set_nonblocking(true)?;
+    let target = img(&format!("{}/internal/service:v1", elsewhere.local_addr()?));
+    let error = expect_err(
+        fetcher.fetch(&target, "amd64", None, granted).await,
+        FetchErrorKind::RegistryNotAllowed,
+    );
+    assert!(error.to_string().contains("--allowed-registry"), "{error}");
+    assert_eq!(
+        elsewhere.accept().map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::WouldBlock),
+        "the server connected to a registry that is not allowed"
     );
     Ok(())
 }

@@ -5,6 +5,10 @@
 //! reads a changelog and the summaries through the aggregator, while a user
 //! bound to none of them, or bound elsewhere, or no longer bound, gets 403.
 //!
+//! The fleet view's machine data is not theirs (issue 26): with the chart's
+//! default values a `view` user of the namespace gets 403 on machines; once
+//! the chart is rendered with `rbac.fleetView.aggregateTo={view}`, 200.
+//!
 //! Our server runs as the chart's ServiceAccount with the chart's RBAC (the
 //! test bed's default), rendered with the chart's default values.
 
@@ -131,6 +135,8 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         refused(bed, user, &cluster_wide, "list", "managedosversions").await?;
     }
 
+    fleet_view_only_with_the_opt_in(bed, &mut aggregation).await?;
+
     // A user with no role at all (a client certificate of a new name).
     let dave = bed.pki().client_ca.issue_client("dave", &["dave-team"])?;
     let http = bed.apiserver_http(Some(&dave))?;
@@ -190,13 +196,15 @@ async fn aggregated(bed: &TestBed, aggregation: &mut Process) -> Result<Duration
                 };
                 if !(has("managedosversions/changelog", "get")
                     && has("managedosversions", "get")
-                    && has("managedosversions", "list")
-                    && has("machineinventories", "get")
-                    && has("machineinventories", "list")
-                    && has("machineinventories/changelog", "get")
-                    && has("managedosimages/changelog", "get"))
+                    && has("managedosversions", "list"))
                 {
                     return Ok(None);
+                }
+                for (resource, verb) in FLEET_VIEW {
+                    ensure!(
+                        !has(resource, verb),
+                        "{role} grants {verb} on {resource} with the chart's default values"
+                    );
                 }
             }
             Ok(Some(()))
@@ -206,6 +214,69 @@ async fn aggregated(bed: &TestBed, aggregation: &mut Process) -> Result<Duration
     // A dead controller explains a timeout best.
     aggregation.ensure_running()?;
     Ok(result?.1)
+}
+
+/// What the fleet view's ClusterRoles grant in our group.
+const FLEET_VIEW: [(&str, &str); 4] = [
+    ("machineinventories", "get"),
+    ("machineinventories", "list"),
+    ("machineinventories/changelog", "get"),
+    ("managedosimages/changelog", "get"),
+];
+
+/// alice holds `view` in [`FLEET_NAMESPACE`]: with the chart's default values kube-apiserver
+/// refuses her the machines; with the chart's RBAC rendered with
+/// `rbac.fleetView.aggregateTo={view}` she lists them; back to the defaults, refused again.
+async fn fleet_view_only_with_the_opt_in(bed: &TestBed, aggregation: &mut Process) -> Result<()> {
+    let machines = format!("/apis/{GROUP}/v1beta1/namespaces/{FLEET_NAMESPACE}/machineinventories");
+    refused(bed, "alice", &machines, "list", "machineinventories").await?;
+    refused(
+        bed,
+        "alice",
+        &format!("{machines}/m1/changelog"),
+        "get",
+        "machineinventories/changelog",
+    )
+    .await?;
+
+    bed.apply_chart_rbac(&["rbac.fleetView.aggregateTo={view}"])
+        .await?;
+    let listed = poll(
+        "alice (view) lists machines after the opt-in",
+        SOON,
+        POLL,
+        || async {
+            let out = bed
+                .kubectl_as("alice", &["get", "--raw", &machines])
+                .await?;
+            Ok(out.status.success().then_some(out.stdout))
+        },
+    )
+    .await;
+    // A dead controller explains a timeout best.
+    aggregation.ensure_running()?;
+    let (list, took) = listed?;
+    let list: Value = serde_json::from_slice(&list)?;
+    ensure!(
+        list["kind"] == elemental_changelog_apiservice::MACHINE_SUMMARY_LIST_KIND,
+        "alice's machines: {list}"
+    );
+    eprintln!("  alice (view) lists machines {took:?} after rbac.fleetView.aggregateTo={{view}}");
+
+    bed.apply_chart_rbac(&[]).await?;
+    poll(
+        "alice refused machines with the defaults again",
+        SOON,
+        POLL,
+        || async {
+            let out = bed
+                .kubectl_as("alice", &["get", "--raw", &machines])
+                .await?;
+            Ok((!out.status.success()).then_some(()))
+        },
+    )
+    .await?;
+    refused(bed, "alice", &machines, "list", "machineinventories").await
 }
 
 /// Binds each subject of [`BINDINGS`] to its built-in ClusterRole in

@@ -28,7 +28,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::{
-    config::{Credential, FetchConfig},
+    config::{Access, Credential, FetchConfig, PullFor},
     digest::Hasher,
 };
 
@@ -251,13 +251,18 @@ struct Token {
     expires: Instant,
 }
 
+/// Registry, repository, and the credential a token was asked for with.
+type TokenKey = (String, String, Access);
+
 /// A registry client: one HTTP connection pool, tokens by registry and
 /// repository. Cheap to share behind an `Arc`.
 pub struct RegistryClient {
     http: reqwest::Client,
     config: FetchConfig,
     limits: ResponseLimits,
-    tokens: Mutex<HashMap<(String, String), Token>>,
+    /// By registry, repository and the credential the token was asked for with: a token
+    /// got with a credential is never used by a pull that may not send it.
+    tokens: Mutex<HashMap<TokenKey, Token>>,
 }
 
 impl fmt::Debug for RegistryClient {
@@ -339,13 +344,19 @@ impl RegistryClient {
     /// The digest the reference points at: `Docker-Content-Digest` of a
     /// HEAD request, or the SHA-256 of the manifest when the registry does
     /// not send it.
-    pub async fn manifest_digest(&self, reference: &Reference) -> Result<String, RegistryError> {
+    pub async fn manifest_digest(
+        &self,
+        reference: &Reference,
+        pull_for: PullFor<'_>,
+    ) -> Result<String, RegistryError> {
         let url = self.url(reference, "manifests", Self::manifest_url(reference));
-        let response = self.send(reference, Method::HEAD, &url, true).await?;
+        let response = self
+            .send(reference, pull_for, Method::HEAD, &url, true)
+            .await?;
         if let Some(digest) = content_digest(&response) {
             return Ok(digest);
         }
-        let body = self.manifest(reference).await?;
+        let body = self.manifest(reference, pull_for).await?;
         match body.digest {
             Some(digest) => Ok(digest),
             None => Ok(Hasher::sha256_of(&body.bytes)),
@@ -354,10 +365,16 @@ impl RegistryClient {
 
     /// The manifest (or index) the reference names, read whole under
     /// [`ResponseLimits::manifest_bytes`].
-    pub async fn manifest(&self, reference: &Reference) -> Result<ManifestBody, RegistryError> {
+    pub async fn manifest(
+        &self,
+        reference: &Reference,
+        pull_for: PullFor<'_>,
+    ) -> Result<ManifestBody, RegistryError> {
         let url = self.url(reference, "manifests", Self::manifest_url(reference));
         let deadline = Instant::now() + self.config.read_timeout;
-        let response = self.send(reference, Method::GET, &url, true).await?;
+        let response = self
+            .send(reference, pull_for, Method::GET, &url, true)
+            .await?;
         let digest = content_digest(&response);
         let bytes = self
             .read(
@@ -375,9 +392,11 @@ impl RegistryClient {
         &self,
         reference: &Reference,
         digest: &str,
+        pull_for: PullFor<'_>,
     ) -> Result<reqwest::Response, RegistryError> {
         let url = self.url(reference, "blobs", digest);
-        self.send(reference, Method::GET, &url, false).await
+        self.send(reference, pull_for, Method::GET, &url, false)
+            .await
     }
 
     /// Sends a request with the registry's authorization, answering one
@@ -385,12 +404,17 @@ impl RegistryClient {
     async fn send(
         &self,
         reference: &Reference,
+        pull_for: PullFor<'_>,
         method: Method,
         url: &str,
         manifest: bool,
     ) -> Result<reqwest::Response, RegistryError> {
         let registry = reference.resolve_registry();
-        let key = (registry.to_owned(), reference.repository().to_owned());
+        let key = (
+            registry.to_owned(),
+            reference.repository().to_owned(),
+            self.config.credentials.access(registry, pull_for),
+        );
         let mut authorization = self.cached_token(&key).map(Authorization::Bearer);
         let mut challenged = false;
         loop {
@@ -427,12 +451,12 @@ impl RegistryClient {
                 authorization = Some(match challenge {
                     Some(Some(Challenge::Bearer { realm, service })) => {
                         let token = self
-                            .token(reference, &realm, service.as_deref(), url)
+                            .token(reference, pull_for, &realm, service.as_deref(), url)
                             .await?;
                         self.store_token(key.clone(), &token);
                         Authorization::Bearer(token.value)
                     }
-                    Some(Some(Challenge::Basic)) => match self.credential(registry) {
+                    Some(Some(Challenge::Basic)) => match self.credential(registry, pull_for) {
                         Some(credential) => Authorization::Basic(credential),
                         None => return Err(self.status_error(response, url).await),
                     },
@@ -452,14 +476,18 @@ impl RegistryClient {
         }
     }
 
-    fn credential(&self, registry: &str) -> Option<Credential> {
-        self.config.credentials.get(registry).cloned()
+    fn credential(&self, registry: &str, pull_for: PullFor<'_>) -> Option<Credential> {
+        self.config
+            .credentials
+            .for_pull(registry, pull_for)
+            .cloned()
     }
 
     /// Asks `realm` for a pull token for the reference's repository.
     async fn token(
         &self,
         reference: &Reference,
+        pull_for: PullFor<'_>,
         realm: &str,
         service: Option<&str>,
         url: &str,
@@ -490,7 +518,7 @@ impl RegistryClient {
         // Credentials go only where they cannot be read on the way.
         let plain_ok = parsed.scheme() == "https"
             || (realm_host == registry_host && self.scheme(registry) == "http");
-        if let Some(credential) = self.credential(registry) {
+        if let Some(credential) = self.credential(registry, pull_for) {
             if plain_ok {
                 request = request.basic_auth(&credential.username, Some(&credential.password));
             } else {
@@ -537,7 +565,7 @@ impl RegistryClient {
         })
     }
 
-    fn cached_token(&self, key: &(String, String)) -> Option<String> {
+    fn cached_token(&self, key: &TokenKey) -> Option<String> {
         let tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
         tokens
             .get(key)
@@ -545,7 +573,7 @@ impl RegistryClient {
             .map(|t| t.value.clone())
     }
 
-    fn store_token(&self, key: (String, String), token: &Token) {
+    fn store_token(&self, key: TokenKey, token: &Token) {
         let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
         if tokens.len() >= MAX_TOKENS {
             let now = Instant::now();

@@ -23,6 +23,23 @@ pub struct RegistryArgs {
     /// PEM bundle of CA certificates trusted for registries, besides the system roots.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_CA_FILE")]
     pub registry_ca_file: Option<PathBuf>,
+    /// Namespaces whose channels may use a credential of `--registry-config` that names none
+    /// itself (its entry's `"namespaces"`); repeat or separate with commas. Empty: any
+    /// namespace. A channel elsewhere pulls anonymously.
+    #[arg(
+        long = "registry-credential-namespace",
+        env = "ELEMENTAL_CHANGELOG_REGISTRY_CREDENTIAL_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub registry_credential_namespaces: Vec<String>,
+    /// Registries (`host[:port]`) channel images may name; repeat or separate with commas. An
+    /// image elsewhere is refused before any connection. Empty: any registry.
+    #[arg(
+        long = "allowed-registry",
+        env = "ELEMENTAL_CHANGELOG_ALLOWED_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub allowed_registries: Vec<String>,
     /// Registry (`host[:port]`) reached over plain HTTP; repeat for several. All others use HTTPS.
     #[arg(
         long = "insecure-registry",
@@ -110,7 +127,8 @@ impl RegistryArgs {
                 })?
             }
             None => RegistryCredentials::default(),
-        };
+        }
+        .with_default_namespaces(&self.registry_credential_namespaces);
         let extra_roots = match &self.registry_ca_file {
             Some(path) => {
                 let data = std::fs::read(path).map_err(|source| ConfigError::Read {
@@ -128,6 +146,11 @@ impl RegistryArgs {
             credentials,
             extra_roots,
             insecure_registries: self.insecure_registries.clone(),
+            allowed_registries: self
+                .allowed_registries
+                .iter()
+                .map(|r| registry_host(r))
+                .collect(),
             keep,
             limits: self.limits(),
             memory_budget: self.memory_budget,
@@ -151,6 +174,9 @@ pub struct FetchConfig {
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// Registries (`host[:port]`, as in image references) reached over plain HTTP.
     pub insecure_registries: Vec<String>,
+    /// Registries (`host[:port]`, lower-case, Docker Hub as `index.docker.io`) images may
+    /// name; empty: any.
+    pub allowed_registries: Vec<String>,
     /// The files kept from an image's layers.
     pub keep: KeepFiles,
     /// Size and count limits per image.
@@ -243,6 +269,19 @@ pub enum CredentialsError {
         /// The registry key.
         registry: String,
     },
+    /// An entry's `namespaces` is an empty list: no channel could use it.
+    #[error(
+        "the \"namespaces\" of {registry} is empty: leave it out to use the default namespaces"
+    )]
+    NoNamespaces {
+        /// The registry key.
+        registry: String,
+    },
+}
+
+/// Whether `registry` (as written in an image reference) is one of `allowed` (empty: any).
+pub fn registry_allowed(allowed: &[String], registry: &str) -> bool {
+    allowed.is_empty() || allowed.contains(&registry_host(registry))
 }
 
 /// What is wrong with a CA bundle.
@@ -285,10 +324,21 @@ impl fmt::Debug for Credential {
     }
 }
 
-/// Credentials by registry host, from a Docker config JSON.
+/// A credential and the namespaces whose pulls may send it.
+#[derive(Clone, Debug)]
+struct Scoped {
+    credential: Arc<Credential>,
+    /// The entry's own `"namespaces"`; `None`: the default namespaces.
+    namespaces: Option<Vec<String>>,
+}
+
+/// Credentials by registry host, from a Docker config JSON, each for the namespaces its entry
+/// names (`"namespaces": [...]`, this server's addition to the format) or, when it names none,
+/// the default ones ([`RegistryCredentials::with_default_namespaces`]; none: any namespace).
 #[derive(Clone, Debug, Default)]
 pub struct RegistryCredentials {
-    by_registry: HashMap<String, Arc<Credential>>,
+    by_registry: HashMap<String, Scoped>,
+    default_namespaces: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -304,6 +354,29 @@ struct DockerAuth {
     username: Option<String>,
     #[serde(default)]
     password: Option<String>,
+    #[serde(default)]
+    namespaces: Option<Vec<String>>,
+}
+
+/// Whose pull this is: the namespace of the channel an image is read for. A credential is sent
+/// only for the namespaces it is granted to; [`PullFor::Anyone`] (a command run by the
+/// operator, such as `inspect`) may use every credential.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PullFor<'a> {
+    /// A channel in this namespace.
+    Namespace(&'a str),
+    /// Not on behalf of a namespace.
+    Anyone,
+}
+
+/// Which credential a pull sends, if any: part of the key under which what it read may be
+/// shared, so that data pulled with a credential never reaches a namespace not granted it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Access {
+    /// No credential.
+    Anonymous,
+    /// The credential of this registry (`host[:port]`).
+    Credential(String),
 }
 
 impl RegistryCredentials {
@@ -344,23 +417,82 @@ impl RegistryCredentials {
                 (None, Some(username), Some(password)) => Credential { username, password },
                 _ => return Err(CredentialsError::MissingCredentials { registry: key }),
             };
-            by_registry.insert(registry_host(&key), Arc::new(credential));
+            if auth.namespaces.as_ref().is_some_and(Vec::is_empty) {
+                return Err(CredentialsError::NoNamespaces { registry: key });
+            }
+            by_registry.insert(
+                registry_host(&key),
+                Scoped {
+                    credential: Arc::new(credential),
+                    namespaces: auth.namespaces,
+                },
+            );
         }
-        Ok(Self { by_registry })
+        Ok(Self {
+            by_registry,
+            default_namespaces: Vec::new(),
+        })
     }
 
-    /// Adds (or replaces) the credential of one registry (`host[:port]`).
+    /// These credentials, those that name no namespaces granted to `namespaces` (none: any
+    /// namespace).
+    pub fn with_default_namespaces(mut self, namespaces: &[String]) -> Self {
+        self.default_namespaces = namespaces
+            .iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        self
+    }
+
+    /// Adds (or replaces) the credential of one registry (`host[:port]`), for the default
+    /// namespaces.
     pub fn insert(&mut self, registry: &str, credential: Credential) {
-        self.by_registry
-            .insert(registry_host(registry), Arc::new(credential));
+        self.by_registry.insert(
+            registry_host(registry),
+            Scoped {
+                credential: Arc::new(credential),
+                namespaces: None,
+            },
+        );
     }
 
-    /// The credential for a registry as written in an image reference
-    /// (`host[:port]`; Docker Hub under any of its names).
+    /// The credential for a registry as written in an image reference (`host[:port]`;
+    /// Docker Hub under any of its names), whoever pulls.
     pub fn get(&self, registry: &str) -> Option<&Credential> {
         self.by_registry
             .get(&registry_host(registry))
-            .map(Arc::as_ref)
+            .map(|scoped| scoped.credential.as_ref())
+    }
+
+    /// The credential a pull for `pull_for` may send to `registry`: none when the registry has
+    /// none, or when it is not granted to that namespace.
+    pub fn for_pull(&self, registry: &str, pull_for: PullFor<'_>) -> Option<&Credential> {
+        let scoped = self.by_registry.get(&registry_host(registry))?;
+        let granted = match pull_for {
+            PullFor::Anyone => true,
+            PullFor::Namespace(namespace) => {
+                let namespaces = scoped
+                    .namespaces
+                    .as_deref()
+                    .unwrap_or(&self.default_namespaces);
+                namespaces.is_empty() || namespaces.iter().any(|n| n == namespace)
+            }
+        };
+        granted.then_some(scoped.credential.as_ref())
+    }
+
+    /// Whether `registry` has a credential that `pull_for` may not send.
+    pub fn withheld(&self, registry: &str, pull_for: PullFor<'_>) -> bool {
+        self.get(registry).is_some() && self.for_pull(registry, pull_for).is_none()
+    }
+
+    /// Which credential a pull for `pull_for` from `registry` sends.
+    pub fn access(&self, registry: &str, pull_for: PullFor<'_>) -> Access {
+        match self.for_pull(registry, pull_for) {
+            Some(_) => Access::Credential(registry_host(registry)),
+            None => Access::Anonymous,
+        }
     }
 
     /// Whether no registry has credentials.

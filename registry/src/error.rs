@@ -40,6 +40,26 @@ pub enum FetchError {
         #[source]
         source: Arc<RegistryError>,
     },
+    /// The registry refused an anonymous pull for a namespace its credential is not granted
+    /// to (`"namespaces"` in the registry config, `--registry-credential-namespace`).
+    #[error(
+        "registry {registry} refused access: its credential is not granted to namespace {namespace}"
+    )]
+    CredentialNotGranted {
+        /// `host[:port]`.
+        registry: String,
+        /// The namespace the pull was for.
+        namespace: String,
+        /// The registry's answer to the anonymous request.
+        #[source]
+        source: Arc<RegistryError>,
+    },
+    /// The image's registry is not one of `--allowed-registry`: nothing was sent to it.
+    #[error("registry {registry} is not an allowed registry (--allowed-registry)")]
+    RegistryNotAllowed {
+        /// `host[:port]`.
+        registry: String,
+    },
     /// The registry has no such repository, tag, manifest or blob.
     #[error("{reference} not found")]
     NotFound {
@@ -165,8 +185,10 @@ pub enum ManifestError {
 pub enum FetchErrorKind {
     /// [`FetchError::InvalidReference`].
     InvalidReference,
-    /// [`FetchError::Auth`].
+    /// [`FetchError::Auth`] and [`FetchError::CredentialNotGranted`].
     Auth,
+    /// [`FetchError::RegistryNotAllowed`].
+    RegistryNotAllowed,
     /// [`FetchError::NotFound`].
     NotFound,
     /// [`FetchError::Registry`].
@@ -195,6 +217,7 @@ impl FetchErrorKind {
         match self {
             Self::InvalidReference => "invalid_reference",
             Self::Auth => "auth",
+            Self::RegistryNotAllowed => "registry_not_allowed",
             Self::NotFound => "not_found",
             Self::Registry => "registry",
             Self::Timeout => "timeout",
@@ -215,6 +238,7 @@ impl FetchErrorKind {
         let what = match self {
             Self::InvalidReference => "the image reference is invalid",
             Self::Auth => "the registry refused access",
+            Self::RegistryNotAllowed => "the image's registry is not one the server may read from",
             Self::NotFound => "image not found in the registry",
             Self::Registry => "registry unreachable",
             Self::Timeout => "timed out",
@@ -263,7 +287,8 @@ impl FetchError {
         match self {
             Self::InvalidReference { .. } => FetchErrorKind::InvalidReference,
             Self::Client { .. } | Self::Task { .. } => FetchErrorKind::Internal,
-            Self::Auth { .. } => FetchErrorKind::Auth,
+            Self::Auth { .. } | Self::CredentialNotGranted { .. } => FetchErrorKind::Auth,
+            Self::RegistryNotAllowed { .. } => FetchErrorKind::RegistryNotAllowed,
             Self::NotFound { .. } => FetchErrorKind::NotFound,
             Self::Registry { .. } => FetchErrorKind::Registry,
             Self::Timeout { .. } => FetchErrorKind::Timeout,

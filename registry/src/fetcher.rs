@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use crate::{
     budget::{Budget, PullMemory, Reservation},
     client::{RegistryClient, ResponseLimits},
-    config::FetchConfig,
+    config::{Access, FetchConfig, PullFor, registry_allowed},
     error::{FetchError, ManifestError},
     image::{Digest, ImageKey, ImageRef},
     layer::{self, Extractor, LayerError},
@@ -250,28 +250,48 @@ impl Fetcher {
         image: &ImageRef,
         arch: &str,
         known_digest: Option<&Digest>,
+        pull_for: PullFor<'_>,
     ) -> Result<Fetched, FetchError> {
-        let resolved = self.resolve(image).await?;
+        let resolved = self.resolve(image, pull_for).await?;
         if known_digest == Some(&resolved.digest) {
             tracing::debug!(digest = %resolved.digest, "image unchanged");
             return Ok(Fetched::Unchanged {
                 digest: resolved.digest,
             });
         }
-        self.pull(&resolved, arch).await
+        self.pull(&resolved, arch, pull_for).await
+    }
+
+    /// Which credential a read of `image` for `pull_for` sends: what its data may be shared
+    /// under (see [`Access`]).
+    pub fn access(&self, image: &ImageRef, pull_for: PullFor<'_>) -> Access {
+        self.inner
+            .config
+            .credentials
+            .access(image.registry(), pull_for)
     }
 
     /// Asks the registry which manifest digest `image` points at (a HEAD
-    /// request, falling back to GET when the registry sends no digest).
-    pub async fn resolve(&self, image: &ImageRef) -> Result<Resolved, FetchError> {
+    /// request, falling back to GET when the registry sends no digest), with the credential
+    /// `pull_for` may send.
+    pub async fn resolve(
+        &self,
+        image: &ImageRef,
+        pull_for: PullFor<'_>,
+    ) -> Result<Resolved, FetchError> {
+        self.inner.admit(image)?;
         let reference = image.reference();
         let timeout = self.inner.config.fetch_timeout;
-        let digest = tokio::time::timeout(timeout, self.inner.client.manifest_digest(reference))
-            .await
-            .map_err(|_| FetchError::Timeout { after: timeout })?
-            .map_err(|error| {
-                FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
-            })?;
+        let digest = tokio::time::timeout(
+            timeout,
+            self.inner.client.manifest_digest(reference, pull_for),
+        )
+        .await
+        .map_err(|_| FetchError::Timeout { after: timeout })?
+        .map_err(|error| {
+            FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
+        })
+        .map_err(|error| self.inner.scoped(error, pull_for))?;
         Ok(Resolved {
             image: image.clone(),
             digest: digest.parse()?,
@@ -283,17 +303,58 @@ impl Fetcher {
     /// one pull: callers that want one read per image coalesce them (the
     /// server's image store does, by [`ImageKey`]); a caller that goes away
     /// ends its pull.
-    pub async fn pull(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
+    pub async fn pull(
+        &self,
+        resolved: &Resolved,
+        arch: &str,
+        pull_for: PullFor<'_>,
+    ) -> Result<Fetched, FetchError> {
+        self.inner.admit(&resolved.image)?;
         self.inner.pulls_started.fetch_add(1, Ordering::Relaxed);
         let timeout = self.inner.config.fetch_timeout;
-        tokio::time::timeout(timeout, self.inner.pull_image(resolved, arch))
+        tokio::time::timeout(timeout, self.inner.pull_image(resolved, arch, pull_for))
             .await
             .unwrap_or(Err(FetchError::Timeout { after: timeout }))
+            .map_err(|error| self.inner.scoped(error, pull_for))
     }
 }
 
 impl Inner {
-    async fn pull_image(&self, resolved: &Resolved, arch: &str) -> Result<Fetched, FetchError> {
+    /// Refuses an image whose registry is not allowed (`--allowed-registry`), before any
+    /// connection.
+    fn admit(&self, image: &ImageRef) -> Result<(), FetchError> {
+        if registry_allowed(&self.config.allowed_registries, image.registry()) {
+            Ok(())
+        } else {
+            Err(FetchError::RegistryNotAllowed {
+                registry: image.registry().to_owned(),
+            })
+        }
+    }
+
+    /// An access refusal for a pull that could not send the registry's credential, told
+    /// apart: the credential is not granted to its namespace.
+    fn scoped(&self, error: FetchError, pull_for: PullFor<'_>) -> FetchError {
+        match (error, pull_for) {
+            (FetchError::Auth { registry, source }, PullFor::Namespace(namespace))
+                if self.config.credentials.withheld(&registry, pull_for) =>
+            {
+                FetchError::CredentialNotGranted {
+                    registry,
+                    namespace: namespace.to_owned(),
+                    source,
+                }
+            }
+            (error, _) => error,
+        }
+    }
+
+    async fn pull_image(
+        &self,
+        resolved: &Resolved,
+        arch: &str,
+        pull_for: PullFor<'_>,
+    ) -> Result<Fetched, FetchError> {
         // The working set and the updateinfo allowance, waited for while
         // other pulls hold the budget; the files grow it as they are kept.
         let pull_memory = PullMemory::new(self.budget.bytes());
@@ -304,7 +365,7 @@ impl Inner {
             .map_err(FetchError::Budget)?;
         let by_digest = resolved.by_digest();
         let by_digest = by_digest.reference();
-        let (manifest, platform) = match self.pull_manifest(by_digest).await? {
+        let (manifest, platform) = match self.pull_manifest(by_digest, pull_for).await? {
             OciManifest::Image(manifest) => (manifest, None),
             OciManifest::ImageIndex(index) => {
                 let entry = platform::select(&index, arch).ok_or_else(|| {
@@ -317,7 +378,7 @@ impl Inner {
                     .image
                     .reference()
                     .clone_with_digest(entry.digest.clone());
-                match self.pull_manifest(&chosen).await? {
+                match self.pull_manifest(&chosen, pull_for).await? {
                     OciManifest::Image(manifest) => (manifest, Some(platform::describe(entry))),
                     OciManifest::ImageIndex(_) => {
                         return Err(FetchError::Manifest {
@@ -334,7 +395,9 @@ impl Inner {
             layers = manifest.layers.len(),
             "pulling layers"
         );
-        let (extractor, compressed_bytes) = self.pull_layers(by_digest, &manifest, memory).await?;
+        let (extractor, compressed_bytes) = self
+            .pull_layers(by_digest, pull_for, &manifest, memory)
+            .await?;
         let uncompressed_bytes = extractor.uncompressed_bytes();
         let (files, memory) = extractor.into_parts();
         let memory = match memory {
@@ -370,11 +433,19 @@ impl Inner {
     }
 
     /// Pulls the manifest `reference` names by digest and checks it.
-    async fn pull_manifest(&self, reference: &Reference) -> Result<OciManifest, FetchError> {
+    async fn pull_manifest(
+        &self,
+        reference: &Reference,
+        pull_for: PullFor<'_>,
+    ) -> Result<OciManifest, FetchError> {
         let expected = reference.digest().unwrap_or_default().to_owned();
-        let body = self.client.manifest(reference).await.map_err(|error| {
-            FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
-        })?;
+        let body = self
+            .client
+            .manifest(reference, pull_for)
+            .await
+            .map_err(|error| {
+                FetchError::from_registry(reference.resolve_registry(), &reference.whole(), error)
+            })?;
         let mut hasher = stream::hasher_for(&expected)?;
         hasher.update(&body.bytes);
         let actual = hasher.finish();
@@ -430,6 +501,7 @@ impl Inner {
     async fn pull_layers(
         &self,
         reference: &Reference,
+        pull_for: PullFor<'_>,
         manifest: &OciImageManifest,
         memory: Reservation,
     ) -> Result<(Extractor, u64), FetchError> {
@@ -470,6 +542,7 @@ impl Inner {
             stream::stream_blob(
                 &self.client,
                 reference,
+                pull_for,
                 layer,
                 tx,
                 &mut compressed,

@@ -46,7 +46,7 @@ pub mod stream;
 
 pub use self::{
     budget::{Budget, BudgetError, PullMemory, Reservation},
-    config::{FetchConfig, RegistryArgs},
+    config::{Access, FetchConfig, PullFor, RegistryArgs},
     error::{FetchError, FetchErrorKind, ManifestError},
     fetcher::{Fetched, Fetcher, ParseAllowance, PulledMemory, Resolved},
     image::{

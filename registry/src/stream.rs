@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     client::{RegistryClient, RegistryError},
+    config::PullFor,
     digest::Hasher,
     error::{FetchError, ManifestError},
     limits::Limit,
@@ -37,6 +38,7 @@ pub fn declared_size(descriptor: &OciDescriptor) -> Result<u64, FetchError> {
 pub async fn stream_blob(
     client: &RegistryClient,
     reference: &Reference,
+    pull_for: PullFor<'_>,
     layer: &OciDescriptor,
     tx: mpsc::Sender<Bytes>,
     compressed: &mut u64,
@@ -47,7 +49,7 @@ pub async fn stream_blob(
     let registry_error =
         |error| FetchError::from_registry(reference.resolve_registry(), &layer.digest, error);
     let mut response = client
-        .blob(reference, &layer.digest)
+        .blob(reference, &layer.digest, pull_for)
         .await
         .map_err(registry_error)?;
     if response.content_length().is_some_and(|len| len > declared) {

@@ -19,6 +19,10 @@
 //! [`parsed_bytes`](ChannelData::parsed_bytes) whole: it may count shared advisories more
 //! than once, never less.)
 //!
+//! A read is shared under a [`ReadKey`]: the image key and the registry credential the read
+//! sends ([`Access`]). A channel in a namespace a credential is not granted to reads anonymously,
+//! under another key, and never receives what was pulled with the credential.
+//!
 //! [`ParsedImages`] holds [`Weak`] references only: it never keeps data alive
 //! by itself. An entry lives as long as a snapshot built from it (see
 //! [`Snapshot::parsed`](crate::cache::Snapshot::parsed)); dead entries are
@@ -37,7 +41,7 @@ use elemental_changelog::{
 };
 use elemental_changelog_apiservice::{Arch, types::Advisory};
 use elemental_changelog_registry::{
-    Digest, FetchError, Fetched, ImageKey, ImageRef, KeepFiles, ParseAllowance,
+    Access, Digest, FetchError, Fetched, ImageKey, ImageRef, KeepFiles, ParseAllowance,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -67,6 +71,13 @@ pub fn parse_limits(allowance: ParseAllowance) -> data::Limits {
 /// The key of `image` at `digest` for `arch`.
 fn image_key(image: &ImageRef, digest: &Digest, arch: &Arch) -> ImageKey {
     ImageKey::new(image, digest, arch.oci())
+}
+
+/// What one read of an image is shared under: the image, and the credential the read sends.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ReadKey {
+    image: ImageKey,
+    access: Access,
 }
 
 /// An image's parsed data and the platform it was read for.
@@ -99,10 +110,10 @@ fn updateinfo_digests(files: &[(String, Vec<u8>)]) -> HashMap<String, FileDigest
 /// [`ImageKey`], and the images being read.
 #[derive(Default)]
 pub(super) struct ParsedImages {
-    entries: Mutex<HashMap<ImageKey, Entry>>,
+    entries: Mutex<HashMap<ReadKey, Entry>>,
     /// One read per image at a time: a channel that starts reading an image
     /// another channel is reading waits, then shares its parse.
-    reading: Mutex<HashMap<ImageKey, Arc<tokio::sync::Mutex<()>>>>,
+    reading: Mutex<HashMap<ReadKey, Arc<tokio::sync::Mutex<()>>>>,
     /// Parsed `updateinfo.xml` advisories that some held image serves, by the SHA-256 of the
     /// file they were parsed from.
     updateinfo: Mutex<HashMap<FileDigest, Weak<Vec<Advisory>>>>,
@@ -111,7 +122,7 @@ pub(super) struct ParsedImages {
 /// The right to read an image, held while reading it (see [`ParsedImages::turn`]).
 struct ReadTurn<'a> {
     images: &'a ParsedImages,
-    key: ImageKey,
+    key: ReadKey,
     guard: tokio::sync::OwnedMutexGuard<()>,
 }
 
@@ -132,7 +143,7 @@ impl Drop for ReadTurn<'_> {
 
 impl ParsedImages {
     /// The parse of `key`, if a channel still holds it.
-    pub(super) fn get(&self, key: &ImageKey) -> Option<Parsed> {
+    pub(super) fn get(&self, key: &ReadKey) -> Option<Parsed> {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = entries.get(key)?;
         Some(Parsed {
@@ -143,7 +154,7 @@ impl ParsedImages {
 
     /// Offers `parsed` to the next readers of `key`, and forgets the images
     /// no channel holds any more.
-    pub(super) fn insert(&self, key: ImageKey, parsed: &Parsed) {
+    pub(super) fn insert(&self, key: ReadKey, parsed: &Parsed) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.retain(|_, e| e.data.strong_count() > 0);
         entries.insert(
@@ -178,7 +189,7 @@ impl ParsedImages {
 
     /// Waits until no other channel reads `key`, then holds the turn to
     /// read it until dropped.
-    async fn turn(&self, key: &ImageKey) -> ReadTurn<'_> {
+    async fn turn(&self, key: &ReadKey) -> ReadTurn<'_> {
         let lock = {
             let mut reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
             // Keys nobody holds or waits for (a waiter cancelled last) go.
@@ -317,9 +328,13 @@ pub(super) async fn read(
     image: &ImageRef,
     digest: &Digest,
     arch: &Arch,
+    namespace: &str,
     ctx: &Context,
 ) -> Result<Read, ReadError> {
-    let key = image_key(image, digest, arch);
+    let key = ReadKey {
+        image: image_key(image, digest, arch),
+        access: ctx.fetcher.access(image, namespace),
+    };
     let _turn = ctx.images.turn(&key).await;
     if let Some(parsed) = ctx.images.get(&key) {
         return Ok(Read::Shared(parsed));
@@ -327,7 +342,7 @@ pub(super) async fn read(
     tracing::debug!(image = image.as_str(), %arch, "pulling");
     let fetched = ctx
         .fetcher
-        .pull(image, digest, arch)
+        .pull(image, digest, arch, namespace)
         .await
         .map_err(ReadError::Fetch)?;
     let Fetched::Pulled {
@@ -386,13 +401,34 @@ pub(super) async fn read(
 mod tests {
     use super::*;
 
-    /// [`image_key`] of a reference, a digest and an architecture as written.
-    fn key(image: &str, digest: &str, arch: &str) -> ImageKey {
-        image_key(
-            &image.parse().unwrap(),
-            &digest.parse().unwrap(),
-            &arch.parse().unwrap(),
-        )
+    /// The anonymous [`ReadKey`] of a reference, a digest and an architecture as written.
+    fn key(image: &str, digest: &str, arch: &str) -> ReadKey {
+        ReadKey {
+            image: image_key(
+                &image.parse().unwrap(),
+                &digest.parse().unwrap(),
+                &arch.parse().unwrap(),
+            ),
+            access: Access::Anonymous,
+        }
+    }
+
+    #[test]
+    fn a_read_with_a_credential_is_not_an_anonymous_one() {
+        let anonymous = key("registry.example.com/os/channel:v1", "sha256:a", "x86_64");
+        let credentialed = ReadKey {
+            access: Access::Credential("registry.example.com".to_owned()),
+            ..anonymous.clone()
+        };
+        assert_ne!(anonymous, credentialed);
+        let images = ParsedImages::default();
+        let held = parsed(&["v1"]);
+        images.insert(credentialed.clone(), &held);
+        assert!(images.get(&credentialed).is_some());
+        assert!(
+            images.get(&anonymous).is_none(),
+            "data pulled with a credential is shared with a read that may not send it"
+        );
     }
 
     fn parsed(names: &[&str]) -> Parsed {

@@ -257,7 +257,7 @@ async fn refresh_arch<'a>(
         ctx,
     };
     debug!(image = image.as_str(), %arch, "resolving");
-    let digest = match ctx.fetcher.resolve(image).await {
+    let digest = match ctx.fetcher.resolve(image, &key.namespace).await {
         Ok(digest) => digest,
         Err(error) => return (attempt.failed(None, &ReadError::Fetch(error), old), None),
     };
@@ -281,7 +281,7 @@ async fn refresh_arch<'a>(
         }
     }
     debug!(image = image.as_str(), %arch, %digest, "reading");
-    let read = match images::read(image, &digest, arch, ctx).await {
+    let read = match images::read(image, &digest, arch, &key.namespace, ctx).await {
         Ok(read) => read,
         Err(error) => return (attempt.failed(Some(digest), &error, old), None),
     };

@@ -199,7 +199,7 @@ pub(super) async fn retain(
         groups.push((snapshot.clone(), arch.clone(), sources));
     }
     let mut pulled: Pulled = BTreeMap::new();
-    let failed = pull_retained(&groups, &archs, ctx, memory, &mut pulled, progress).await;
+    let failed = pull_retained(key, &groups, &archs, ctx, memory, &mut pulled, progress).await;
     let statuses = retained_statuses(&groups, &archs, &pulled);
     let composed = compose(groups, previous, &pulled).await;
     for arch in archs.values_mut() {
@@ -221,6 +221,7 @@ pub(super) async fn retain(
 /// Pulls the older images `groups` need, telling `progress` which retained versions are
 /// being rebuilt first. Returns the first image that could not be pulled, and why.
 async fn pull_retained(
+    key: &ChannelKey,
     groups: &[Group],
     archs: &BTreeMap<Arch, ArchState>,
     ctx: &Context,
@@ -247,14 +248,16 @@ async fn pull_retained(
             if pulled.contains_key(&slot) {
                 continue;
             }
-            let result = read_by_digest(reference, arch, ctx).await.map(|read| {
-                let (parsed, how) = match read {
-                    Read::Shared(parsed) => (parsed, RetainedPull::Shared),
-                    Read::Pulled { parsed, .. } => (parsed, RetainedPull::Pulled),
-                };
-                ctx.metrics.retained_pull(how);
-                parsed.data
-            });
+            let result = read_by_digest(reference, arch, &key.namespace, ctx)
+                .await
+                .map(|read| {
+                    let (parsed, how) = match read {
+                        Read::Shared(parsed) => (parsed, RetainedPull::Shared),
+                        Read::Pulled { parsed, .. } => (parsed, RetainedPull::Pulled),
+                    };
+                    ctx.metrics.retained_pull(how);
+                    parsed.data
+                });
             match &result {
                 Ok(data) => {
                     for (name, _) in sources.iter().filter(
@@ -324,6 +327,7 @@ fn retained_statuses(
 async fn read_by_digest(
     reference: &ImageRef,
     arch: &Arch,
+    namespace: &str,
     ctx: &Context,
 ) -> Result<Read, FetchFailure> {
     let failure = |kind: ReadErrorKind, message: String| FetchFailure {
@@ -334,10 +338,10 @@ async fn read_by_digest(
     // The registry still has it (a garbage-collected digest fails here).
     let digest = ctx
         .fetcher
-        .resolve(reference)
+        .resolve(reference, namespace)
         .await
         .map_err(|error| failure(error.kind().into(), error_chain(&error)))?;
-    images::read(reference, &digest, arch, ctx)
+    images::read(reference, &digest, arch, namespace, ctx)
         .await
         .map_err(|error| failure(error.kind(), error.message()))
 }

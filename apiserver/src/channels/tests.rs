@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use elemental_changelog::data::ChannelData;
 
-use elemental_changelog_registry::{FetchErrorKind, Repository};
+use elemental_changelog_registry::{Access, FetchErrorKind, Repository};
 
 use super::{
     controller::{Action, ChannelMemory, MIN_BACKOFF, controller, error_policy, grew, next_wait},
@@ -211,7 +211,11 @@ impl Fake {
 }
 
 impl ImageSource for Fake {
-    fn resolve<'a>(&'a self, image: &'a ImageRef) -> BoxFuture<'a, Result<Digest, FetchError>> {
+    fn resolve<'a>(
+        &'a self,
+        image: &'a ImageRef,
+        _namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Digest, FetchError>> {
         let call = Call {
             image: image.to_string(),
             at: Instant::now(),
@@ -257,6 +261,7 @@ impl ImageSource for Fake {
         image: &'a ImageRef,
         digest: &'a Digest,
         arch: &'a Arch,
+        _namespace: &'a str,
     ) -> BoxFuture<'a, Result<Fetched, FetchError>> {
         self.pulls.lock().unwrap_or_else(|e| e.into_inner()).push((
             image.to_string(),
@@ -287,6 +292,10 @@ impl ImageSource for Fake {
             }),
         };
         Box::pin(std::future::ready(answer))
+    }
+
+    fn access(&self, _image: &ImageRef, _namespace: &str) -> Access {
+        Access::Anonymous
     }
 }
 

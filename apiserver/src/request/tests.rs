@@ -290,6 +290,31 @@ fn invalid_input_is_a_400_at_parse_time() {
 }
 
 #[test]
+fn a_second_version_read_is_authorized_as_its_changelog() {
+    let ns = format!("{BASE}/namespaces/fleet-default");
+    let changelog_of = |name: &str| {
+        parse(&format!("{ns}/managedosversions/{name}/changelog"))
+            .attributes()
+            .clone()
+    };
+    let from = parse(&format!("{ns}/managedosversions/v2/changelog?from=v1"));
+    assert_eq!(from.also_reads(), Some(changelog_of("v1")));
+    let to = parse(&format!(
+        "{ns}/machineinventories/m1/changelog?to=v3&format=text"
+    ));
+    assert_eq!(to.also_reads(), Some(changelog_of("v3")));
+    // The machine's own target is the operator's choice, not a parameter: nothing more.
+    for one in [
+        format!("{ns}/machineinventories/m1/changelog"),
+        format!("{ns}/managedosversions/v2/changelog"),
+        format!("{ns}/machineinventories/m1?to=v3"),
+        format!("{ns}/managedosimages/plan/changelog?to=v3"),
+    ] {
+        assert_eq!(parse(&one).also_reads(), None, "{one}");
+    }
+}
+
+#[test]
 fn dns_names() {
     assert!(is_dns1123_subdomain("base-v2.2.0-3.12-os"));
     assert!(is_dns1123_label("fleet-default"));

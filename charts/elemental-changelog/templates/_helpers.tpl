@@ -106,11 +106,30 @@ app.kubernetes.io/component: aggregated-apiserver
 - apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
   resources: ["managedosversions/changelog"]
   verbs: ["get"]
+{{- end }}
+
+{{/*
+The fleet view's machine reader: each MachineInventory's name, uid, labels (SMBIOS
+machineUUID, serial numbers) and the OS it reports, and a machine's pending changelog. The
+elemental-operator grants its MachineInventories to no built-in role, so neither is this
+aggregated unless rbac.fleetView.aggregateTo says so.
+*/}}
+{{- define "elemental-changelog.machineReaderRules" -}}
 - apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
   resources: ["machineinventories"]
   verbs: ["get", "list", "watch"]
 - apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
-  resources: ["machineinventories/changelog", "managedosimages/changelog"]
+  resources: ["machineinventories/changelog"]
+  verbs: ["get"]
+{{- end }}
+
+{{/*
+The fleet view's plan reader: a ManagedOSImage's upgrade plan, its machines grouped by the
+version they run.
+*/}}
+{{- define "elemental-changelog.planReaderRules" -}}
+- apiGroups: [{{ include "elemental-changelog.apiGroup" . | quote }}]
+  resources: ["managedosimages/changelog"]
   verbs: ["get"]
 {{- end }}
 
