@@ -572,8 +572,9 @@ async fn load_phase(
     Ok(())
 }
 
-/// Lets [`USER`] read changelogs and ConfigMaps in [`FLEET_NAMESPACE`] and
-/// [`MEMORY_NAMESPACE`].
+/// Lets [`USER`] read changelogs and ConfigMaps in [`FLEET_NAMESPACE`],
+/// [`MEMORY_NAMESPACE`] and the fleet phase's namespace, and list and watch machines there
+/// (ours and the MachineInventory CRD).
 async fn bind_reader(bed: &TestBed) -> Result<()> {
     let mut yaml = String::from(
         "apiVersion: rbac.authorization.k8s.io/v1
@@ -581,8 +582,11 @@ kind: ClusterRole
 metadata: {name: bench-reader}
 rules:
 - apiGroups: [changelog.elemental.cattle.io]
-  resources: [managedosversions, managedosversions/changelog, machineinventories]
+  resources: [managedosversions, managedosversions/changelog]
   verbs: [get, list]
+- apiGroups: [changelog.elemental.cattle.io, elemental.cattle.io]
+  resources: [machineinventories]
+  verbs: [get, list, watch]
 - apiGroups: [\"\"]
   resources: [configmaps]
   verbs: [get, list]
