@@ -768,6 +768,12 @@ fn mib_arg(args: &[&str], flag: &str) -> Result<u64> {
         .with_context(|| format!("{flag}{value} is not in Mi"))
 }
 
+/// What the chart counts for `machines` expected MachineInventories (`fleet.expectedMachines`,
+/// 8Ki each, the figure `make bench` measured), in MiB rounded up.
+fn machines_mib(machines: u64) -> u64 {
+    (machines * 8 * 1024).div_ceil(1024 * 1024)
+}
+
 fn mib(quantity: &str) -> Result<u64> {
     for (suffix, factor) in [("Gi", 1024), ("Mi", 1)] {
         if let Some(n) = quantity.strip_suffix(suffix) {
@@ -830,14 +836,16 @@ fn check_rendering(docs: &[Value], answers: &Value) -> Result<()> {
         "memory limit",
     )?)?;
     ensure!(budget >= 128, "--memory-budget={budget}Mi is below 128Mi");
+    // The process's 64Mi and what the expected machines take outside the budget.
+    let overhead = 64 + machines_mib(get(answers, "fleet.expectedMachines").as_u64().unwrap_or(0));
     ensure!(
-        budget + answer_cache + kept + 64 <= limit,
-        "budget {budget}Mi + answer cache {answer_cache}Mi + kept data {kept}Mi + 64Mi > limit {limit}Mi"
+        budget + answer_cache + kept + overhead <= limit,
+        "budget {budget}Mi + answer cache {answer_cache}Mi + kept data {kept}Mi + {overhead}Mi > limit {limit}Mi"
     );
     match get(answers, "server.memoryBudget").as_str() {
         // (Each derived value is rounded down to whole MiB.)
         Some("") | None => ensure!(
-            budget + answer_cache + kept + 64 + 2 >= limit,
+            budget + answer_cache + kept + overhead + 2 >= limit,
             "budget not derived"
         ),
         Some(given) => ensure!(budget == mib(given)?),
@@ -969,6 +977,48 @@ async fn every_rancher_question_renders_at_its_default_and_another_value() -> Re
         .await
         .expect_err("a budget over the limit rendered");
     ensure!(format!("{error:#}").contains("do not fit"), "{error:#}");
+
+    // The memory formula counts machines: 50,000 expected MachineInventories take 8Ki each
+    // outside the budget, so the default 256Mi limit no longer leaves the budget the server
+    // needs, and a limit that holds them leaves the budget less what they take.
+    let mut answers = defaults.clone();
+    set(&mut answers, "fleet.expectedMachines", Value::from(50_000));
+    let error = render(&answers)
+        .await
+        .expect_err("50,000 machines rendered within 256Mi");
+    ensure!(format!("{error:#}").contains("memory budget"), "{error:#}");
+    set(
+        &mut answers,
+        "resources.limits.memory",
+        Value::String("1Gi".into()),
+    );
+    let docs = render(&answers).await?;
+    check_rendering(&docs, &answers).context("50,000 machines in 1Gi")?;
+    let deployment = find(&docs, "Deployment", SERVICE_NAME)?;
+    let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    // 1024Mi - 64Mi - 50,000 x 8Ki (390.625Mi) - 128Mi (answers) - 64Mi (kept), rounded down.
+    let budget = mib_arg(&args, "--memory-budget=")?;
+    ensure!(
+        budget == 377,
+        "--memory-budget={budget}Mi for 50,000 machines in 1Gi"
+    );
+    // Machines are a count: anything else is refused by the values schema, with its name.
+    for bad in [Value::from(-1), Value::String("many".into())] {
+        let mut answers = defaults.clone();
+        set(&mut answers, "fleet.expectedMachines", bad.clone());
+        let error = render(&answers)
+            .await
+            .expect_err("a bad fleet.expectedMachines rendered");
+        ensure!(
+            format!("{error:#}").contains("expectedMachines"),
+            "{bad:?}: {error:#}"
+        );
+    }
     Ok(())
 }
 

@@ -134,7 +134,9 @@ message, not the pod at start.
 The server's three memory settings, moved together with the container's memory limit
 (docs/operations.md, memory budget): the answer cache (`--answer-cache-size`) is an eighth
 of the limit, the parsed channel data kept (`--max-kept-total`) a sixteenth, and the image
-budget (`--memory-budget`) what is left after them and the 64Mi the process needs. An
+budget (`--memory-budget`) what is left after them and the 64Mi the process needs, plus
+8Ki for each of `fleet.expectedMachines` (the bytes a watched MachineInventory adds to the
+resident memory, measured in `make bench`'s fleet phase, docs/performance.md). An
 explicit `server.answerCacheSize`, `server.maxKeptTotal` or `server.memoryBudget` is used
 as given. The server refuses to start with a budget under
 128Mi (4 x the default --max-kept-size of 24MiB, plus a quarter of the budget), so such a
@@ -143,7 +145,8 @@ Returns YAML: {budget: <n>Mi, answerCache: <n>Mi, keptTotal: <n>Mi}.
 */}}
 {{- define "elemental-changelog.memory" -}}
 {{- $mi := 1048576 }}
-{{- $overhead := mul 64 $mi }}
+{{- $perMachine := 8192 }}
+{{- $overhead := add (mul 64 $mi) (mul (int64 (.Values.fleet.expectedMachines | default 0)) $perMachine) }}
 {{- $limitValue := "" }}
 {{- if .Values.resources }}{{ if .Values.resources.limits }}{{ $limitValue = .Values.resources.limits.memory | default "" }}{{ end }}{{ end }}
 {{- $limit := 0 }}
