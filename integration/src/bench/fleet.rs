@@ -67,6 +67,10 @@ const EVENT_DEADLINE: Duration = Duration::from_secs(60);
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 /// The annotation a machine's OS image is registered in.
 const OS_IMAGE: &str = "elemental.cattle.io/os.image";
+/// Changes after the timed ones, recorded with perf (not timed: perf slows the server).
+pub const PROFILED_CHANGES: usize = 5;
+/// Polls after the measured ones, recorded with perf.
+pub const PROFILED_LISTS: usize = 3;
 /// The machine whose annotation the watch latency and the follow samples change.
 const CHANGED: &str = "m-00000";
 
@@ -136,6 +140,11 @@ pub struct FleetResults {
     pub poller: Poller,
     /// How long each setup step took, in order.
     pub setup: Vec<(String, Duration)>,
+    /// The server's CPU profile over [`PROFILED_CHANGES`] more changes after the timed ones
+    /// (the top of `perf report`), when perf may record.
+    pub watch_profile: Option<String>,
+    /// The server's CPU profile over [`PROFILED_LISTS`] more polls after the measured ones.
+    pub poller_profile: Option<String>,
 }
 
 /// The image a machine of channel `c` on version `version` reports.
@@ -312,7 +321,8 @@ pub async fn run(
     (results.uncached_ms, results.cached_ms) = cached_vs_uncached(bed, &direct_list).await?;
     results.follow = follow(bed, &models).await?;
     let changes = if settings.quick { 5 } else { 20 };
-    results.watch = watch_latency(bed, token, &models[0], changes).await?;
+    (results.watch, results.watch_profile) =
+        watch_latency(bed, token, &models[0], changes, pid).await?;
     results.watch_changes = changes;
     let poll_for = if settings.quick {
         Duration::from_secs(15)
@@ -320,6 +330,19 @@ pub async fn run(
         Duration::from_secs(60)
     };
     results.poller = poller(bed, token, pid, &aggregated, poll_for).await?;
+    let recording = super::Recording::start(pid)?;
+    poller(
+        bed,
+        token,
+        pid,
+        &aggregated,
+        POLL_PERIOD * (PROFILED_LISTS as u32 - 1) + Duration::from_secs(1),
+    )
+    .await?;
+    results.poller_profile = recording
+        .map(super::Recording::finish)
+        .transpose()?
+        .flatten();
     results.rss_end = super::rss(pid)?;
     Ok(results)
 }
@@ -598,13 +621,15 @@ type Seen = (Side, Instant, Result<String, String>);
 /// [`WATCHERS`] watchers on each side from a list's resourceVersion, then `changes` changes of
 /// [`CHANGED`]'s OS annotation, alternating between an older version and the newest, so that
 /// its state changes each time; each change timed from just before its PATCH is sent to its
-/// event at every watcher. The first change is not counted (connections and paths warm up).
+/// event at every watcher. The first change is not counted (connections and paths warm up);
+/// [`PROFILED_CHANGES`] more after the timed ones are recorded with perf (server `pid`).
 async fn watch_latency(
     bed: &TestBed,
     token: &str,
     model: &Channel,
     changes: usize,
-) -> Result<Vec<WatchLatency>> {
+    pid: u32,
+) -> Result<(Vec<WatchLatency>, Option<String>)> {
     let ours = format!(
         "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories",
         bed.apiserver_url()
@@ -645,7 +670,11 @@ async fn watch_latency(
     let api = machine_api(bed);
     let newest = model.versions.last().context("no version")?;
     let (mut ours_latency, mut kube_latency) = (Vec::new(), Vec::new());
-    for n in 0..=changes {
+    let mut recording = None;
+    for n in 0..=changes + PROFILED_CHANGES {
+        if n == changes + 1 {
+            recording = super::Recording::start(pid)?;
+        }
         let version = if n % 2 == 0 {
             &model.versions[(n * 7 + 3) % (model.versions.len() - 1)]
         } else {
@@ -676,15 +705,19 @@ async fn watch_latency(
                 _ => {}
             }
         }
-        if n > 0 {
+        if (1..=changes).contains(&n) {
             ours_latency.extend(ours_seen);
             kube_latency.extend(kube_seen);
         }
     }
+    let profile = recording
+        .map(super::Recording::finish)
+        .transpose()?
+        .flatten();
     for task in tasks {
         task.abort();
     }
-    Ok(vec![
+    let latencies = vec![
         WatchLatency {
             label: "(b) machineinventories.changelog.elemental.cattle.io through the aggregator"
                 .to_owned(),
@@ -695,7 +728,8 @@ async fn watch_latency(
                 .to_owned(),
             latencies: kube_latency,
         },
-    ])
+    ];
+    Ok((latencies, profile))
 }
 
 /// The resourceVersion of the list at `url` as the reader (the items skipped).

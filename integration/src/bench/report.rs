@@ -239,6 +239,27 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
         let _ = writeln!(w, "| {goal} | {} |", verdict(ok));
     }
     let _ = writeln!(w);
+    for (title, profile) in [
+        (
+            format!(
+                "Where the server spends its time on a machine's change ({} more changes, \
+                 recorded with `perf record -g`, self time)",
+                super::fleet::PROFILED_CHANGES
+            ),
+            &f.watch_profile,
+        ),
+        (
+            format!(
+                "Where the server spends its time answering the poller ({} more lists)",
+                super::fleet::PROFILED_LISTS
+            ),
+            &f.poller_profile,
+        ),
+    ] {
+        if let Some(profile) = profile {
+            let _ = writeln!(w, "{title}:\n\n```\n{profile}\n```\n");
+        }
+    }
 }
 
 /// Bytes each machine added to the server's RSS (0 when it shrank).
