@@ -1010,7 +1010,9 @@ impl Recording {
             .args(["-INT", &self.perf.id().to_string()])
             .status()?;
         ensure!(stopped.success(), "could not stop perf");
-        if !self.perf.wait()?.success() {
+        // perf record ends with 130 on SIGINT, having written its data.
+        let status = self.perf.wait()?;
+        if !status.success() && status.code() != Some(130) {
             return Ok(None);
         }
         perf_top(self.data.path())

@@ -229,10 +229,12 @@ pub async fn run(
     ));
     results.rss.1 = settled_rss(bed).await?;
     eprintln!("bench: RSS {:?} → {:?}", results.rss.0, results.rss.1);
-    // ConfigMaps of the same count, each holding one machine's answer, as the baseline.
-    let item: Value = serde_json::from_slice::<Value>(&body)?["items"][0].clone();
+    // ConfigMaps of the same count and mean size as the machines in their list, as the
+    // baseline: a ConfigMap's own fields (metadata, managedFields) counted, the rest data.
+    let mean_item = body.len() / machines;
+    let data_bytes = mean_item.saturating_sub(configmap_overhead(bed).await?);
     let step = Instant::now();
-    create_configmaps(bed, machines, &serde_json::to_string(&item)?).await?;
+    create_configmaps(bed, machines, &"x".repeat(data_bytes)).await?;
     results.setup.push((
         format!("{machines} ConfigMaps created ({CREATE_CONCURRENCY} at once)"),
         step.elapsed(),
@@ -324,10 +326,11 @@ pub async fn run(
     (results.watch, results.watch_profile) =
         watch_latency(bed, token, &models[0], changes, pid).await?;
     results.watch_changes = changes;
+    // Lists at 0, 5, … s: 12 in the minute (3 in 15 s quick).
     let poll_for = if settings.quick {
-        Duration::from_secs(15)
+        Duration::from_secs(14)
     } else {
-        Duration::from_secs(60)
+        Duration::from_secs(59)
     };
     results.poller = poller(bed, token, pid, &aggregated, poll_for).await?;
     let recording = super::Recording::start(pid)?;
@@ -336,7 +339,7 @@ pub async fn run(
         token,
         pid,
         &aggregated,
-        POLL_PERIOD * (PROFILED_LISTS as u32 - 1) + Duration::from_secs(1),
+        POLL_PERIOD * (PROFILED_LISTS as u32 - 1) - Duration::from_secs(1),
     )
     .await?;
     results.poller_profile = recording
@@ -517,6 +520,23 @@ async fn create_machines(bed: &TestBed, models: &[Channel], count: usize) -> Res
         started.elapsed()
     );
     Ok(())
+}
+
+/// Bytes of a ConfigMap's JSON (as kube-apiserver lists it) besides its data value.
+async fn configmap_overhead(bed: &TestBed) -> Result<usize> {
+    let api: Api<ConfigMap> = Api::namespaced(bed.client(), NAMESPACE);
+    let probe = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("cm-99999".to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("machine.json".to_owned(), String::new())].into()),
+        ..ConfigMap::default()
+    };
+    let created = api.create(&PostParams::default(), &probe).await?;
+    api.delete("cm-99999", &kube::api::DeleteParams::default())
+        .await?;
+    Ok(serde_json::to_vec(&created)?.len())
 }
 
 /// `count` ConfigMaps holding `data` each.

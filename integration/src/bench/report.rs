@@ -24,8 +24,8 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
         w,
         "## Fleet view: {} machines\n\n{} MachineInventories in one namespace over {} channels of {} \
          versions (machine `i` on version `i / {}` of channel `i % {}`), as many ConfigMaps each \
-         holding one machine's answer as the baseline (the same item count and about the same \
-         mean item size). Every client sends the reader's bearer token (token review and \
+         holding as many bytes as a machine's mean size in the machine list, metadata counted, \
+         as the baseline. Every client sends the reader's bearer token (token review and \
          authorization on) and `Accept-Encoding: gzip` (as kubectl). Lists: machines {} (JSON), \
          ConfigMaps {}.\n",
         f.machines,
@@ -55,8 +55,8 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
     let _ = writeln!(
         w,
         "Lists of all machines are asked one at a time, the five lists taking turns in each round \
-         (a first round unmeasured), so both sides see the same load; with 20 rounds, p99 is the \
-         slowest. The small answers (v, m) are loaded with `wrk` (HTTP/1.1, 2 threads).\n\n\
+         (a first round unmeasured), so both sides see the same load; with under 100 rounds, p99 \
+         is the slowest. The small answers (v, m) are loaded with `wrk` (HTTP/1.1, 2 threads).\n\n\
          | request | how | req/s | p50 | p99 | bytes/response | errors | p99 ÷ (a) of the same format | req/s ÷ (a) |\n|---|---|---|---|---|---|---|---|---|"
     );
     for c in &f.cells {
