@@ -135,7 +135,7 @@ The server's three memory settings, moved together with the container's memory l
 (docs/operations.md, memory budget): the answer cache (`--answer-cache-size`) is an eighth
 of the limit, the parsed channel data kept (`--max-kept-total`) a sixteenth, and the image
 budget (`--memory-budget`) what is left after them and the 64Mi the process needs, plus
-8Ki for each of `fleet.expectedMachines` (the bytes a watched MachineInventory adds to the
+12Ki for each of `fleet.expectedMachines` (the bytes a watched MachineInventory adds to the
 resident memory, measured in `make bench`'s fleet phase, docs/performance.md). An
 explicit `server.answerCacheSize`, `server.maxKeptTotal` or `server.memoryBudget` is used
 as given. The server refuses to start with a budget under
@@ -145,7 +145,7 @@ Returns YAML: {budget: <n>Mi, answerCache: <n>Mi, keptTotal: <n>Mi}.
 */}}
 {{- define "elemental-changelog.memory" -}}
 {{- $mi := 1048576 }}
-{{- $perMachine := 8192 }}
+{{- $perMachine := 12288 }}
 {{- $overhead := add (mul 64 $mi) (mul (int64 (.Values.fleet.expectedMachines | default 0)) $perMachine) }}
 {{- $limitValue := "" }}
 {{- if .Values.resources }}{{ if .Values.resources.limits }}{{ $limitValue = .Values.resources.limits.memory | default "" }}{{ end }}{{ end }}
