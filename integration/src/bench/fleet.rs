@@ -330,9 +330,9 @@ pub async fn run(
     results.watch_changes = changes;
     // Lists at 0, 5, … s: 12 in the minute (3 in 15 s quick).
     let poll_for = if settings.quick {
-        Duration::from_secs(14)
+        Duration::from_secs(15)
     } else {
-        Duration::from_secs(59)
+        Duration::from_secs(60)
     };
     results.poller = poller(bed, token, pid, &aggregated, poll_for).await?;
     let recording = super::Recording::start(pid)?;
@@ -341,7 +341,7 @@ pub async fn run(
         token,
         pid,
         &aggregated,
-        POLL_PERIOD * (PROFILED_LISTS as u32 - 1) - Duration::from_secs(1),
+        POLL_PERIOD * PROFILED_LISTS as u32,
     )
     .await?;
     results.poller_profile = recording
@@ -853,7 +853,8 @@ fn ticks_per_second() -> Result<u64> {
 }
 
 /// A Rancher-style poller for `duration`: a LIST of all machines at `url` (JSON, gzip) every
-/// [`POLL_PERIOD`], as the reader; the server's CPU time over the run and during the lists.
+/// [`POLL_PERIOD`] (at 0, 5, … s, before `duration`), as the reader; the server's CPU time
+/// over the run and during the lists.
 async fn poller(
     bed: &TestBed,
     token: &str,
@@ -868,8 +869,11 @@ async fn poller(
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let began = Instant::now();
     let cpu_began = cpu_time(pid, ticks)?;
-    while began.elapsed() < duration {
+    loop {
         interval.tick().await;
+        if began.elapsed() >= duration {
+            break;
+        }
         let cpu = cpu_time(pid, ticks)?;
         let started = Instant::now();
         let response = client
@@ -886,8 +890,6 @@ async fn poller(
         result.cpu_in_lists += cpu_time(pid, ticks)?.saturating_sub(cpu);
         result.lists += 1;
     }
-    // Until the next list would have been sent: the run covers `lists` whole periods.
-    interval.tick().await;
     result.took = began.elapsed();
     result.cpu_total = cpu_time(pid, ticks)?.saturating_sub(cpu_began);
     eprintln!(
