@@ -4,8 +4,10 @@
 //! A request flows through [`server`] (TLS, HTTP/1.1 and HTTP/2) → [`request`] (the request
 //! model) → authentication and authorization ([`elemental_changelog_auth`]: front-proxy
 //! headers, client certificates, TokenReview, SubjectAccessReview) → [`routes`] which answer from the [`cache`] filled by
-//! [`channels`] (reflectors and refresh triggers) through [`elemental_changelog_registry`]
-//! (image pulls).
+//! [`channels`] (the channel controller: reflectors, one reconcile per channel, one publisher)
+//! through [`elemental_changelog_registry`] (image pulls). Summaries and machines are computed
+//! when their inputs change ([`live`]) and kept in [`watch`] hubs, from which lists and
+//! watches are served; the fleet view's resolution is in [`fleet`].
 
 pub mod cache;
 pub mod channels;

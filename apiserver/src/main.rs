@@ -119,7 +119,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
         ReadyCache::new(args.serving.answer_cache_size, registry.register()),
         live.clone(),
     ));
-    let fleet = Arc::new(FleetView::new(fleet_stores, resources.clone()));
+    let fleet = Arc::new(FleetView::new(
+        fleet_stores,
+        Arc::new(resources.clone()),
+        live.clone(),
+    ));
     let live_run = {
         let versions = live
             .clone()

@@ -18,7 +18,9 @@ use std::{
 use bytes::Bytes;
 use dashmap::DashMap;
 use elemental_changelog_apiservice::{
-    discovery, openapi,
+    discovery,
+    fleet::MachineInventoryChangelogSummary,
+    openapi,
     status::{Denied, StatusError},
 };
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
@@ -39,6 +41,7 @@ use self::{
 };
 use crate::{
     health::{self, Health},
+    live::Answers,
     metrics::Registry,
     request::{
         Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, RequestResource, Resource,
@@ -85,8 +88,15 @@ pub struct App {
 pub type HttpResponse = Response<Full<Bytes>>;
 
 impl App {
-    /// Answers one request. Never fails: every error is a `Status` response.
-    pub async fn handle(&self, req: Request<Incoming>, peer: &Peer) -> Response<watch::Body> {
+    /// Answers one request. Never fails: every error is a `Status` response. `keep` (the
+    /// connection's count of requests in flight) is dropped with the answer, or when a
+    /// watch's stream ends.
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: &Peer,
+        keep: Box<dyn Send>,
+    ) -> Response<watch::Body> {
         let (mut parts, _body) = req.into_parts();
         let started = std::time::Instant::now();
         let info = match RequestInfo::parse(&parts.method, &parts.uri) {
@@ -101,7 +111,7 @@ impl App {
         if info.verb() == "watch" && info.is_read() && !info.is_health() {
             // A watch is long-running: not a request in flight, nor under the request
             // deadline, but under the watch limits.
-            let response = self.watch(&info, &mut parts.headers, peer).await;
+            let response = self.watch(&info, &mut parts.headers, peer, keep).await;
             timer.finish(response.status().as_u16());
             return response;
         }
@@ -129,6 +139,7 @@ impl App {
         info: &RequestInfo,
         headers: &mut HeaderMap,
         peer: &Peer,
+        keep: Box<dyn Send>,
     ) -> Response<watch::Body> {
         let user = match self.admit(info, headers, peer).await {
             Ok(user) => user,
@@ -136,7 +147,7 @@ impl App {
         };
         let accept = header_str(headers, header::ACCEPT);
         let slot = || {
-            self.watches.take(&user.name).map_err(|limit| {
+            self.watches.take(&user.name, keep).map_err(|limit| {
                 self.metrics.request_refused(match limit {
                     watch::WatchLimit::Total => ServingLimit::Watches,
                     watch::WatchLimit::PerUser => ServingLimit::WatchesPerUser,
@@ -153,12 +164,18 @@ impl App {
                     let hub = live
                         .versions(&arch)
                         .ok_or_else(|| StatusError::method_not_allowed("watch"))?;
+                    if params.cve.is_some() {
+                        return Err(StatusError::bad_request(
+                            "cve: a watch of managedosversions cannot select the versions fixing a CVE; list them with ?cve= instead",
+                        ));
+                    }
                     watch::watch(
                         hub,
                         &watch::SUMMARIES,
                         namespace.as_deref(),
                         params,
                         accept,
+                        None,
                         slot()?,
                     )
                 }),
@@ -169,12 +186,23 @@ impl App {
                     let hub = live
                         .machines(&arch)
                         .ok_or_else(|| StatusError::method_not_allowed("watch"))?;
+                    // With `?cve=`, each event's machine carries its exposure, computed from
+                    // the channel data of the moment (each channel's first fix found once).
+                    let exposure = params.cve.clone().map(|cve| {
+                        let fleet = self.fleet.clone();
+                        Box::new(move |m: &MachineInventoryChangelogSummary| {
+                            let mut m = m.clone();
+                            m.cve = Some(fleet.exposure(&m, &cve, &arch));
+                            m
+                        }) as watch::Transform<MachineInventoryChangelogSummary>
+                    });
                     watch::watch(
                         hub,
                         &watch::MACHINES,
                         namespace.as_deref(),
                         params,
                         accept,
+                        exposure,
                         slot()?,
                     )
                 }),
@@ -305,15 +333,28 @@ impl App {
                 self.registry.encode(),
                 "text/plain; version=0.0.4; charset=utf-8",
             ),
-            Target::Resource(resource) => self
-                .answer_resource(resource, headers)
-                .await
-                .unwrap_or_else(|error| status(&error)),
-            Target::Fleet(resource) => match self.fleet.plan(resource, accept) {
-                Ok(plan) => self.answer_plan(plan, headers).await,
-                Err(error) => Err(error),
+            Target::Resource(resource) => {
+                if matches!(resource, Resource::List { .. } | Resource::Get { .. }) {
+                    self.resources.live().fresh(Answers::Versions).await;
+                }
+                self.answer_resource(resource, headers)
+                    .await
+                    .unwrap_or_else(|error| status(&error))
             }
-            .unwrap_or_else(|error| status(&error)),
+            Target::Fleet(resource) => {
+                if matches!(
+                    resource,
+                    FleetResource::Machines { .. } | FleetResource::Machine { .. }
+                ) {
+                    self.resources.live().fresh(Answers::Machines).await;
+                }
+                let planned = self.fleet.plan(resource, accept);
+                match planned {
+                    Ok(plan) => self.answer_plan(plan, headers).await,
+                    Err(error) => Err(error),
+                }
+                .unwrap_or_else(|error| status(&error))
+            }
             Target::Invalid { error, .. } => status(error),
             Target::NotFound => status(&not_found_path(info.path())),
         }

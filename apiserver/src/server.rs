@@ -37,7 +37,6 @@ use std::{
 
 use elemental_changelog_certs::serving::{self, ReloadingResolver};
 use http::Request;
-use http_body_util::BodyExt as _;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
@@ -420,14 +419,8 @@ impl Connection {
             let peer = peer.clone();
             let in_flight = requests.request();
             async move {
-                let response = app.handle(req, &peer).await;
-                // In flight until the body is sent: a watch keeps its connection busy.
-                let response = response.map(|body| {
-                    body.map_frame(move |frame| {
-                        let _in_flight = &in_flight;
-                        frame
-                    })
-                });
+                // A watch keeps `in_flight` until its stream ends: its connection is busy.
+                let response = app.handle(req, &peer, Box::new(in_flight)).await;
                 Ok::<_, std::convert::Infallible>(response)
             }
         });

@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod generated;
 pub mod hostile;
 pub mod image;
+pub mod markdown;
 pub mod paths;
 pub mod publish;
 pub mod rbac;

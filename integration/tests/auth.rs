@@ -661,11 +661,19 @@ async fn service_account_tokens_are_reviewed(bed: &TestBed) -> Result<()> {
         )),
         "{body}"
     );
-    let watch = format!("{}?watch=true", summaries_path(FLEET_NAMESPACE));
+    // `?watch` asks for `watch`: the viewer role grants it here (the stream ends after its
+    // timeoutSeconds), and nothing elsewhere, where the refusal names the verb.
+    let watch = format!(
+        "{}?watch=true&timeoutSeconds=1",
+        summaries_path(FLEET_NAMESPACE)
+    );
+    let (status, body) = direct(bed, None, &watch, Some(token), &[]).await?;
+    ensure!(status == StatusCode::OK, "reader watch: {status} {body}");
+    let watch = format!("{}?watch=true", summaries_path(OTHER_NAMESPACE));
     let (status, body) = direct(bed, None, &watch, Some(token), &[]).await?;
     ensure!(
         status == StatusCode::FORBIDDEN,
-        "reader watch: {status} {body}"
+        "reader watch elsewhere: {status} {body}"
     );
     ensure!(
         message_of(&body).contains("cannot watch resource \"managedosversions\""),

@@ -10,7 +10,11 @@
 //! with every answer Rancher's form can send (each question at its default and at
 //! another value) and checks the issuer, memory and replica settings. A fifth
 //! installs it next to Rancher's UIPlugin CRD and fetches every file of the built UI
-//! extension from the endpoint the UIPlugin names, as Rancher does.
+//! extension from the endpoint the UIPlugin names, as Rancher does, then installs it
+//! on a Rancher too old for the extension (its `server-version` Setting) and finds no
+//! UIPlugin. A sixth renders values that must mean what they say: memory sizes reach
+//! the server's flags as the same bytes, the smallest memory limit named in the error
+//! renders, `noProxy` works without `proxy`.
 
 use std::path::Path;
 
@@ -21,6 +25,7 @@ use elemental_changelog_integration::testbed::{
     APISERVICE_NAME, SERVER_NAMESPACE, SERVICE_NAME, TestBed, TestBedOptions, tools_dir,
     workspace_root,
 };
+use elemental_changelog_registry::config::parse_byte_size;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
@@ -756,32 +761,38 @@ fn get<'a>(values: &'a Value, variable: &str) -> &'a Value {
     variable.split('.').fold(values, |node, part| &node[part])
 }
 
-/// MiB of a `--flag=<n>Mi` argument.
-fn mib_arg(args: &[&str], flag: &str) -> Result<u64> {
+/// Bytes of a `--flag=<size>` argument, as the server parses it.
+fn size_arg(args: &[&str], flag: &str) -> Result<u64> {
     let value = args
         .iter()
         .find_map(|a| a.strip_prefix(flag))
         .with_context(|| format!("no {flag} in {args:?}"))?;
-    value
-        .strip_suffix("Mi")
-        .and_then(|n| n.parse().ok())
-        .with_context(|| format!("{flag}{value} is not in Mi"))
+    parse_byte_size(value).with_context(|| format!("the server refuses {flag}{value}"))
 }
 
-/// What the chart counts for `machines` expected MachineInventories (`fleet.expectedMachines`,
-/// 12Ki each, the figure `make bench` measured), in MiB rounded up.
-fn machines_mib(machines: u64) -> u64 {
-    (machines * 12 * 1024).div_ceil(1024 * 1024)
+/// Bytes the chart counts for `machines` expected MachineInventories
+/// (`fleet.expectedMachines`, 12Ki each, the figure `make bench` measured).
+fn machines_bytes(machines: u64) -> u64 {
+    machines * 12 * 1024
 }
 
-fn mib(quantity: &str) -> Result<u64> {
-    for (suffix, factor) in [("Gi", 1024), ("Mi", 1)] {
-        if let Some(n) = quantity.strip_suffix(suffix) {
+/// Bytes of a Kubernetes memory quantity of the forms the chart's values use.
+fn quantity(text: &str) -> Result<u64> {
+    for (suffix, factor) in [
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+        ("G", 1_000_000_000),
+        ("M", 1_000_000),
+    ] {
+        if let Some(n) = text.strip_suffix(suffix) {
             return Ok(n.parse::<u64>()? * factor);
         }
     }
-    bail!("{quantity}: not Mi or Gi")
+    Ok(text.parse()?)
 }
+
+const MIB: u64 = 1 << 20;
 
 /// What a rendering of the chart with `answers` must hold.
 fn check_rendering(docs: &[Value], answers: &Value) -> Result<()> {
@@ -828,36 +839,39 @@ fn check_rendering(docs: &[Value], answers: &Value) -> Result<()> {
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    let budget = mib_arg(&args, "--memory-budget=")?;
-    let answer_cache = mib_arg(&args, "--answer-cache-size=")?;
-    let kept = mib_arg(&args, "--max-kept-total=")?;
-    let limit = mib(string(
+    let budget = size_arg(&args, "--memory-budget=")?;
+    let answer_cache = size_arg(&args, "--answer-cache-size=")?;
+    let kept = size_arg(&args, "--max-kept-total=")?;
+    let limit = quantity(string(
         &container["resources"]["limits"]["memory"],
         "memory limit",
     )?)?;
-    ensure!(budget >= 128, "--memory-budget={budget}Mi is below 128Mi");
+    ensure!(
+        budget >= 128 * MIB,
+        "--memory-budget={budget} is below 128Mi"
+    );
     // The process's 64Mi and what the expected machines take outside the budget.
-    let overhead = 64 + machines_mib(get(answers, "fleet.expectedMachines").as_u64().unwrap_or(0));
+    let overhead =
+        64 * MIB + machines_bytes(get(answers, "fleet.expectedMachines").as_u64().unwrap_or(0));
     ensure!(
         budget + answer_cache + kept + overhead <= limit,
-        "budget {budget}Mi + answer cache {answer_cache}Mi + kept data {kept}Mi + {overhead}Mi > limit {limit}Mi"
+        "budget {budget} + answer cache {answer_cache} + kept data {kept} + {overhead} > limit {limit}"
     );
-    match get(answers, "server.memoryBudget").as_str() {
-        // (Each derived value is rounded down to whole MiB.)
-        Some("") | None => ensure!(
-            budget + answer_cache + kept + overhead + 2 >= limit,
-            "budget not derived"
-        ),
-        Some(given) => ensure!(budget == mib(given)?),
-    }
-    match get(answers, "server.maxKeptTotal").as_str() {
-        Some("") | None => ensure!(kept == limit / 16),
-        Some(given) => ensure!(kept == mib(given)?),
-    }
-    match get(answers, "server.answerCacheSize").as_str() {
-        Some("") | None => ensure!(answer_cache == limit / 8),
-        Some(given) => ensure!(answer_cache == mib(given)?),
-    }
+    // Each value exactly as given, or derived exactly from the limit.
+    let given = |variable: &str| -> Result<Option<u64>> {
+        match get(answers, variable) {
+            Value::Null => Ok(None),
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => Ok(Some(quantity(s)?)),
+            Value::Number(n) => Ok(n.as_u64()),
+            other => bail!("{variable}: {other:?}"),
+        }
+    };
+    ensure!(answer_cache == given("server.answerCacheSize")?.unwrap_or(limit / 8));
+    ensure!(kept == given("server.maxKeptTotal")?.unwrap_or(limit / 16));
+    ensure!(
+        budget == given("server.memoryBudget")?.unwrap_or(limit - overhead - answer_cache - kept)
+    );
     // The extension, on a cluster with Rancher's UIPlugin API.
     let plugin = find(docs, "UIPlugin", "elemental-changelog")?;
     ensure!(plugin["metadata"]["namespace"].as_str() == Some("cattle-ui-plugin-system"));
@@ -966,7 +980,7 @@ async fn every_rancher_question_renders_at_its_default_and_another_value() -> Re
         Value::String("200Mi".into()),
     );
     let error = render(&answers).await.expect_err("a 200Mi limit rendered");
-    ensure!(format!("{error:#}").contains("at least 240Mi"), "{error:#}");
+    ensure!(format!("{error:#}").contains("at least 237Mi"), "{error:#}");
     let mut answers = defaults.clone();
     set(
         &mut answers,
@@ -1001,12 +1015,11 @@ async fn every_rancher_question_renders_at_its_default_and_another_value() -> Re
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    // 1024Mi - 64Mi - 50,000 x 12Ki (585.9375Mi) - 128Mi (answers) - 64Mi (kept), rounded
-    // down.
-    let budget = mib_arg(&args, "--memory-budget=")?;
+    // 1024Mi - 64Mi - 50,000 x 12Ki (600000Ki) - 128Mi (answers) - 64Mi (kept), exactly.
+    let budget = size_arg(&args, "--memory-budget=")?;
     ensure!(
-        budget == 182,
-        "--memory-budget={budget}Mi for 50,000 machines in 1Gi"
+        budget == 1024 * MIB - 64 * MIB - 600_000 * 1024 - 128 * MIB - 64 * MIB,
+        "--memory-budget={budget} for 50,000 machines in 1Gi"
     );
     // Machines are a count: anything else is refused by the values schema, with its name.
     for bad in [Value::from(-1), Value::String("many".into())] {
@@ -1020,6 +1033,196 @@ async fn every_rancher_question_renders_at_its_default_and_another_value() -> Re
             "{bad:?}: {error:#}"
         );
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Values that mean what they say
+
+/// Environment variables as name and value.
+type Env = Vec<(String, String)>;
+
+/// The server container of a rendering: its args and its env.
+fn server_container(docs: &[Value]) -> Result<(Vec<String>, Env)> {
+    let container =
+        &find(docs, "Deployment", SERVICE_NAME)?["spec"]["template"]["spec"]["containers"][0];
+    let args = container["args"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    let env = container["env"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    Ok((args, env))
+}
+
+#[tokio::test]
+async fn chart_values_mean_what_they_say() -> Result<()> {
+    let home = tempfile::tempdir()?;
+    let chart_dir = workspace_root().join("charts/elemental-changelog");
+    let chart = chart_dir.to_string_lossy().into_owned();
+    let render = async |set: &[&str]| -> Result<Vec<Value>> {
+        let mut args = vec![
+            "template",
+            SERVICE_NAME,
+            &*chart,
+            "--namespace",
+            SERVER_NAMESPACE,
+        ];
+        for s in set {
+            args.extend(["--set-string", s]);
+        }
+        documents(&helm_offline(home.path(), &args).await?)
+    };
+    let arg = |args: &[String], flag: &str| -> Result<String> {
+        args.iter()
+            .find_map(|a| a.strip_prefix(flag))
+            .map(str::to_owned)
+            .with_context(|| format!("no {flag} in {args:?}"))
+    };
+
+    // Memory sizes: every unit the schema takes reaches the server as the same number of
+    // bytes (the bug: 512Ki was rendered 0Mi, which turned the answer cache off).
+    for (value, flag, given) in [
+        ("server.answerCacheSize", "--answer-cache-size=", "512Ki"),
+        ("server.answerCacheSize", "--answer-cache-size=", "0"),
+        ("server.answerCacheSize", "--answer-cache-size=", "1000000"),
+        ("server.answerCacheSize", "--answer-cache-size=", "1536KiB"),
+        ("server.maxKeptTotal", "--max-kept-total=", "1536Ki"),
+        ("server.maxKeptTotal", "--max-kept-total=", "3Mi"),
+        ("server.memoryBudget", "--memory-budget=", "131073Ki"),
+        ("server.memoryBudget", "--memory-budget=", "140MiB"),
+    ] {
+        let docs = render(&[&format!("{value}={given}")])
+            .await
+            .with_context(|| format!("{value}={given}"))?;
+        let (args, _) = server_container(&docs)?;
+        let rendered = arg(&args, flag)?;
+        let bytes = parse_byte_size(&rendered)
+            .with_context(|| format!("{value}={given}: the server refuses {flag}{rendered}"))?;
+        let expected = parse_byte_size(given)?;
+        ensure!(
+            bytes == expected,
+            "{value}={given} ({expected} bytes) is rendered {flag}{rendered} ({bytes} bytes)"
+        );
+    }
+    // Derived from a decimal limit: exact too.
+    let (args, _) = server_container(&render(&["resources.limits.memory=1G"]).await?)?;
+    ensure!(
+        parse_byte_size(&arg(&args, "--answer-cache-size=")?)? == 125_000_000,
+        "{args:?}"
+    );
+    ensure!(
+        parse_byte_size(&arg(&args, "--max-kept-total=")?)? == 62_500_000,
+        "{args:?}"
+    );
+    ensure!(
+        parse_byte_size(&arg(&args, "--memory-budget=")?)?
+            == 1_000_000_000 - 64 * MIB - 125_000_000 - 62_500_000,
+        "{args:?}"
+    );
+
+    // The smallest memory limit the chart names renders, and 1Mi less fails naming it,
+    // with the sizes derived and with each given.
+    for extra in [
+        vec![],
+        vec!["server.answerCacheSize=100Mi"],
+        vec!["server.maxKeptTotal=40Mi"],
+        vec!["server.answerCacheSize=1Mi", "server.maxKeptTotal=1Mi"],
+    ] {
+        let mut set = extra.clone();
+        set.push("resources.limits.memory=130Mi");
+        let error = render(&set).await.expect_err("a 130Mi limit rendered");
+        let text = format!("{error:#}");
+        let least: u64 = text
+            .split("at least ")
+            .nth(1)
+            .and_then(|rest| rest.split("Mi").next())
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("{extra:?}: no smallest limit named: {text}"))?;
+        let mut set = extra.clone();
+        let at_least = format!("resources.limits.memory={least}Mi");
+        set.push(&at_least);
+        render(&set)
+            .await
+            .with_context(|| format!("{extra:?}: the named smallest limit {least}Mi"))?;
+        let mut set = extra.clone();
+        let below = format!("resources.limits.memory={}Mi", least - 1);
+        set.push(&below);
+        ensure!(
+            render(&set).await.is_err(),
+            "{extra:?}: {}Mi rendered, below the named {least}Mi",
+            least - 1
+        );
+        if extra.is_empty() {
+            ensure!(least == 237, "the smallest default limit is {least}Mi");
+            // What users read says the same.
+            for (file, text) in [
+                ("docs/install.md", format!("at least {least}Mi")),
+                (
+                    "docs/operations.md",
+                    format!("the smallest limit is {least} MiB"),
+                ),
+                (
+                    "charts/elemental-changelog/questions.yaml",
+                    format!("at least {least}Mi"),
+                ),
+            ] {
+                ensure!(
+                    std::fs::read_to_string(workspace_root().join(file))?.contains(&text),
+                    "{file} does not say `{text}`, the smallest memory limit the chart renders"
+                );
+            }
+        }
+    }
+
+    // noProxy on its own (a proxy set through extraEnv), and proxy without noProxy.
+    let (_, env) = server_container(&render(&["proxy=", "noProxy=.example.com"]).await?)?;
+    ensure!(
+        env.contains(&("NO_PROXY".to_owned(), ".example.com".to_owned())),
+        "{env:?}"
+    );
+    ensure!(
+        env.iter()
+            .all(|(name, _)| name != "HTTP_PROXY" && name != "HTTPS_PROXY"),
+        "{env:?}"
+    );
+    let (_, env) = server_container(&render(&["proxy=http://proxy:3128", "noProxy="]).await?)?;
+    ensure!(
+        env.contains(&("HTTPS_PROXY".to_owned(), "http://proxy:3128".to_owned())),
+        "{env:?}"
+    );
+    ensure!(env.iter().all(|(name, _)| name != "NO_PROXY"), "{env:?}");
+
+    // The UIPlugin: only with Rancher's UIPlugin API, and the Rancher versions the chart
+    // declares are the ones the extension loads in.
+    let meta = yaml_file(&chart_dir.join("Chart.yaml"))?;
+    let package: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        workspace_root().join("ui/rancher/pkg/elemental-changelog/package.json"),
+    )?)?;
+    let key = "catalog.cattle.io/rancher-version";
+    ensure!(
+        meta["annotations"][key].as_str() == package["rancher"]["annotations"][key].as_str(),
+        "Chart.yaml's {key} {:?} is not the extension's {:?} (ui/rancher/pkg/elemental-changelog/package.json)",
+        meta["annotations"][key],
+        package["rancher"]["annotations"][key]
+    );
+    let docs = render(&[]).await?;
+    ensure!(
+        docs.iter().all(|d| d["kind"].as_str() != Some("UIPlugin")),
+        "a UIPlugin without Rancher"
+    );
     Ok(())
 }
 
@@ -1295,5 +1498,89 @@ async fn ui_extension(bed: &TestBed) -> Result<()> {
         plugins.get_opt(name).await?.is_none(),
         "the UIPlugin outlived helm uninstall"
     );
+
+    // On a Rancher the extension does not load in (its package.json's rancher-version),
+    // read from Rancher's server-version Setting, nothing of it is installed and the
+    // notes say why; on one it loads in, the UIPlugin is there.
+    bed.kubectl_stdin(
+        &["apply", "-f", "-"],
+        include_str!("../crds/rancher/management.cattle.io_settings.yaml"),
+    )
+    .await?;
+    bed.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/settings.management.cattle.io",
+        "--timeout=60s",
+    ])
+    .await?;
+    let setting = |version: &str| {
+        format!(
+            "apiVersion: management.cattle.io/v3\nkind: Setting\nmetadata:\n  name: server-version\nvalue: {version}\ndefault: \"\"\n"
+        )
+    };
+    bed.kubectl_stdin(&["apply", "-f", "-"], &setting("v2.9.5"))
+        .await?;
+    let install = [
+        "install",
+        RELEASE,
+        &*chart,
+        "--namespace",
+        SERVER_NAMESPACE,
+        "--set",
+        "image.tag=test",
+    ];
+    let output = bed.helm(&install).await?;
+    ensure!(
+        output.status.success(),
+        "helm install on Rancher v2.9.5: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let notes = String::from_utf8_lossy(&output.stdout);
+    ensure!(
+        notes.contains("The Rancher UI extension was not installed: Rancher v2.9.5 is older than"),
+        "the notes do not say why the extension is missing: {notes}"
+    );
+    ensure!(
+        plugins.get_opt(name).await?.is_none(),
+        "a UIPlugin on Rancher v2.9.5"
+    );
+    ensure!(
+        Api::<Deployment>::namespaced(bed.client(), SERVER_NAMESPACE)
+            .get_opt(&service_name)
+            .await?
+            .is_none(),
+        "the extension's file server on Rancher v2.9.5"
+    );
+    bed.kubectl_stdin(&["apply", "-f", "-"], &setting("v2.10.1"))
+        .await?;
+    helm_ok(
+        bed,
+        &[
+            "upgrade",
+            RELEASE,
+            &chart,
+            "--namespace",
+            SERVER_NAMESPACE,
+            "--set",
+            "image.tag=test",
+        ],
+    )
+    .await?;
+    ensure!(
+        plugins.get_opt(name).await?.is_some(),
+        "no UIPlugin on Rancher v2.10.1"
+    );
+    helm_ok(
+        bed,
+        &[
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            SERVER_NAMESPACE,
+            "--wait",
+        ],
+    )
+    .await?;
     Ok(())
 }

@@ -9,104 +9,56 @@
 //! - every `Status` reason and every cause reason the server sends is a row of the error
 //!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent;
 //! - every machine reason of the fleet view is a row of its reason table with its state.
+//! - the flags of `inspect` and of the extension's file server against their tables;
+//! - `docs/kubectl-plugin.md`'s usage block and command table against the plugin's `--help`;
+//! - `docs/api.md`'s discovery table against the `APIResourceList` the server sends, and
+//!   its fleet error table's causes against `MachineReason` (`fleet.rs` checks that table
+//!   against the server's answers);
+//! - every number of `docs/operations.md`'s size limits table against the constant it
+//!   names, and the budget's start-up formula against `MemoryPlan`;
+//! - the README's first commands (what `.ci/run` runs), and what the docs say `make server`
+//!   and the Dockerfile do.
 //!
-//! Needs `target/debug/elemental-changelog-apiserver` (`make server`).
+//! A mismatch names the file and line to fix. `docs_chart.rs` does the same for
+//! `docs/install.md` and the chart. Needs `make server` (the three binaries).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail, ensure};
+use elemental_changelog::updateinfo;
 use elemental_changelog_apiserver::{request, server};
+use elemental_changelog_apiservice::discovery;
 use elemental_changelog_apiservice::status::{Reason, StatusError};
 use elemental_changelog_apiservice::types::UnavailableReason;
+use elemental_changelog_integration::markdown::{
+    Document, Flag, Row, code_spans, help_flags, leading_code,
+};
 use elemental_changelog_integration::testbed::{server_binary, workspace_root};
+use elemental_changelog_registry::budget::MemoryPlan;
+use elemental_changelog_registry::limits::FetchLimits;
+use elemental_changelog_registry::{client, layer};
 
 fn doc(name: &str) -> Result<String> {
     let path = workspace_root().join("docs").join(name);
     std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))
 }
 
-/// The cells of the Markdown table rows of `text` (lines starting with `|`), without the
-/// header separators; `\|` inside a cell stays in the cell.
+/// The cells of the Markdown table rows of `text`, header rows included.
 fn table_rows(text: &str) -> Vec<Vec<String>> {
-    text.lines()
-        .filter(|line| line.starts_with('|') && !line.starts_with("|---"))
-        .map(|line| {
-            let mut cells = Vec::new();
-            let mut cell = String::new();
-            let mut chars = line.trim().trim_start_matches('|').chars().peekable();
-            while let Some(c) = chars.next() {
-                match c {
-                    '\\' if chars.peek() == Some(&'|') => {
-                        cell.push('|');
-                        chars.next();
-                    }
-                    '|' => cells.push(std::mem::take(&mut cell).trim().to_owned()),
-                    _ => cell.push(c),
-                }
-            }
-            cells
-        })
+    let document = Document {
+        path: String::new(),
+        text: text.to_owned(),
+    };
+    document
+        .tables()
+        .into_iter()
+        .flat_map(|t| std::iter::once(t.header).chain(t.rows.into_iter().map(|r| r.cells)))
         .collect()
-}
-
-/// The text of the first `code span` of a cell, if the cell starts with one.
-fn leading_code(cell: &str) -> Option<&str> {
-    cell.strip_prefix('`')?.split('`').next()
-}
-
-/// The code spans of a cell.
-fn code_spans(cell: &str) -> Vec<&str> {
-    cell.split('`').skip(1).step_by(2).collect()
 }
 
 // ---------------------------------------------------------------------------
 // Flags
-
-/// One flag as `--help` shows it.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Flag {
-    env: Option<String>,
-    default: Option<String>,
-}
-
-/// The flags of `--help`, from clap's long help: a line `--name <VALUE>`, then
-/// `[env: NAME=]` and `[default: VALUE]` lines.
-fn help_flags(help: &str) -> Result<BTreeMap<String, Flag>> {
-    let mut flags = BTreeMap::new();
-    let mut current: Option<String> = None;
-    for line in help.lines() {
-        let trimmed = line.trim();
-        let flag_line = trimmed
-            .strip_prefix("-h, ")
-            .or_else(|| trimmed.strip_prefix("-V, "))
-            .unwrap_or(trimmed);
-        if line.starts_with("      --") || line.starts_with("  -") {
-            let name = flag_line
-                .split_whitespace()
-                .next()
-                .context("empty flag line")?
-                .to_owned();
-            flags.insert(name.clone(), Flag::default());
-            current = Some(name);
-        } else if let Some(name) = &current {
-            let flag = flags.get_mut(name).context("flag")?;
-            if let Some(env) = trimmed.strip_prefix("[env: ") {
-                flag.env = Some(env.split('=').next().unwrap_or_default().to_owned());
-            } else if let Some(default) = trimmed.strip_prefix("[default: ") {
-                flag.default = Some(default.trim_end_matches(']').to_owned());
-            }
-        }
-    }
-    flags.remove("--help");
-    flags.remove("--version");
-    ensure!(
-        flags.len() > 20,
-        "read only {} flags from --help",
-        flags.len()
-    );
-    Ok(flags)
-}
 
 /// The flag tables of operations.md: `| --flag | ENV | default | meaning |`.
 fn documented_flags(text: &str) -> BTreeMap<String, (String, String)> {
@@ -170,8 +122,13 @@ fn every_flag_is_documented_with_its_variable_and_default() -> Result<()> {
         .output()
         .with_context(|| format!("running {} --help", binary.display()))?;
     ensure!(output.status.success(), "--help failed");
-    let help = help_flags(&String::from_utf8(output.stdout)?)?;
-    let documented = documented_flags(&doc("operations.md")?);
+    let help = help_flags(&String::from_utf8(output.stdout)?);
+    ensure!(
+        help.len() > 20,
+        "read only {} flags from --help",
+        help.len()
+    );
+    let documented = documented_flags(&server_flag_text()?);
 
     let mut problems = Vec::new();
     for (name, flag) in &help {
@@ -191,11 +148,140 @@ fn every_flag_is_documented_with_its_variable_and_default() -> Result<()> {
     Ok(())
 }
 
+/// Headings of operations.md whose flag tables are not the server's.
+const INSPECT_HEADING: &str = "#### `inspect`";
+const EXTENSION_HEADING: &str = "### The UI extension's file server";
+
+/// operations.md without the sections of the other programs' flags.
+fn server_flag_text() -> Result<String> {
+    let doc = Document::read("docs/operations.md")?;
+    let mut skipped = Vec::new();
+    for heading in [INSPECT_HEADING, EXTENSION_HEADING] {
+        skipped.push(doc.section(heading)?);
+    }
+    Ok(doc
+        .text
+        .lines()
+        .enumerate()
+        .filter(|(at, _)| !skipped.iter().any(|r| r.contains(&(at + 1))))
+        .map(|(_, line)| format!("{line}\n"))
+        .collect())
+}
+
+/// The flag rows (`| --flag | ENV | default | meaning |`) of the sections `headings` of `doc`.
+fn flag_rows(doc: &Document, headings: &[&str]) -> Result<BTreeMap<String, Row>> {
+    let mut rows = BTreeMap::new();
+    for heading in headings {
+        for table in doc.tables_in(doc.section(heading)?) {
+            for row in table.rows {
+                if row.cells.len() >= 4
+                    && let Some(flag) = leading_code(&row.cells[0]).filter(|f| f.starts_with("--"))
+                {
+                    rows.insert(flag.to_owned(), row);
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// A program's `--help` flags against its documented rows, both ways, with the lines to fix.
+fn compare_flags(
+    program: &str,
+    help: &BTreeMap<String, Flag>,
+    doc: &Document,
+    rows: &BTreeMap<String, Row>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (name, flag) in help {
+        match rows.get(name) {
+            Some(row) => problems.extend(
+                flag_problems(name, flag, &row.cells[1], &row.cells[2])
+                    .into_iter()
+                    .map(|p| format!("{}: {program} {p}", doc.at(row.line))),
+            ),
+            None => problems.push(format!("{program} {name} is not in {}", doc.path)),
+        }
+    }
+    for (name, row) in rows {
+        if !help.contains_key(name) {
+            problems.push(format!(
+                "{}: documents {name}, which {program} does not have",
+                doc.at(row.line)
+            ));
+        }
+    }
+    problems
+}
+
+/// `--help` of `binary` with `args`, with no inherited variable.
+fn help_of(binary: &Path, args: &[&str]) -> Result<BTreeMap<String, Flag>> {
+    ensure!(
+        binary.exists(),
+        "{} is missing: run `make server`",
+        binary.display()
+    );
+    let output = std::process::Command::new(binary)
+        .args(args)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .with_context(|| format!("running {} --help", binary.display()))?;
+    ensure!(
+        output.status.success(),
+        "{} --help failed",
+        binary.display()
+    );
+    Ok(help_flags(&String::from_utf8(output.stdout)?))
+}
+
+#[test]
+fn inspect_and_the_extension_server_flags_are_documented() -> Result<()> {
+    let doc = Document::read("docs/operations.md")?;
+    let mut problems = Vec::new();
+    let inspect = help_of(&server_binary(), &["inspect"])?;
+    ensure!(
+        inspect.contains_key("--arch"),
+        "no --arch in inspect --help: {inspect:?}"
+    );
+    problems.extend(compare_flags(
+        "inspect",
+        &inspect,
+        &doc,
+        &flag_rows(&doc, &[INSPECT_HEADING, "### Registries"])?,
+    ));
+    let extension = workspace_root().join("target/debug/elemental-changelog-extension-server");
+    let extension_help = help_of(&extension, &[])?;
+    ensure!(extension_help.contains_key("--dir"), "{extension_help:?}");
+    problems.extend(compare_flags(
+        "elemental-changelog-extension-server",
+        &extension_help,
+        &doc,
+        &flag_rows(&doc, &[EXTENSION_HEADING])?,
+    ));
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // inspect's --log-format defaults to text, the server's to json: a row copied from the
+    // server's table fails.
+    let mut rows = flag_rows(&doc, &[INSPECT_HEADING, "### Registries"])?;
+    rows.get_mut("--log-format")
+        .context("--log-format row")?
+        .cells[2] = "`json`".into();
+    ensure!(
+        compare_flags("inspect", &inspect, &doc, &rows)
+            .iter()
+            .any(|p| p.contains("--log-format: the default is `text`")),
+        "a wrong default went unnoticed"
+    );
+    Ok(())
+}
+
 #[test]
 fn the_flag_comparison_catches_a_wrong_default_or_variable() {
     let flag = Flag {
         env: Some("ELEMENTAL_CHANGELOG_MAX_FILE_SIZE".into()),
         default: Some("24MiB".into()),
+        ..Flag::default()
     };
     let env = "`ELEMENTAL_CHANGELOG_MAX_FILE_SIZE`";
     assert!(flag_problems("--max-file-size", &flag, env, "`24MiB`").is_empty());
@@ -210,6 +296,7 @@ fn the_flag_comparison_catches_a_wrong_default_or_variable() {
     let list = Flag {
         env: None,
         default: Some("x86_64,aarch64".into()),
+        ..Flag::default()
     };
     assert!(flag_problems("--architecture", &list, "none", "`x86_64 aarch64`").is_empty());
     let none = Flag::default();
@@ -627,6 +714,576 @@ fn every_machine_reason_is_in_the_fleet_reason_table() -> Result<()> {
     ensure!(
         documented == code,
         "docs/api.md's fleet reason table {documented:?} differs from the machine reasons {code:?}"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// docs/kubectl-plugin.md
+
+/// The subcommands `kubectl-elemental --help` lists (`help` left out).
+fn plugin_commands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One line of the usage block: the command, its flags and the `-o` values it shows.
+struct UsageLine {
+    line: usize,
+    command: String,
+    flags: Vec<String>,
+    outputs: Vec<String>,
+}
+
+fn usage_lines(doc: &Document) -> Result<Vec<UsageLine>> {
+    let usage = doc.section("## Usage")?;
+    let (first, lines) = doc
+        .code_blocks("sh")
+        .into_iter()
+        .find(|(line, _)| usage.contains(line))
+        .with_context(|| format!("{}: no sh block under ## Usage", doc.path))?;
+    let mut out = Vec::new();
+    for (offset, text) in lines.iter().enumerate() {
+        let words: Vec<&str> = text
+            .split_whitespace()
+            .map(|w| w.trim_matches(|c| c == '[' || c == ']'))
+            .collect();
+        let Some(["kubectl", "elemental", command]) = words.get(..3).map(|w| [w[0], w[1], w[2]])
+        else {
+            continue;
+        };
+        let mut flags = Vec::new();
+        let mut outputs = Vec::new();
+        for (at, word) in words.iter().enumerate().skip(3) {
+            if word.starts_with('-') {
+                flags.push((*word).to_owned());
+                if *word == "-o" {
+                    outputs.extend(
+                        words
+                            .get(at + 1)
+                            .into_iter()
+                            .flat_map(|v| v.split('|'))
+                            .map(str::to_owned),
+                    );
+                }
+            }
+        }
+        out.push(UsageLine {
+            line: first + offset,
+            command: command.to_owned(),
+            flags,
+            outputs,
+        });
+    }
+    Ok(out)
+}
+
+/// kubectl-plugin.md against the plugin's `--help`; the problems, with the lines to fix.
+fn plugin_problems(
+    doc: &Document,
+    commands: &[String],
+    helps: &BTreeMap<String, BTreeMap<String, Flag>>,
+) -> Result<Vec<String>> {
+    let usage = usage_lines(doc)?;
+    let mut problems = Vec::new();
+    for line in &usage {
+        let Some(help) = helps.get(&line.command) else {
+            problems.push(format!(
+                "{}: kubectl elemental has no command {}",
+                doc.at(line.line),
+                line.command
+            ));
+            continue;
+        };
+        for flag in &line.flags {
+            if !help
+                .iter()
+                .any(|(long, f)| long == flag || f.short.as_deref() == Some(flag.as_str()))
+            {
+                problems.push(format!(
+                    "{}: kubectl elemental {} has no flag {flag}",
+                    doc.at(line.line),
+                    line.command
+                ));
+            }
+        }
+    }
+    for command in commands {
+        let lines: Vec<&UsageLine> = usage.iter().filter(|l| &l.command == command).collect();
+        if lines.is_empty() {
+            problems.push(format!(
+                "{}: the command {command} is not in the usage block",
+                doc.path
+            ));
+            continue;
+        }
+        let help = &helps[command];
+        for (long, flag) in help {
+            // Global flags are described once, in the text below the table.
+            if long == "--kubeconfig" || long == "--context" {
+                continue;
+            }
+            let shown = lines.iter().any(|l| {
+                l.flags
+                    .iter()
+                    .any(|f| f == long || flag.short.as_deref() == Some(f.as_str()))
+            });
+            if !shown {
+                problems.push(format!(
+                    "{}: kubectl elemental {command} {long} is in no usage line of {command}",
+                    doc.at(lines[0].line)
+                ));
+            }
+        }
+        if let Some(output) = help.get("--output") {
+            let documented: BTreeSet<&str> = lines
+                .iter()
+                .flat_map(|l| l.outputs.iter().map(String::as_str))
+                .collect();
+            let actual: BTreeSet<&str> = output.values.iter().map(String::as_str).collect();
+            if documented != actual {
+                problems.push(format!(
+                    "{}: kubectl elemental {command} -o takes {actual:?}, the usage shows {documented:?}",
+                    doc.at(lines[0].line)
+                ));
+            }
+        }
+    }
+    // The command table: a row per command, and no other.
+    let tables = doc.tables_with_header(&["command", "prints"]);
+    ensure!(
+        tables.len() == 1,
+        "{}: no | command | prints | table",
+        doc.path
+    );
+    let mut rows = BTreeSet::new();
+    for row in &tables[0].rows {
+        let command = leading_code(&row.cells[0])
+            .and_then(|c| c.split_whitespace().next())
+            .unwrap_or_default();
+        if !commands.iter().any(|c| c == command) {
+            problems.push(format!(
+                "{}: kubectl elemental has no command {command:?}",
+                doc.at(row.line)
+            ));
+        }
+        rows.insert(command.to_owned());
+    }
+    for command in commands {
+        if !rows.contains(command) {
+            problems.push(format!(
+                "{}: the command {command} has no row in the table (line {})",
+                doc.path, tables[0].line
+            ));
+        }
+    }
+    for global in ["--kubeconfig", "--context", "--namespace"] {
+        if !doc.text.contains(global) {
+            problems.push(format!("{} does not mention {global}", doc.path));
+        }
+    }
+    Ok(problems)
+}
+
+#[test]
+fn kubectl_plugin_md_matches_the_plugins_help() -> Result<()> {
+    let binary = workspace_root().join("target/debug/kubectl-elemental");
+    ensure!(
+        binary.exists(),
+        "{} is missing: run `make server`",
+        binary.display()
+    );
+    let output = std::process::Command::new(&binary)
+        .arg("--help")
+        .env_clear()
+        .output()?;
+    ensure!(output.status.success(), "kubectl-elemental --help failed");
+    let commands = plugin_commands(&String::from_utf8(output.stdout)?);
+    ensure!(commands.len() >= 4, "commands {commands:?}");
+    let mut helps = BTreeMap::new();
+    for command in &commands {
+        helps.insert(command.clone(), help_of(&binary, &[command])?);
+    }
+    let doc = Document::read("docs/kubectl-plugin.md")?;
+    let problems = plugin_problems(&doc, &commands, &helps)?;
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // A flag the plugin gains without a usage line, and a command it loses, are caught.
+    let mut more = helps.clone();
+    more.get_mut("versions")
+        .context("versions")?
+        .insert("--sort".into(), Flag::default());
+    ensure!(
+        plugin_problems(&doc, &commands, &more)?
+            .iter()
+            .any(|p| p.contains("versions --sort is in no usage line")),
+        "a new flag went unnoticed"
+    );
+    let fewer: Vec<String> = commands.iter().filter(|c| *c != "cve").cloned().collect();
+    let mut fewer_helps = helps.clone();
+    fewer_helps.remove("cve");
+    ensure!(
+        plugin_problems(&doc, &fewer, &fewer_helps)?
+            .iter()
+            .any(|p| p.contains("has no command cve")),
+        "a removed command went unnoticed"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// docs/api.md: discovery and the fleet view's reasons
+
+/// api.md's discovery table against the `APIResourceList` the server sends.
+fn discovery_problems(doc: &Document, document: &serde_json::Value) -> Result<Vec<String>> {
+    let tables = doc.tables_with_header(&["discovered resource", "kind", "verbs"]);
+    ensure!(
+        tables.len() == 1,
+        "{}: no | discovered resource | kind | verbs | table",
+        doc.path
+    );
+    let served: BTreeMap<String, (String, Vec<String>)> = document["resources"]
+        .as_array()
+        .context("resources")?
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_owned(),
+                (
+                    r["kind"].as_str().unwrap_or_default().to_owned(),
+                    r["verbs"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect(),
+                ),
+            )
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let mut documented = BTreeSet::new();
+    for row in &tables[0].rows {
+        let name = leading_code(&row.cells[0]).unwrap_or_default();
+        let kind = leading_code(&row.cells[1]).unwrap_or_default();
+        let verbs: Vec<String> = code_spans(&row.cells[2])
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        documented.insert(name.to_owned());
+        match served.get(name) {
+            None => problems.push(format!(
+                "{}: discovery lists no resource {name}",
+                doc.at(row.line)
+            )),
+            Some((k, v)) if k != kind || *v != verbs => problems.push(format!(
+                "{}: discovery lists {name} with kind {k} and verbs {v:?}",
+                doc.at(row.line)
+            )),
+            Some(_) => {}
+        }
+    }
+    for name in served.keys() {
+        if !documented.contains(name) {
+            problems.push(format!(
+                "{}: discovery lists {name}, which the table (line {}) does not",
+                doc.path, tables[0].line
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+#[test]
+fn api_md_lists_what_discovery_lists() -> Result<()> {
+    let doc = Document::read("docs/api.md")?;
+    let served: serde_json::Value = serde_json::from_slice(&discovery::api_resource_list().body)?;
+    let problems = discovery_problems(&doc, &served)?;
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    // A resource discovery gains is caught.
+    let mut more = served.clone();
+    more["resources"]
+        .as_array_mut()
+        .context("resources")?
+        .push(serde_json::json!({"name": "managedosimages", "kind": "X", "verbs": ["get"]}));
+    ensure!(
+        discovery_problems(&doc, &more)?
+            .iter()
+            .any(|p| p.contains("discovery lists managedosimages")),
+        "a new resource went unnoticed"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_fleet_error_table_names_only_machine_reasons() -> Result<()> {
+    // A machine changelog's errors: | code | `details.causes[].reason` | when |: every cause
+    // named is a machine reason, or a cause of the main error table (`FieldValueInvalid`);
+    // integration/tests/fleet.rs checks the server's answers against this table.
+    let doc = Document::read("docs/api.md")?;
+    let reasons: BTreeSet<&str> = machine_reasons().into_iter().map(|(r, _)| r).collect();
+    let main_table = doc.tables_with_header(&["code", "`reason`", "`details.causes[].reason`"]);
+    let general: BTreeSet<&str> = main_table
+        .iter()
+        .flat_map(|t| t.rows.iter())
+        .flat_map(|r| code_spans(r.cells.get(2).map(String::as_str).unwrap_or_default()))
+        .collect();
+    let errors = doc.tables_with_header(&["code", "`details.causes[].reason`", "when"]);
+    ensure!(errors.len() == 1, "{}: no fleet error table", doc.path);
+    let mut problems = Vec::new();
+    for row in &errors[0].rows {
+        for cause in code_spans(&row.cells[1]) {
+            if cause.starts_with("field") {
+                continue;
+            }
+            if !reasons.contains(cause) && !general.contains(cause) {
+                problems.push(format!(
+                    "{}: {cause} is no reason of a machine",
+                    doc.at(row.line)
+                ));
+            }
+        }
+    }
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// docs/operations.md: the size limits table
+
+/// The value of each constant the limits table may name. A name missing here fails the
+/// test: add it, with the value read from the code.
+fn limit_constant(name: &str) -> Option<u64> {
+    let fetch = FetchLimits::default();
+    let updateinfo = updateinfo::Limits::default();
+    Some(match name {
+        "layer::MAX_METADATA_BYTES" => layer::MAX_METADATA_BYTES,
+        "FetchLimits::max_layers" => fetch.max_layers as u64,
+        "FetchLimits::max_index_manifests" => fetch.max_index_manifests as u64,
+        "client::MAX_MANIFEST_BYTES" => client::MAX_MANIFEST_BYTES,
+        "client::MAX_TOKEN_BYTES" => client::MAX_TOKEN_BYTES,
+        "MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE" => MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE,
+        "MemoryPlan::UPDATEINFO_BUDGET_SHARE" => MemoryPlan::UPDATEINFO_BUDGET_SHARE,
+        "updateinfo::Limits::max_advisories" => updateinfo.max_advisories as u64,
+        "updateinfo::Limits::max_bytes" => updateinfo.max_bytes,
+        "updateinfo::Limits::max_element_bytes" => updateinfo.max_element_bytes,
+        "updateinfo::Limits::max_packages_per_advisory" => {
+            updateinfo.max_packages_per_advisory as u64
+        }
+        "updateinfo::Limits::max_packages" => updateinfo.max_packages as u64,
+        "updateinfo::Limits::max_duration" => updateinfo.max_duration.as_secs(),
+        "updateinfo::ZSTD_WINDOW_LOG_MAX" => 1 << updateinfo::ZSTD_WINDOW_LOG_MAX,
+        _ => return None,
+    })
+}
+
+/// The numbers of a cell's prose (code spans left out), in order: `100 000`, `4 MiB`,
+/// `256 KiB`, `30 s`, with their units applied.
+fn prose_numbers(cell: &str) -> Vec<u64> {
+    let prose: String = cell.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+    let words: Vec<&str> = prose
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | ':' | '(' | ')'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let digits = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit());
+    let mut numbers = Vec::new();
+    let mut at = 0;
+    while at < words.len() {
+        if !digits(words[at]) {
+            at += 1;
+            continue;
+        }
+        let mut text = words[at].to_owned();
+        at += 1;
+        while at < words.len() && words[at].len() == 3 && digits(words[at]) {
+            text.push_str(words[at]);
+            at += 1;
+        }
+        let mut number: u64 = text.parse().unwrap_or_default();
+        if let Some(unit) = words.get(at) {
+            let factor = match *unit {
+                "KiB" => Some(1 << 10),
+                "MiB" => Some(1 << 20),
+                "GiB" => Some(1 << 30),
+                "s" => Some(1),
+                _ => None,
+            };
+            if let Some(factor) = factor {
+                number *= factor;
+                at += 1;
+            }
+        }
+        numbers.push(number);
+    }
+    numbers
+}
+
+/// The limits table's problems: the numbers of each row against the constants it names.
+fn limits_problems(doc: &Document, constant: impl Fn(&str) -> Option<u64>) -> Result<Vec<String>> {
+    let tables = doc.tables_with_header(&["limit", "flag, or constant"]);
+    ensure!(
+        tables.len() == 1,
+        "{}: no | limit | flag, or constant | table",
+        doc.path
+    );
+    let mut problems = Vec::new();
+    for row in &tables[0].rows {
+        let names: Vec<&str> = code_spans(&row.cells[1])
+            .into_iter()
+            .filter(|n| !n.starts_with("--"))
+            .collect();
+        let numbers = prose_numbers(&row.cells[0]);
+        if names.len() != numbers.len() {
+            problems.push(format!(
+                "{}: {} numbers ({numbers:?}) for {} constants ({names:?}): name the constant of each number",
+                doc.at(row.line),
+                numbers.len(),
+                names.len()
+            ));
+            continue;
+        }
+        for (name, number) in names.iter().zip(&numbers) {
+            match constant(name) {
+                None => problems.push(format!(
+                    "{}: {name} is no constant limit_constant() in integration/tests/docs.rs knows",
+                    doc.at(row.line)
+                )),
+                Some(value) if value != *number => problems.push(format!(
+                    "{}: {name} is {value}, the table says {number}",
+                    doc.at(row.line)
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(problems)
+}
+
+#[test]
+fn every_number_of_the_limits_table_is_its_constant() -> Result<()> {
+    assert_eq!(
+        prose_numbers("a: 100 000 x, 4 MiB (256 KiB), `--x 9` and 1 000 000 in 30 s"),
+        vec![100_000, 4 << 20, 256 << 10, 1_000_000, 30]
+    );
+    let doc = Document::read("docs/operations.md")?;
+    let problems = limits_problems(&doc, limit_constant)?;
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    // The start-up check of the budget, as MemoryPlan::largest_pull_fits computes it.
+    let formula = format!(
+        "max({} MiB, {} × `--max-kept-size`) + budget / {}",
+        MemoryPlan::PULL_WORKING_SET >> 20,
+        1 + MemoryPlan::PARSE_BYTES_PER_KEPT_BYTE,
+        MemoryPlan::UPDATEINFO_BUDGET_SHARE
+    );
+    ensure!(
+        doc.text.contains(&formula),
+        "{} does not state the budget's start-up check as `{formula}`",
+        doc.path
+    );
+    // A constant that changes without the table is caught.
+    let changed = |name: &str| {
+        if name == "FetchLimits::max_layers" {
+            Some(64)
+        } else {
+            limit_constant(name)
+        }
+    };
+    ensure!(
+        limits_problems(&doc, changed)?
+            .iter()
+            .any(|p| p.contains("FetchLimits::max_layers is 64, the table says 128")),
+        "a changed constant went unnoticed"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// README.md: the first command
+
+#[test]
+fn the_readme_starts_with_its_setup_and_names_make_test() -> Result<()> {
+    // What .ci/run runs: the lines of the first sh block before its first `make`, then
+    // `make test`.
+    let readme = Document::read("README.md")?;
+    let (line, block) = readme
+        .code_blocks("sh")
+        .into_iter()
+        .next()
+        .context("README.md has no sh block")?;
+    let setup: Vec<&String> = block
+        .iter()
+        .take_while(|l| !l.starts_with("make "))
+        .collect();
+    ensure!(
+        setup.iter().any(|l| l.starts_with(".ci/deps")),
+        "{}: the first sh block must start with the set-up (.ci/deps) that installs make: {setup:?}",
+        readme.at(line)
+    );
+    ensure!(
+        block
+            .iter()
+            .any(|l| l.split('#').next().map(str::trim) == Some("make test")),
+        "{}: the first sh block does not name `make test`",
+        readme.at(line)
+    );
+    let run = std::fs::read_to_string(workspace_root().join(".ci/run"))?;
+    ensure!(
+        run.contains("README.md") && run.contains("make test"),
+        ".ci/run no longer runs the README's set-up and make test"
+    );
+    for registry in ["Debian", "npm registry", "crates.io", "Go module proxy"] {
+        ensure!(
+            readme.text.contains(registry),
+            "README.md does not say that set-up reaches the {registry}"
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// What the build files do, as the docs say it
+
+#[test]
+fn the_docs_say_what_make_server_and_the_dockerfile_do() -> Result<()> {
+    let root = workspace_root();
+    // `make server` builds as many binaries as development.md says.
+    let makefile = std::fs::read_to_string(root.join("Makefile"))?;
+    let recipe = makefile
+        .split("\nserver:\n")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .context("Makefile has no server target")?;
+    let packages = recipe.matches(" -p ").count();
+    let words = ["zero", "one", "two", "three", "four", "five", "six"];
+    let said = format!(
+        "`make server` builds the {} binaries",
+        words.get(packages).context("too many packages")?
+    );
+    let development = Document::read("docs/development.md")?;
+    ensure!(
+        development.text.contains(&said),
+        "{}: the Makefile's server target builds {packages} binaries; say `{said}`",
+        development.path
+    );
+    // ui.md names the Node image the Dockerfile builds the extension on.
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile"))?;
+    let node = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM docker.io/library/"))
+        .find(|image| image.starts_with("node:"))
+        .and_then(|image| image.split_whitespace().next())
+        .context("the Dockerfile builds on no node image")?;
+    let ui = Document::read("docs/ui.md")?;
+    ensure!(
+        ui.text.contains(&format!("`{node}`")),
+        "{}: the Dockerfile builds the extension on {node}; say so where ui.md describes the build",
+        ui.path
     );
     Ok(())
 }

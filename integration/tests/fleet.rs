@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::GROUP;
+use elemental_changelog_integration::markdown::{Document, code_spans};
 use elemental_changelog_integration::{
     fixtures::{OperatorChannel, metric},
     generated::Listing,
@@ -548,6 +549,7 @@ spec:
         ))
         .await?;
     ensure!(status == 200 && text.contains('#'), "{status}: {text}");
+    let errors = Document::read("docs/api.md")?;
     for (name, query, code) in [
         ("m-old", "?to=edge-v1-2", 400),
         ("m-old", "?to=Not_A_Name", 400),
@@ -558,6 +560,10 @@ spec:
             .admin_get(&changelog_path(FLEET_NAMESPACE, name, query))
             .await?;
         ensure!(status == code, "{name}{query}: {status} {body}");
+        if name != "m-missing" {
+            documented_machine_error(&errors, status.as_u16(), &body)
+                .with_context(|| format!("{name}{query}"))?;
+        }
     }
     let (status, body) = bed
         .admin_get(&changelog_path(LOCAL, "l-switch", ""))
@@ -566,6 +572,7 @@ spec:
         status == 404 && body.contains("OtherChannel"),
         "{status} {body}"
     );
+    documented_machine_error(&errors, status.as_u16(), &body).context("l-switch")?;
     let c = bed
         .admin_get_json::<Value>(&changelog_path(LOCAL, "l-switch", "?to=stable-v1-4"))
         .await?;
@@ -922,5 +929,38 @@ subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}}]
         String::from_utf8_lossy(&table.stderr)
     );
     eprintln!("RBAC: ok");
+    Ok(())
+}
+
+/// A machine changelog's error answer is a row of api.md's fleet error table
+/// (`| code | details.causes[].reason | when |`): its code with its cause reason, or with
+/// `none` when it has no cause.
+fn documented_machine_error(doc: &Document, status: u16, body: &str) -> Result<()> {
+    let answer: Value =
+        serde_json::from_str(body).with_context(|| format!("not a Status: {body}"))?;
+    let causes: Vec<&str> = answer["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["reason"].as_str())
+        .collect();
+    let tables = doc.tables_with_header(&["code", "`details.causes[].reason`", "when"]);
+    let table = tables
+        .first()
+        .context("docs/api.md has no fleet error table")?;
+    let documented = table.rows.iter().any(|row| {
+        row.cells[0] == status.to_string()
+            && if causes.is_empty() {
+                row.cells[1] == "none"
+            } else {
+                causes.iter().all(|c| code_spans(&row.cells[1]).contains(c))
+            }
+    });
+    ensure!(
+        documented,
+        "{status} with causes {causes:?} is not in the fleet error table of {} (line {}): {body}",
+        doc.path,
+        table.line
+    );
     Ok(())
 }

@@ -25,7 +25,10 @@
 //!    machine panel of a MachineInventory running the sample channel's oldest
 //!    version shows its target (the newest) and the changelog between them,
 //!    and the CVE page lists a machine of the generated channel that is still
-//!    exposed under the version that fixes it for it.
+//!    exposed under the version that fixes it for it; both pages follow
+//!    changes live (the watch): the exposed machine re-annotated on the
+//!    fixing version leaves the CVE page, the pending machine re-annotated
+//!    on its target shows `UpToDate`, without a reload.
 //!    Screenshots land in `target/ui-artifacts/`.
 
 use std::collections::BTreeMap;
@@ -118,6 +121,10 @@ struct Published {
     /// fixes the recurring CVE for it.
     exposed_runs: String,
     fixed_in: String,
+    /// The `os.image` of the sample channel's newest version and of the generated channel's
+    /// version `fixed_in`: what the live checks re-register the pending and the exposed machine with.
+    newest_image: String,
+    fixed_image: String,
 }
 
 #[tokio::test]
@@ -203,7 +210,7 @@ async fn checks(
 
     let artifacts = workspace_root().join("target/ui-artifacts");
     std::fs::create_dir_all(&artifacts)?;
-    let expect = expectations(&fixtures, &published, &admin, &alice)?;
+    let expect = expectations(bed, &fixtures, &published, &admin, &alice)?;
     let expect_file = bed.root().join("ui-expect.json");
     std::fs::write(&expect_file, serde_json::to_vec_pretty(&expect)?)?;
     let step = Instant::now();
@@ -352,6 +359,11 @@ async fn publish(bed: &TestBed, registry: &Registry, hole: &BlackHole) -> Result
         .find(|e| e.name == sample[0])
         .map(|e| e.upgrade_image.clone())
         .context("the sample's oldest version has no entry")?;
+    let newest_image = sample_entries
+        .iter()
+        .find(|e| Some(&e.name) == sample.last())
+        .map(|e| e.upgrade_image.clone())
+        .context("the sample's newest version has no entry")?;
     let generated_entries = generated.entries();
     let image_of = |i: usize| generated_entries[i].upgrade_image.clone();
     let mut yaml = String::new();
@@ -384,6 +396,8 @@ async fn publish(bed: &TestBed, registry: &Registry, hole: &BlackHole) -> Result
         sample_isos,
         exposed_runs: generated.versions[first_fix - 1].name.clone(),
         fixed_in: generated.versions[first_fix].name.clone(),
+        newest_image,
+        fixed_image: image_of(first_fix),
         generated,
     })
 }
@@ -523,13 +537,20 @@ async fn capture_fixtures(bed: &TestBed, published: &Published) -> Result<BTreeM
         .await?
         .ok()?,
     );
-    let machine = format!(
-        "{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/machineinventories/{PENDING_MACHINE}"
+    // The machine panel lists its machine by name (and watches that list).
+    let machines = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/machineinventories");
+    out.insert(
+        "machine-by-name".to_owned(),
+        admin_get(
+            bed,
+            &format!("{machines}?fieldSelector=metadata.name%3D{PENDING_MACHINE}"),
+        )
+        .await?
+        .ok()?,
     );
-    out.insert("machine".to_owned(), admin_get(bed, &machine).await?.ok()?);
     out.insert(
         "machine-changelog".to_owned(),
-        admin_get(bed, &format!("{machine}/changelog"))
+        admin_get(bed, &format!("{machines}/{PENDING_MACHINE}/changelog"))
             .await?
             .ok()?,
     );
@@ -758,11 +779,26 @@ impl KubectlProxy {
 /// What the browser test checks, all from the server's answers or the
 /// generated channel's model.
 fn expectations(
+    bed: &TestBed,
     fixtures: &BTreeMap<String, Value>,
     published: &Published,
     admin: &KubectlProxy,
     alice: &KubectlProxy,
 ) -> Result<Value> {
+    // The command that re-registers a machine as the operator does when it reports another OS:
+    // the page must follow it without a reload (the watch).
+    let annotate = |machine: &str, image: &str| {
+        json!([
+            tools_dir().join("kubectl"),
+            format!("--kubeconfig={}", bed.kubeconfig().display()),
+            "annotate",
+            "--overwrite",
+            "-n",
+            FLEET_NAMESPACE,
+            format!("machineinventories.elemental.cattle.io/{machine}"),
+            format!("elemental.cattle.io/os.image={image}"),
+        ])
+    };
     let ids = |changelog: &Value| -> Vec<String> {
         changelog["advisories"]
             .as_array()
@@ -810,7 +846,16 @@ fn expectations(
     );
     // The pending machine runs the oldest version and is headed for the newest: its changelog is
     // the one from the oldest, which the sample's panel compares with.
-    let machine = &fixtures["machine"];
+    let by_name = fixtures["machine-by-name"]["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    ensure!(
+        by_name.len() == 1,
+        "fieldSelector=metadata.name={PENDING_MACHINE}: {}",
+        fixtures["machine-by-name"]
+    );
+    let machine = &by_name[0];
     ensure!(
         machine["state"] == "UpdatesAvailable"
             && machine["current"]["name"] == oldest.as_str()
@@ -864,6 +909,8 @@ fn expectations(
             // Under the version that fixes it for them, the machines still exposed.
             "fixedIn": published.fixed_in,
             "exposed": [EXPOSED_MACHINE],
+            // Re-registered on the version that fixes it, it leaves the exposed machines.
+            "live": { "annotate": annotate(EXPOSED_MACHINE, &published.fixed_image), "machine": EXPOSED_MACHINE },
         },
         "machine": {
             "url": format!("{}{STATIC_PREFIX}index.html?page=machine&namespace={FLEET_NAMESPACE}&name={PENDING_MACHINE}", admin.url),
@@ -871,6 +918,8 @@ fn expectations(
             "target": newest,
             "advisories": machine_ids,
             "highestSeverity": machine["summary"]["highestSeverity"],
+            // Re-registered on its target, it is up to date and runs it.
+            "live": { "annotate": annotate(PENDING_MACHINE, &published.newest_image), "state": "UpToDate", "current": newest },
         },
         "forbidden": { "url": panel(&alice.url) },
         // Error states of the admin's panel: an image that cannot be fetched,

@@ -261,8 +261,12 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     );
     let _ = reference.next("m-b relabelled (CRD)").await?;
 
-    // Created and deleted: the same sequence as kube-apiserver's.
+    // Created, then deleted: the same sequence as kube-apiserver's, step by step.
+    let mut mine = Vec::new();
+    let mut theirs = Vec::new();
     apply(bed, &inventory("m-c", "1.3.0", "{pool: a}")).await?;
+    mine.push(kind_and_name(&watch.next("m-c added").await?));
+    theirs.push(kind_and_name(&reference.next("m-c added (CRD)").await?));
     bed.kubectl_ok(&[
         "delete",
         "machineinventories.elemental.cattle.io",
@@ -271,12 +275,8 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "m-a",
     ])
     .await?;
-    let mut mine = Vec::new();
-    let mut theirs = Vec::new();
-    for _ in 0..2 {
-        mine.push(kind_and_name(&watch.next("m-c added, m-a deleted").await?));
-        theirs.push(kind_and_name(&reference.next("m-c, m-a (CRD)").await?));
-    }
+    mine.push(kind_and_name(&watch.next("m-a deleted").await?));
+    theirs.push(kind_and_name(&reference.next("m-a deleted (CRD)").await?));
     ensure!(
         mine == theirs,
         "this API {mine:?}, kube-apiserver {theirs:?}"
@@ -310,6 +310,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "{replay:?}"
     );
     resumed.quiet("nothing repeated").await?;
+    drop(resumed);
 
     // A resourceVersion of another replica or of an earlier run: 410 Expired, as
     // kube-apiserver's watch cache ends a watch from a compacted one.
@@ -350,6 +351,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         names.push(kind_and_name(&event).1);
     }
     ensure!(names == ["m-b", "m-c"], "{names:?}");
+    drop(initial);
     let (status, body) = bed
         .admin_get(&ours(&format!(
             "{MACHINES}?watch=true&sendInitialEvents=true"
@@ -402,6 +404,31 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "{event}"
     );
 
+    // ?cve=: the list has a resourceVersion, and a watch from it carries each machine's
+    // exposure (the first CVE the model's versions fix, after the first version).
+    let cve = stable
+        .versions
+        .iter()
+        .skip(1)
+        .flat_map(|v| stable.advisories(&v.name))
+        .flat_map(|a| a.cves.clone())
+        .next()
+        .context("the generated channel names no CVE")?;
+    let cve_list: Value = bed
+        .admin_get_json(&ours(&format!("{MACHINES}?cve={cve}")))
+        .await?;
+    let cve_rv = cve_list["metadata"]["resourceVersion"]
+        .as_str()
+        .context("no resourceVersion on a ?cve= list")?
+        .to_owned();
+    let mut exposure = Events::open(
+        bed,
+        &ours(&format!(
+            "{MACHINES}?watch=true&cve={cve}&resourceVersion={cve_rv}"
+        )),
+    )
+    .await?;
+
     // kubectl get -w, as a user runs it.
     let mut kubectl = tokio::process::Command::new(tools_dir().join("kubectl"))
         .args([
@@ -448,11 +475,21 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "kubectl get -w never showed m-c UpToDate: {seen:?}"
     );
     drop(kubectl);
+    let event = exposure.next("m-c upgraded (?cve=)").await?;
+    ensure!(
+        kind_and_name(&event) == ("MODIFIED".to_owned(), "m-c".to_owned())
+            && event["object"]["cve"]["id"] == cve.as_str()
+            && event["object"]["cve"]["state"] == "Fixed",
+        "{event}"
+    );
+    drop(exposure);
 
     // The per-user limit (6 here): with six watches of admin open, the next is a 429
     // (kubectl's watch, just closed, may hold its place for a moment: tried again then).
-    let mut open = vec![watch, selected, resumed, versions, initial];
-    open.push(Events::open(bed, &ours(&format!("{MACHINES}?watch=true"))).await?);
+    let mut open = vec![watch, selected, versions];
+    for _ in 0..3 {
+        open.push(Events::open(bed, &ours(&format!("{MACHINES}?watch=true"))).await?);
+    }
     drop(reference);
     poll(
         "a watch past --max-watches-per-user",

@@ -61,7 +61,8 @@ pub struct RegistryArgs {
     /// Timeout for each read from a registry connection, and for the whole of a manifest, token or error answer.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_READ_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub registry_read_timeout: Duration,
-    /// Timeout for a whole fetch (digest check, manifests and layers) of one image.
+    /// Timeout for the digest check of one image, and separately for its pull for one
+    /// architecture (the wait for the memory budget, manifests and layers).
     #[arg(long, env = "ELEMENTAL_CHANGELOG_FETCH_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub fetch_timeout: Duration,
 }

@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// Largest tar metadata entry (GNU long name, PAX header) read into memory.
-const MAX_METADATA_BYTES: u64 = 64 * 1024;
+pub const MAX_METADATA_BYTES: u64 = 64 * 1024;
 /// Largest zstd window accepted (2^25 = 32 MiB): frames that ask for more are
 /// refused instead of allocating it. Levels up to 19 use at most 2^23.
 const ZSTD_WINDOW_LOG_MAX: u32 = 25;

@@ -4,8 +4,10 @@
 // writes what to expect (from the server's answers and the generated
 // channel's model) to the file named by UI_EXPECT. Screenshots go to
 // UI_ARTIFACTS. Exits non-zero on the first failed check.
+import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { chromium } from 'playwright-core';
 
 const expect = JSON.parse(readFileSync(required('UI_EXPECT'), 'utf8'));
@@ -29,6 +31,28 @@ function same(actual, expected, what) {
     JSON.stringify(actual) === JSON.stringify(expected),
     `${what}: got ${JSON.stringify(actual)}, want ${JSON.stringify(expected)}`,
   );
+}
+
+/**
+ * Runs `command` (the test's kubectl annotate: a machine re-registered as the operator does), then
+ * waits until `shown` holds on the page, which is not reloaded: the UI must follow the change
+ * through its watch. Returns the milliseconds from the command's start to the page showing it.
+ */
+async function changeAndWait(page, command, shown, arg, what) {
+  const started = Date.now();
+  const [program, ...args] = command;
+  await promisify(execFile)(program, args, { timeout: TIMEOUT });
+  try {
+    await page.waitForFunction(shown, arg, { timeout: TIMEOUT });
+  } catch (error) {
+    const live = await page.locator('[data-live]').first().getAttribute('data-live');
+    const notice = await page.getByTestId('ecl-live').first().getAttribute('title').catch(() => null);
+    throw new Error(
+      `${what}: not shown without a reload (live state "${live}"${notice ? `: ${notice}` : ''}); the page says: ` +
+        `${await page.locator('body').innerText()} (${error.message})`,
+    );
+  }
+  return Date.now() - started;
 }
 
 async function advisoryIds(page) {
@@ -120,8 +144,22 @@ async function cve(browser) {
     'the count of exposed machines',
   );
   await page.screenshot({ path: join(artifacts, 'cve.png'), fullPage: true });
+
+  // Live: the exposed machine re-registered on the fixing version leaves the list, no new search.
+  const took = await changeAndWait(
+    page,
+    want.live.annotate,
+    (name) =>
+      document.querySelector('[data-testid=ecl-cve-exposed]')?.dataset.count === '0' &&
+      ![...document.querySelectorAll('[data-testid=ecl-cve-machine]')].some((n) => n.dataset.name === name),
+    want.live.machine,
+    `${want.live.machine} upgraded to ${want.fixedIn}`,
+  );
+  same(await page.getByTestId('ecl-cve-search').getAttribute('data-live'), 'live', 'the CVE page\'s watch');
+  await page.screenshot({ path: join(artifacts, 'cve-live.png'), fullPage: true });
   await page.close();
-  return `cve: ${want.id} first fixed in ${want.versions[0]}; ${want.exposed.join(', ')} exposed until ${want.fixedIn}`;
+  return `cve: ${want.id} first fixed in ${want.versions[0]}; ${want.exposed.join(', ')} exposed until ${want.fixedIn}; ` +
+    `upgraded, gone from the page after ${took} ms`;
 }
 
 /** The machine panel: what upgrading a machine to its target changes. */
@@ -141,8 +179,23 @@ async function machine(browser) {
   const severities = await page.getByTestId('ecl-summary').getByTestId('ecl-severity').allTextContents();
   same(severities, [want.highestSeverity], 'the highest pending severity');
   await page.screenshot({ path: join(artifacts, 'machine.png'), fullPage: true });
+
+  // Live: re-registered on its target, the machine is up to date, with nothing pending, no reload.
+  const took = await changeAndWait(
+    page,
+    want.live.annotate,
+    (live) =>
+      document.querySelector('[data-testid=ecl-machine-state]')?.dataset.state === live.state &&
+      document.querySelector('[data-testid=ecl-machine-current]')?.dataset.name === live.current &&
+      document.querySelectorAll('[data-testid=ecl-advisory]').length === 0,
+    want.live,
+    `the machine re-registered on ${want.live.current}`,
+  );
+  same(await page.getByTestId('ecl-machine').getAttribute('data-live'), 'live', 'the machine panel\'s watch');
+  await page.screenshot({ path: join(artifacts, 'machine-live.png'), fullPage: true });
   await page.close();
-  return `machine: ${want.advisories.length} advisories pending from ${want.current} to ${want.target}`;
+  return `machine: ${want.advisories.length} advisories pending from ${want.current} to ${want.target}; ` +
+    `re-registered on ${want.live.current}, shown ${want.live.state} after ${took} ms`;
 }
 
 async function forbidden(browser) {

@@ -1,5 +1,6 @@
 // The test harness: mounts the components the way the Rancher extension
-// does, but with `fetch` on the page's own origin. It is served under
+// does, with `fetch` on the page's own origin (lists, and watches read as
+// a body stream, as in Rancher). It is served under
 // `<cluster base>/static/` next to the API (kubectl proxy in the end-to-end
 // test, like Rancher's `/k8s/clusters/<cluster>/`):
 //   index.html?namespace=NS&name=NAME   the panel of ManagedOSVersion NS/NAME
@@ -7,6 +8,7 @@
 //   index.html?page=machine&namespace=NS&name=NAME   the panel of MachineInventory NS/NAME
 import { createApp, h } from 'vue';
 import { ChangelogApi, fetchRequester } from '../src/api';
+import { fetchStreamer } from '../src/watch';
 import ChangelogPanel from '../src/components/ChangelogPanel.vue';
 import CveSearch from '../src/components/CveSearch.vue';
 import MachinePanel from '../src/components/MachinePanel.vue';
@@ -15,7 +17,7 @@ import type { MachineInventoryRef, ManagedOSVersionRef } from '../src/types';
 
 const clusterBase = window.location.pathname.replace(/\/static\/.*$/, '');
 const request = fetchRequester();
-const api = new ChangelogApi(request, clusterBase);
+const api = new ChangelogApi(request, clusterBase, fetchStreamer());
 const params = new URLSearchParams(window.location.search);
 
 async function main() {

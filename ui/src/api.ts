@@ -12,6 +12,7 @@ import type {
   Status,
 } from './types';
 import { SEVERITIES } from './types';
+import type { Streamer } from './watch';
 
 export const GROUP = 'changelog.elemental.cattle.io';
 /** The label the operator puts on a ManagedOSVersion: the name of its channel. */
@@ -128,6 +129,21 @@ export interface SummaryOptions {
   arch?: string;
 }
 
+/** Options of a machine list (and of its watch). */
+export interface MachineListOptions {
+  /** With each machine's exposure to this CVE (`cve`). */
+  cve?: string;
+  /** Only the machine of this name (`fieldSelector=metadata.name=`), as `kubectl get NAME -w` watches one. */
+  name?: string;
+}
+
+function machineQuery(options: MachineListOptions): Record<string, string | undefined> {
+  return {
+    fieldSelector: options.name ? `metadata.name=${options.name}` : undefined,
+    cve: options.cve,
+  };
+}
+
 /** A CVE id as the server accepts it (any case). */
 export const CVE_PATTERN = /^CVE-\d{4}-\d{4,}$/i;
 
@@ -140,6 +156,8 @@ export class ChangelogApi {
   constructor(
     private readonly request: Requester,
     private readonly clusterBase: string,
+    /** Opens watch streams; without it lists are shown as listed (no live updates). */
+    readonly stream?: Streamer,
   ) {}
 
   private get prefix(): string {
@@ -161,15 +179,38 @@ export class ChangelogApi {
     );
   }
 
-  /** URL of machine `namespace/name` (a MachineInventory) and what is pending for it. */
+  /** URL of machine `namespace/name` (a MachineInventory) and what is pending for it; the panel lists it by name instead, to watch it. */
   machineUrl(namespace: string, name: string): string {
     return `${this.prefix}/namespaces/${seg(namespace)}/machineinventories/${seg(name)}`;
   }
 
   /** URL of the machines of `namespace`, or of every namespace when it is undefined. */
-  machinesUrl(namespace: string | undefined, options: { cve?: string } = {}): string {
+  machinesUrl(namespace: string | undefined, options: MachineListOptions = {}): string {
     const scope = namespace ? `/namespaces/${seg(namespace)}` : '';
-    return `${this.prefix}${scope}/machineinventories` + query({ cve: options.cve });
+    return `${this.prefix}${scope}/machineinventories` + query(machineQuery(options));
+  }
+
+  /**
+   * URL of the watch of the machines `machinesUrl` lists, from `resourceVersion` (the list's, or
+   * the last event's or bookmark's), with bookmarks, ended by the server after `timeoutSeconds`.
+   */
+  machinesWatchUrl(
+    namespace: string | undefined,
+    options: MachineListOptions,
+    resourceVersion: string,
+    timeoutSeconds: number,
+  ): string {
+    const scope = namespace ? `/namespaces/${seg(namespace)}` : '';
+    return (
+      `${this.prefix}${scope}/machineinventories` +
+      query({
+        watch: 'true',
+        resourceVersion,
+        allowWatchBookmarks: 'true',
+        ...machineQuery(options),
+        timeoutSeconds: String(timeoutSeconds),
+      })
+    );
   }
 
   /** URL of the changelog from the version machine `namespace/name` runs to its target (or `to`). */
@@ -177,15 +218,10 @@ export class ChangelogApi {
     return `${this.machineUrl(namespace, name)}/changelog` + query({ to: options.to });
   }
 
-  /** Machine `namespace/name` and what is pending for it. */
-  machine(namespace: string, name: string): Promise<Result<MachineInventoryChangelogSummary>> {
-    return this.get(this.machineUrl(namespace, name), 'MachineInventoryChangelogSummary');
-  }
-
-  /** The machines of `namespace` (every namespace when undefined), with `cve` their exposure to it. */
+  /** The machines of `namespace` (every namespace when undefined), with `cve` their exposure to it, or only `name`. */
   machines(
     namespace: string | undefined,
-    options: { cve?: string } = {},
+    options: MachineListOptions = {},
   ): Promise<Result<MachineInventoryChangelogSummaryList>> {
     return this.get(this.machinesUrl(namespace, options), 'MachineInventoryChangelogSummaryList');
   }

@@ -11,6 +11,8 @@ export type Severity = (typeof SEVERITIES)[number];
 export interface ObjectMeta {
   name: string;
   namespace: string;
+  /** Moves on with every change of the object; a watch resumes from the last one seen. */
+  resourceVersion?: string;
   creationTimestamp?: string;
   labels?: Record<string, string>;
 }

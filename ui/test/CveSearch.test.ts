@@ -2,10 +2,12 @@ import { mount } from '@vue/test-utils';
 import { describe, expect, it } from 'vitest';
 import { exposedByFix, groupByChannel } from '../src/api';
 import CveSearch from '../src/components/CveSearch.vue';
+import type { Streamer } from '../src/watch';
 import { cve, fakeServer, fixtureRoutes, machinesCve, settle, statusAnswer, statuses } from './fixtures';
+import { fakeWatches, watchQuery } from './streams';
 
-async function searchFor(id: string, namespace = '', route = fixtureRoutes) {
-  const server = fakeServer(route);
+async function searchFor(id: string, namespace = '', route = fixtureRoutes, stream?: Streamer) {
+  const server = fakeServer(route, stream);
   const wrapper = mount(CveSearch, { props: { api: server.api } });
   await wrapper.get('[data-testid=ecl-cve-input]').setValue(id);
   await wrapper.get('[data-testid=ecl-cve-namespace]').setValue(namespace);
@@ -88,5 +90,50 @@ describe('CveSearch', () => {
     const { wrapper } = await searchFor('CVE-2024-59001', '', () => statusAnswer(statuses.forbidden));
     expect(wrapper.get('[data-testid=ecl-problem]').attributes('data-kind')).toBe('forbidden');
     expect(wrapper.findAll('[data-testid=ecl-cve-group]')).toHaveLength(0);
+  });
+});
+
+describe('CveSearch, live', () => {
+  const id = machinesCve.items[0]!.cve!.id;
+  const exposedNames = () => machinesCve.items.filter((m) => m.cve?.state === 'Exposed').map((m) => m.metadata.name);
+
+  it('moves a machine out of the exposed list when it is upgraded, without a new search', async () => {
+    const watches = fakeWatches();
+    const { wrapper } = await searchFor(id, '', fixtureRoutes, watches.streamer);
+    const watch = await watches.next();
+    expect(watchQuery(watch.url)).toMatchObject({
+      watch: 'true',
+      resourceVersion: machinesCve.metadata.resourceVersion,
+      allowWatchBookmarks: 'true',
+      cve: id,
+    });
+    const listed = () => wrapper.findAll('[data-testid=ecl-cve-machine]').map((m) => m.attributes('data-name'));
+    const exposed = machinesCve.items.find((m) => m.cve?.state === 'Exposed')!;
+    expect(listed()).toEqual(exposedNames());
+
+    watch.send('MODIFIED', { ...exposed, metadata: { ...exposed.metadata, resourceVersion: '2' }, cve: { id, state: 'Fixed' } });
+    await settle();
+    expect(listed()).toEqual(exposedNames().filter((n) => n !== exposed.metadata.name));
+    expect(wrapper.get('[data-testid=ecl-cve-exposed]').attributes('data-count')).toBe(String(exposedNames().length - 1));
+
+    // Registered again on the old version: exposed again.
+    watch.send('MODIFIED', { ...exposed, metadata: { ...exposed.metadata, resourceVersion: '3' } });
+    await settle();
+    expect(listed()).toEqual(exposedNames());
+    wrapper.unmount();
+    expect(watch.aborted).toBe(true);
+  });
+
+  it('a new search stops the watch of the last one', async () => {
+    const watches = fakeWatches();
+    const { wrapper } = await searchFor(id, '', fixtureRoutes, watches.streamer);
+    const first = await watches.next();
+    await wrapper.get('[data-testid=ecl-cve-namespace]').setValue('fleet-default');
+    await wrapper.get('form').trigger('submit');
+    const second = await watches.next();
+    expect(first.aborted).toBe(true);
+    expect(second.url).toContain('/namespaces/fleet-default/machineinventories?');
+    wrapper.unmount();
+    expect(second.aborted).toBe(true);
   });
 });

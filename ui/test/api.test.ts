@@ -44,6 +44,18 @@ describe('URLs', () => {
     );
     expect(api.machinesUrl(undefined, { cve: 'CVE-2024-1234' })).toBe(`${base}/machineinventories?cve=CVE-2024-1234`);
     expect(api.machinesUrl('ns')).toBe(`${base}/namespaces/ns/machineinventories`);
+    expect(api.machinesUrl('ns', { name: 'm-1' })).toBe(
+      `${base}/namespaces/ns/machineinventories?fieldSelector=metadata.name%3Dm-1`,
+    );
+  });
+
+  it('watch machines from a resourceVersion, with bookmarks, as the list asks', () => {
+    expect(api.machinesWatchUrl(undefined, { cve: 'CVE-2024-1234' }, '42', 300)).toBe(
+      `${base}/machineinventories?watch=true&resourceVersion=42&allowWatchBookmarks=true&cve=CVE-2024-1234&timeoutSeconds=300`,
+    );
+    expect(api.machinesWatchUrl('ns', { name: 'm' }, '7', 450)).toBe(
+      `${base}/namespaces/ns/machineinventories?watch=true&resourceVersion=7&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dm&timeoutSeconds=450`,
+    );
   });
 
   it('work against kube-apiserver directly with an empty base', () => {

@@ -13,6 +13,7 @@ import type {
   ManagedOSVersionRef,
   Status,
 } from '../src/types';
+import type { Streamer } from '../src/watch';
 
 // vitest runs in ui/ (see vite.config.ts).
 function load<T>(name: string): T {
@@ -24,8 +25,12 @@ export const changelogFrom = load<ManagedOSVersionChangelog>('changelog-from');
 export const changelogOldest = load<ManagedOSVersionChangelog>('changelog-oldest');
 export const summaries = load<ManagedOSVersionChangelogSummaryList>('summaries');
 export const cve = load<ManagedOSVersionChangelogSummaryList>('cve');
-/** A machine on the sample channel's oldest version (updates pending), and its changelog to its target. */
-export const machine = load<MachineInventoryChangelogSummary>('machine');
+/**
+ * The list of one machine (`fieldSelector=metadata.name=`, what the panel lists and watches): a
+ * machine on the sample channel's oldest version (updates pending); and its changelog to its target.
+ */
+export const machineByName = load<MachineInventoryChangelogSummaryList>('machine-by-name');
+export const machine: MachineInventoryChangelogSummary = machineByName.items[0]!;
 export const machineChangelog = load<ManagedOSVersionChangelog>('machine-changelog');
 /** Every machine with its exposure to the `cve` fixture's CVE. */
 export const machinesCve = load<MachineInventoryChangelogSummaryList>('machines-cve');
@@ -53,16 +58,20 @@ export function resourceOf(c: ManagedOSVersionChangelog): ManagedOSVersionRef {
 
 /**
  * A request function answering `route(url)` (a path and query under the
- * changelog API, or undefined for 404), recording every URL asked.
+ * changelog API, or undefined for 404), recording every URL asked; with
+ * `stream` (see `streams.ts`) watches are answered too.
  */
-export function fakeServer(route: (path: string, query: URLSearchParams) => ApiResponse | undefined) {
+export function fakeServer(
+  route: (path: string, query: URLSearchParams) => ApiResponse | undefined,
+  stream?: Streamer,
+) {
   const prefix = `${CLUSTER_BASE}/apis/changelog.elemental.cattle.io/v1beta1`;
   const request = vi.fn<Requester>(async (url: string) => {
     if (!url.startsWith(prefix)) throw new Error(`a request outside the API: ${url}`);
     const parsed = new URL(url.slice(prefix.length), 'http://x');
     return route(decodeURIComponent(parsed.pathname), parsed.searchParams) ?? statusAnswer(statuses.notFound);
   });
-  return { request, api: new ChangelogApi(request, CLUSTER_BASE) };
+  return { request, api: new ChangelogApi(request, CLUSTER_BASE, stream) };
 }
 
 /** Routes of a server that has the fixtures' data. */
@@ -81,7 +90,9 @@ export function fixtureRoutes(path: string, query: URLSearchParams): ApiResponse
   if (path === `/namespaces/${ns}/managedosversions`) return ok(summaries);
   if (path === '/managedosversions' && query.get('cve')) return ok(cve);
   const machines = `/namespaces/${machine.metadata.namespace}/machineinventories`;
-  if (path === `${machines}/${machine.metadata.name}`) return ok(machine);
+  if (path === machines && query.get('fieldSelector') === `metadata.name=${machine.metadata.name}`) {
+    return ok(machineByName);
+  }
   if (path === `${machines}/${machine.metadata.name}/changelog` && !query.get('to')) return ok(machineChangelog);
   if ((path === '/machineinventories' || path === machines) && query.get('cve')) return ok(machinesCve);
   return undefined;

@@ -2,11 +2,12 @@
 // Rancher mounts them: a `resource` prop and `this.$store`. Registration
 // (index.ts, product.ts, routing.ts) needs Rancher's shell and is not tested here.
 import { mount } from '@vue/test-utils';
-import { describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import ChangelogMasthead from '../rancher/pkg/elemental-changelog/components/ChangelogMasthead.vue';
 import MachineMasthead from '../rancher/pkg/elemental-changelog/components/MachineMasthead.vue';
 import CveSearchPage from '../rancher/pkg/elemental-changelog/pages/CveSearchPage.vue';
 import { changelog, cve, fixtureRoutes, machine, machineChangelog, settle } from './fixtures';
+import { fakeWatches, watchQuery } from './streams';
 
 const PREFIX = '/k8s/clusters/local/apis/changelog.elemental.cattle.io/v1beta1';
 
@@ -37,6 +38,16 @@ function managedOSVersion(type: string) {
 }
 
 describe('the Rancher extension components', () => {
+  // Watches go through the page's `fetch` (Rancher's proxy, the session cookie), not the store.
+  let watches: ReturnType<typeof fakeWatches>;
+  beforeEach(() => {
+    watches = fakeWatches();
+    vi.stubGlobal('fetch', watches.fetch);
+  });
+  afterEach(() => {
+    vi.unstubAllGlobals();
+  });
+
   it('the masthead panel reads the changelog through the management store', async () => {
     const store = rancherStore();
     const wrapper = mount(ChangelogMasthead, {
@@ -80,6 +91,17 @@ describe('the Rancher extension components', () => {
     expect(wrapper.findAll('[data-testid=ecl-advisory]').map((a) => a.attributes('data-id'))).toEqual(
       machineChangelog.advisories.map((a) => a.id),
     );
+
+    // Then it watches the machine through Rancher's proxy of the local cluster, as the session's user.
+    const watch = await watches.next();
+    expect(watch.url.startsWith(`${PREFIX}/namespaces/${machine.metadata.namespace}/machineinventories?`)).toBe(true);
+    expect(watchQuery(watch.url)).toMatchObject({ watch: 'true', fieldSelector: `metadata.name=${machine.metadata.name}` });
+    expect(watch.init.credentials).toBe('same-origin');
+    watch.send('MODIFIED', { ...machine, state: 'UpToDate', current: machine.target, summary: undefined });
+    await settle();
+    expect(wrapper.get('[data-testid=ecl-machine-state]').attributes('data-state')).toBe('UpToDate');
+    wrapper.unmount();
+    expect(watch.aborted).toBe(true);
   });
 
   it('the CVE page searches through the management store', async () => {
@@ -89,6 +111,11 @@ describe('the Rancher extension components', () => {
     await wrapper.get('form').trigger('submit');
     await settle();
     expect(wrapper.findAll('[data-testid=ecl-cve-version]')).toHaveLength(cve.items.length);
+    const watch = await watches.next();
+    expect(watchQuery(watch.url)).toMatchObject({ watch: 'true', cve: 'CVE-2024-59001' });
+    expect(watch.url.startsWith(`${PREFIX}/machineinventories?`)).toBe(true);
+    wrapper.unmount();
+    expect(watch.aborted).toBe(true);
   });
 
   it('fails clearly outside Rancher', () => {

@@ -1,19 +1,13 @@
 //! The fleet view's answers: machines (MachineInventories) with the version they run, their
 //! target and what is pending, a machine's changelog, and a ManagedOSImage's upgrade plan.
 //!
-//! Resolution ([`crate::fleet`]) runs in the request's job, off the async threads: it reads
-//! the fleet reflector stores, the ManagedOSVersion stores and the channel snapshots through
-//! [`Resources`]. A machine's changelog is the changelog of a ManagedOSVersion
-//! (`managedosversions/{to}/changelog?from={current}`), answered by [`Resources::plan`]
-//! with its ready-bytes cache.
-//!
-//! Machine summaries as JSON (a list or one machine) are kept ready too, under a fingerprint of
-//! the machines selected and of every input of their resolution (the ManagedOSVersions,
-//! ManagedOSImages and MachineInventorySelectors by uid and resourceVersion, the channel
-//! snapshots by generation): a change of any of them makes a new key, so a kept answer is
-//! never stale. The fingerprint is computed for each request (hashing, no resolution). Tables
-//! are kept too: unlike the summaries' Tables, they have no column computed from the time of
-//! the request.
+//! Machines are resolved ([`crate::fleet`]) when their inputs change, by the live task
+//! ([`crate::live`]), which keeps every machine's answer in a hub; lists and gets copy the kept
+//! answers (with `?cve=`, each machine's exposure is added from its kept answer, each channel's
+//! first fix found once). What the view reads of the version side goes through
+//! [`VersionSide`], a small interface: the versions, the channel data, and a ManagedOSVersion's
+//! changelog, which a machine's changelog is (`managedosversions/{to}/changelog?from={current}`).
+//! A ManagedOSImage's plan is resolved per request, off the async threads.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -24,19 +18,16 @@ use elemental_changelog_apiservice::{
     API_VERSION, Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, MACHINE_SUMMARY_LIST_KIND, content,
     content::Representation,
     fleet::{
-        MachineInventoryChangelogSummary, MachineInventoryChangelogSummaryList, MachineReason,
+        CveState, MachineCve, MachineInventoryChangelogSummary,
+        MachineInventoryChangelogSummaryList, MachineReason,
     },
     status::{CauseReason, StatusCause, StatusError},
-    types::{ChangelogSummary, ObjectMeta},
+    types::{ChangelogSummary, ObjectMeta, VersionRef},
 };
-use kube::{Resource as _, ResourceExt};
-
-use sha2::{Digest, Sha256};
 
 use super::{
     ok,
-    ready::Ready,
-    resources::{Answer, AnswerKey, Cost, Job, Plan, Render, Resources, selects},
+    resources::{Answer, Cost, Job, Plan, Render, VersionSide, selects},
 };
 use crate::{
     cache::Snapshot,
@@ -46,11 +37,12 @@ use crate::{
         crd::{MachineInventory, ManagedOSImage},
         reflect::FleetStores,
     },
+    live::Live,
     request::{
-        ChangelogParams, ListParams, Resource,
+        ChangelogParams, ListParams,
         fleet::{FleetResource, MachineChangelogParams},
     },
-    watch::Hub,
+    watch::{Hub, Item},
 };
 
 /// Seconds a client should wait before asking again for a channel being fetched.
@@ -59,11 +51,22 @@ const RETRY_AFTER_NOT_FETCHED: u32 = 2;
 /// Answers the fleet view's requests.
 pub struct FleetView {
     stores: FleetStores,
-    resources: Arc<Resources>,
+    versions: Arc<dyn VersionSide>,
+    live: Arc<Live>,
     /// Pending summaries by snapshot generation, `from` and `to`, shared by every request
     /// and the gauge: a snapshot never changes, so neither does a summary computed from it.
     summaries: SummaryCache,
+    /// See [`FirstFixes`].
+    first_fixes: FirstFixes,
 }
+
+/// The first version of a channel's data fixing a CVE (its position in the channel's order),
+/// by snapshot generation and CVE: found once per (channel data, CVE), whatever the number of
+/// machines asked about.
+type FirstFixes = quick_cache::sync::Cache<(u64, String), Option<usize>>;
+
+/// First fixes kept (each a few dozen bytes).
+const FIRST_FIXES_KEPT: usize = 10_000;
 
 /// Pending summaries kept across requests: see [`FleetView`].
 type SummaryCache = quick_cache::sync::Cache<(u64, String, String), Option<ChangelogSummary>>;
@@ -102,11 +105,13 @@ struct Inputs {
 
 impl FleetView {
     /// Answers over the fleet stores and the channel data of `resources`.
-    pub fn new(stores: FleetStores, resources: Arc<Resources>) -> Self {
+    pub fn new(stores: FleetStores, versions: Arc<dyn VersionSide>, live: Arc<Live>) -> Self {
         Self {
             stores,
-            resources,
+            versions,
+            live,
             summaries: SummaryCache::new(SUMMARIES_KEPT),
+            first_fixes: FirstFixes::new(FIRST_FIXES_KEPT),
         }
     }
 
@@ -121,17 +126,19 @@ impl FleetView {
             FleetResource::Machines { namespace, params } => {
                 let representation = content::negotiate(accept, params.include_object)?;
                 params.fields.check_supported()?;
-                let arch = self.resources.served_arch(params.arch.as_ref())?;
-                if let (None, Some(hub)) = (&params.cve, self.resources.live().machines(&arch)) {
-                    let hub = hub.clone();
-                    return Ok(run(Cost::Heavy, move || {
-                        kept_machines(&hub, namespace.as_deref(), &params, representation)
-                    }));
-                }
+                let arch = self.versions.served_arch(params.arch.as_ref())?;
+                let hub = self.hub(&arch)?;
                 Ok(run(Cost::Heavy, move || {
-                    let machines = this.select(namespace.as_deref(), &params);
-                    let inputs = this.inputs(namespace.as_deref(), &arch);
-                    this.answer(representation, &inputs, machines, params.cve, arch, true)
+                    let exposure = params.cve.as_deref().map(|cve| {
+                        move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
+                    });
+                    kept_machines(
+                        &hub,
+                        namespace.as_deref(),
+                        &params,
+                        representation,
+                        exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
+                    )
                 }))
             }
             FleetResource::Machine {
@@ -140,44 +147,26 @@ impl FleetView {
                 params,
             } => {
                 let representation = content::negotiate(accept, params.include_object)?;
-                let arch = self.resources.served_arch(params.arch.as_ref())?;
-                let kept = self
-                    .stores
-                    .machines
-                    .get(&namespace, &name)
-                    .filter(|_| params.cve.is_none())
-                    .and_then(|_| {
-                        self.resources
-                            .live()
-                            .machines(&arch)?
-                            .get(&namespace, &name)
-                    });
-                if let Some(item) = kept {
-                    return Ok(run(Cost::Light, move || {
-                        let body = match representation {
-                            Representation::Json => item.json.to_vec(),
-                            Representation::Table { .. } => {
-                                render(representation, vec![item.object.clone()], false, false)?
-                            }
-                        };
-                        Ok(Answer::Fresh(ok(body, representation.content_type())))
-                    }));
+                let arch = self.versions.served_arch(params.arch.as_ref())?;
+                if self.stores.machines.get(&namespace, &name).is_none() {
+                    return Err(StatusError::not_found(MACHINE_RESOURCE, &name));
                 }
-                Ok(run(Cost::Light, move || {
-                    let machine = this
-                        .stores
-                        .machines
-                        .get(&namespace, &name)
-                        .ok_or_else(|| StatusError::not_found(MACHINE_RESOURCE, &name))?;
-                    let inputs = this.inputs(Some(&namespace), &arch);
-                    this.answer(
-                        representation,
-                        &inputs,
-                        vec![machine],
-                        params.cve,
-                        arch,
-                        false,
+                let item = self.hub(&arch)?.get(&namespace, &name).ok_or_else(|| {
+                    StatusError::service_unavailable(
+                        format!("MachineInventory {namespace}/{name} is not resolved yet"),
+                        Some(RETRY_AFTER_NOT_FETCHED),
                     )
+                })?;
+                Ok(run(Cost::Light, move || {
+                    let body = match (representation, &params.cve) {
+                        (Representation::Json, None) => item.json.to_vec(),
+                        (_, cve) => {
+                            let mut object = item.object.clone();
+                            object.cve = cve.as_deref().map(|c| this.exposure(&object, c, &arch));
+                            render(representation, vec![object], cve.is_some(), false)?
+                        }
+                    };
+                    Ok(Answer::Fresh(ok(body, representation.content_type())))
                 }))
             }
             FleetResource::MachineChangelog {
@@ -185,13 +174,12 @@ impl FleetView {
                 name,
                 params,
             } => {
-                let arch = self.resources.served_arch(params.arch.as_ref())?;
+                let arch = self.versions.served_arch(params.arch.as_ref())?;
                 let accept = accept.map(str::to_owned);
                 Ok(run(Cost::Heavy, move || {
-                    let resource = this.machine_changelog(&namespace, &name, &params, &arch)?;
-                    this.resources
-                        .plan(&resource, accept.as_deref())?
-                        .run_here(&this.resources)
+                    let (to, params) = this.machine_changelog(&namespace, &name, &params, &arch)?;
+                    this.versions
+                        .changelog(&namespace, &to, &params, accept.as_deref())
                 }))
             }
             FleetResource::ImageChangelog {
@@ -200,7 +188,7 @@ impl FleetView {
                 arch,
             } => {
                 content::negotiate(accept, Default::default())?;
-                let arch = self.resources.served_arch(arch.as_ref())?;
+                let arch = self.versions.served_arch(arch.as_ref())?;
                 Ok(run(Cost::Heavy, move || {
                     let plan = this.image_plan(&namespace, &name, &arch)?;
                     let body = serde_json::to_vec(&plan).map_err(|e| StatusError::internal(&e))?;
@@ -210,67 +198,23 @@ impl FleetView {
         }
     }
 
+    /// The machines' hub for `arch`.
+    fn hub(&self, arch: &Arch) -> Result<Arc<Hub<MachineInventoryChangelogSummary>>, StatusError> {
+        self.live
+            .machines(arch)
+            .cloned()
+            .ok_or_else(|| StatusError::bad_request(format!("arch {arch} is not served")))
+    }
+
     /// What resolving the machines of `namespace` (or all) reads.
     fn inputs(&self, namespace: Option<&str>, arch: &Arch) -> Inputs {
-        let objects = self.resources.objects();
-        let mut snapshots = HashMap::new();
-        for channel in objects.channels.list(namespace) {
-            let (Some(ns), name) = (channel.namespace(), channel.name_any()) else {
-                continue;
-            };
-            if let Some(snapshot) = self.resources.channel_snapshot(&ns, &name, arch) {
-                snapshots.insert((ns, name), snapshot);
-            }
-        }
+        let snapshots = self.versions.snapshots(namespace, arch);
         Inputs {
-            versions: objects.versions.list(namespace),
+            versions: self.versions.versions(namespace),
             images: self.stores.images.list(namespace),
             selectors: self.stores.selectors.list(namespace),
             channels: Channels { snapshots },
         }
-    }
-
-    /// The machines of `namespace` (or all) that `params` select.
-    fn select(&self, namespace: Option<&str>, params: &ListParams) -> Vec<Arc<MachineInventory>> {
-        self.stores
-            .machines
-            .list(namespace)
-            .into_iter()
-            .filter(|m| params.labels.matches(m.labels()))
-            .filter(|m| {
-                params
-                    .fields
-                    .matches(&m.name_any(), m.namespace().as_deref().unwrap_or_default())
-            })
-            .collect()
-    }
-
-    /// The answer for `machines` (a list, or one), JSON or a Table, kept ready under the
-    /// fingerprint of the machines and the inputs.
-    fn answer(
-        &self,
-        representation: Representation,
-        inputs: &Inputs,
-        machines: Vec<Arc<MachineInventory>>,
-        cve: Option<String>,
-        arch: Arch,
-        list: bool,
-    ) -> Result<Answer, StatusError> {
-        let key = AnswerKey::Machines {
-            representation,
-            list,
-            fingerprint: fingerprint(&machines, inputs),
-            cve: cve.clone(),
-            arch,
-        };
-        self.resources
-            .ready()
-            .get_or_render(key, || {
-                let items = summarize(inputs, &machines, cve.as_deref(), &self.summaries);
-                let body = render(representation, items, cve.is_some(), list)?;
-                Ok(Ready::answer(body, representation.content_type()))
-            })
-            .map(Answer::Ready)
     }
 
     /// The ManagedOSVersion changelog request a machine's changelog is.
@@ -280,7 +224,7 @@ impl FleetView {
         name: &str,
         params: &MachineChangelogParams,
         arch: &Arch,
-    ) -> Result<Resource, StatusError> {
+    ) -> Result<(String, ChangelogParams), StatusError> {
         let machine = self
             .stores
             .machines
@@ -332,7 +276,7 @@ impl FleetView {
                 return Err(error);
             }
         };
-        if let Some(version) = self.resources.objects().versions.get(namespace, &to)
+        if let Some(version) = self.versions.version(namespace, &to)
             && version.channel_name() != Some(current.channel.as_str())
         {
             return Err(StatusError::bad_request(format!(
@@ -340,15 +284,14 @@ impl FleetView {
                 current.channel, current.name
             )));
         }
-        Ok(Resource::Changelog {
-            namespace: namespace.to_owned(),
-            name: to,
-            params: ChangelogParams {
+        Ok((
+            to,
+            ChangelogParams {
                 from: Some(current.name.clone()),
                 arch: Some(arch.clone()),
                 format: params.format,
             },
-        })
+        ))
     }
 
     fn image_plan(
@@ -376,9 +319,81 @@ impl FleetView {
     /// The summary of every machine for `arch`, computed now (what the live hub keeps, see
     /// [`crate::live`]).
     pub fn machine_summaries(&self, arch: &Arch) -> Vec<MachineInventoryChangelogSummary> {
-        let machines = self.stores.machines.list(None);
+        self.summaries_of(&self.stores.machines.list(None), arch)
+    }
+
+    /// The summaries of `machines` for `arch`, computed now.
+    pub fn summaries_of(
+        &self,
+        machines: &[Arc<MachineInventory>],
+        arch: &Arch,
+    ) -> Vec<MachineInventoryChangelogSummary> {
         let inputs = self.inputs(None, arch);
-        summarize(&inputs, &machines, None, &self.summaries)
+        summarize(&inputs, machines, None, &self.summaries)
+    }
+
+    /// Every MachineInventory, by namespace and name.
+    pub fn machine_list(&self) -> Vec<Arc<MachineInventory>> {
+        self.stores.machines.list(None)
+    }
+
+    /// A machine's exposure to `cve`, from its kept answer (the version it runs) and its
+    /// channel's data for `arch`: the channel's first version fixing the CVE is found once
+    /// per channel data and CVE (`FirstFixes`), so a list or a watch of any number of
+    /// machines walks each channel once.
+    pub fn exposure(
+        &self,
+        machine: &MachineInventoryChangelogSummary,
+        cve: &str,
+        arch: &Arch,
+    ) -> MachineCve {
+        let unknown = MachineCve {
+            id: cve.to_owned(),
+            state: CveState::Unknown,
+            fixed_in: None,
+        };
+        let Some(current) = &machine.current else {
+            return unknown;
+        };
+        let namespace = machine.metadata.namespace.as_str();
+        let Some(snapshot) = self.versions.snapshot(namespace, &current.channel, arch) else {
+            return unknown;
+        };
+        let order = snapshot.data.order();
+        let Some(position) = order.iter().position(|n| *n == current.name) else {
+            return unknown;
+        };
+        let first = self
+            .first_fixes
+            .get_or_insert_with(&(snapshot.generation().get(), cve.to_owned()), || {
+                Ok::<_, std::convert::Infallible>(
+                    order
+                        .iter()
+                        .position(|name| snapshot.data.fixes_cve(name, cve)),
+                )
+            })
+            .unwrap_or_else(|never| match never {});
+        let Some(first) = first else {
+            return MachineCve {
+                id: cve.to_owned(),
+                state: CveState::NoFixInChannel,
+                fixed_in: None,
+            };
+        };
+        let name = order[first].clone();
+        let version = self
+            .versions
+            .version(namespace, &name)
+            .map_or_else(|| name.clone(), |v| v.spec.version.clone());
+        MachineCve {
+            id: cve.to_owned(),
+            state: if first <= position {
+                CveState::Fixed
+            } else {
+                CveState::Exposed
+            },
+            fixed_in: Some(VersionRef { name, version }),
+        }
     }
 
     /// Waits until the fleet stores have listed.
@@ -388,9 +403,22 @@ impl FleetView {
         self.stores.images.wait_until_ready().await;
     }
 
-    /// A receiver told of every change of the fleet objects.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.stores.changes()
+    /// Receivers told of every change of the MachineInventories, and of the other fleet
+    /// objects (MachineInventorySelectors, ManagedOSImages): a machine's change touches its own
+    /// answer only, the others' may touch any.
+    pub fn changes(
+        &self,
+    ) -> (
+        tokio::sync::watch::Receiver<u64>,
+        [tokio::sync::watch::Receiver<u64>; 2],
+    ) {
+        (
+            self.stores.machines.changes(),
+            [
+                self.stores.selectors.changes(),
+                self.stores.images.changes(),
+            ],
+        )
     }
 }
 
@@ -474,31 +502,47 @@ fn summarize(
 }
 
 /// The kept machines of `namespace` (or all) that `params` select, as a list with the
-/// resourceVersion a watch may start from.
+/// resourceVersion a watch may start from; with `exposure`, each with its exposure to the
+/// CVE asked.
 fn kept_machines(
     hub: &Hub<MachineInventoryChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
     representation: Representation,
+    exposure: Option<&dyn Fn(&MachineInventoryChangelogSummary) -> MachineCve>,
 ) -> Result<Answer, StatusError> {
     let (version, items) = hub.list(namespace);
     let selected: Vec<_> = items
         .iter()
         .filter(|i| selects(params, &i.object.metadata))
         .collect();
-    let body = match representation {
-        Representation::Json => {
+    let with_cve = |i: &&Arc<Item<MachineInventoryChangelogSummary>>| {
+        let mut object = i.object.clone();
+        object.cve = exposure.map(|f| f(&object));
+        object
+    };
+    let body = match (representation, exposure) {
+        (Representation::Json, None) => {
             crate::live::list_json(API_VERSION, MACHINE_SUMMARY_LIST_KIND, version, &selected)
         }
-        Representation::Table {
-            version: table_version,
-            include_object,
-        } => {
-            let objects: Vec<_> = selected.iter().map(|i| i.object.clone()).collect();
+        (Representation::Json, Some(_)) => {
+            let mut list =
+                MachineInventoryChangelogSummaryList::new(selected.iter().map(with_cve).collect());
+            list.metadata.resource_version = version.text();
+            serde_json::to_vec(&list).map_err(|e| StatusError::internal(&e))?
+        }
+        (
+            Representation::Table {
+                version: table_version,
+                include_object,
+            },
+            _,
+        ) => {
+            let objects: Vec<_> = selected.iter().map(with_cve).collect();
             let mut table = elemental_changelog_apiservice::fleet::table::machines_table(
                 &objects,
                 true,
-                false,
+                exposure.is_some(),
                 table_version,
                 include_object,
             );
@@ -552,43 +596,6 @@ fn json(items: Vec<MachineInventoryChangelogSummary>, list: bool) -> Result<Vec<
     .map_err(|e| StatusError::internal(&e))
 }
 
-/// What the summaries of `machines` depend on, hashed: each machine's and each input
-/// object's identity and resourceVersion (lists come sorted from the stores), and each
-/// channel snapshot's generation.
-fn fingerprint(machines: &[Arc<MachineInventory>], inputs: &Inputs) -> [u8; 32] {
-    let mut hash = Sha256::new();
-    let mut field = |bytes: &[u8]| {
-        hash.update((bytes.len() as u64).to_le_bytes());
-        hash.update(bytes);
-    };
-    let mut objects = |kind: &[u8], metas: &mut dyn Iterator<Item = &kube::api::ObjectMeta>| {
-        field(kind);
-        for meta in metas {
-            field(meta.namespace.as_deref().unwrap_or_default().as_bytes());
-            field(meta.name.as_deref().unwrap_or_default().as_bytes());
-            field(meta.uid.as_deref().unwrap_or_default().as_bytes());
-            field(
-                meta.resource_version
-                    .as_deref()
-                    .unwrap_or_default()
-                    .as_bytes(),
-            );
-        }
-    };
-    objects(b"machines", &mut machines.iter().map(|m| m.meta()));
-    objects(b"versions", &mut inputs.versions.iter().map(|v| v.meta()));
-    objects(b"images", &mut inputs.images.iter().map(|i| i.meta()));
-    objects(b"selectors", &mut inputs.selectors.iter().map(|s| s.meta()));
-    let mut snapshots: Vec<_> = inputs.channels.snapshots.iter().collect();
-    snapshots.sort_by(|a, b| a.0.cmp(b.0));
-    for ((namespace, channel), snapshot) in snapshots {
-        field(namespace.as_bytes());
-        field(channel.as_bytes());
-        field(&snapshot.generation().get().to_le_bytes());
-    }
-    hash.finalize().into()
-}
-
 fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
     let meta = object.meta();
     ObjectMeta {
@@ -634,85 +641,6 @@ fn wire<T: serde::Serialize>(value: &T) -> String {
 mod tests {
     use super::*;
     use elemental_changelog_apiservice::fleet::MachineState;
-
-    fn object<K: serde::de::DeserializeOwned>(kind: &str, name: &str, rv: &str) -> Arc<K> {
-        Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "elemental.cattle.io/v1beta1", "kind": kind,
-                "metadata": {"name": name, "namespace": "fleet-default", "uid": format!("uid-{name}"),
-                    "resourceVersion": rv},
-                "spec": {}
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn inputs(versions: &[(&str, &str)]) -> Inputs {
-        Inputs {
-            versions: versions
-                .iter()
-                .map(|(name, rv)| object("ManagedOSVersion", name, rv))
-                .collect(),
-            images: Vec::new(),
-            selectors: Vec::new(),
-            channels: Channels {
-                snapshots: HashMap::new(),
-            },
-        }
-    }
-
-    /// A kept machine answer is found again only while nothing its resolution reads changed.
-    #[test]
-    fn the_fingerprint_follows_machines_and_every_input() {
-        let machines = |rv: &str| -> Vec<Arc<MachineInventory>> {
-            vec![
-                object("MachineInventory", "m-1", rv),
-                object("MachineInventory", "m-2", "5"),
-            ]
-        };
-        let base = fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "2")]));
-        assert_eq!(
-            base,
-            fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "2")]))
-        );
-        // Re-registration (new annotations): a new resourceVersion.
-        assert_ne!(
-            base,
-            fingerprint(&machines("6"), &inputs(&[("v1", "1"), ("v2", "2")]))
-        );
-        // A machine gone.
-        assert_ne!(
-            base,
-            fingerprint(&machines("4")[..1], &inputs(&[("v1", "1"), ("v2", "2")]))
-        );
-        // A ManagedOSVersion added or changed.
-        assert_ne!(
-            base,
-            fingerprint(
-                &machines("4"),
-                &inputs(&[("v1", "1"), ("v2", "2"), ("v3", "3")])
-            )
-        );
-        assert_ne!(
-            base,
-            fingerprint(&machines("4"), &inputs(&[("v1", "1"), ("v2", "9")]))
-        );
-        // A ManagedOSImage appears.
-        let mut with_image = inputs(&[("v1", "1"), ("v2", "2")]);
-        with_image
-            .images
-            .push(object("ManagedOSImage", "upgrade", "7"));
-        assert_ne!(base, fingerprint(&machines("4"), &with_image));
-        // The same names in other fields do not collide (lengths are hashed).
-        let mut selector = inputs(&[("v1", "1"), ("v2", "2")]);
-        selector
-            .selectors
-            .push(object("MachineInventorySelector", "upgrade", "7"));
-        assert_ne!(
-            fingerprint(&machines("4"), &with_image),
-            fingerprint(&machines("4"), &selector)
-        );
-    }
 
     #[test]
     fn unused_state_names_are_wire_names() {

@@ -85,21 +85,6 @@ pub enum AnswerKey {
         /// SHA-256 of the selection.
         fingerprint: [u8; 32],
     },
-    /// Machine summaries, one (`get`) or a list, as JSON or a Table (it has no column that
-    /// depends on the time of the request): a fingerprint of every machine selected and of
-    /// everything their resolution reads (see `routes::fleet`).
-    Machines {
-        /// JSON or a Table (its version and what rows carry).
-        representation: Representation,
-        /// A list (or one machine).
-        list: bool,
-        /// `cve`, as asked.
-        cve: Option<String>,
-        /// Architecture.
-        arch: Arch,
-        /// SHA-256 of the machines and the resolution's inputs.
-        fingerprint: [u8; 32],
-    },
 }
 
 impl AnswerKeyBytes for AnswerKey {
@@ -113,8 +98,87 @@ impl AnswerKeyBytes for AnswerKey {
                     + text(&object.resource_version)
                     + text(from)
             }
-            Self::Summaries { cve, .. } | Self::Machines { cve, .. } => text(cve),
+            Self::Summaries { cve, .. } => text(cve),
         }
+    }
+}
+
+/// What the fleet view reads of the version side, and no more: it owns its own answers
+/// (`routes::fleet`), and asks this side only for versions, channel data and changelogs.
+pub trait VersionSide: Send + Sync {
+    /// The architecture asked for (the default when none), if this server reads it.
+    fn served_arch(&self, asked: Option<&Arch>) -> Result<Arch, StatusError>;
+    /// The ManagedOSVersions of `namespace` (or of all), by namespace and name.
+    fn versions(&self, namespace: Option<&str>) -> Vec<Arc<ManagedOSVersion>>;
+    /// One ManagedOSVersion.
+    fn version(&self, namespace: &str, name: &str) -> Option<Arc<ManagedOSVersion>>;
+    /// The data of channel `namespace/channel` for `arch`, if fetched.
+    fn snapshot(&self, namespace: &str, channel: &str, arch: &Arch) -> Option<Arc<Snapshot>>;
+    /// Every fetched channel's data for `arch`, in `namespace` (or all), by namespace and
+    /// channel name.
+    fn snapshots(
+        &self,
+        namespace: Option<&str>,
+        arch: &Arch,
+    ) -> std::collections::HashMap<(String, String), Arc<Snapshot>>;
+    /// The changelog of ManagedOSVersion `namespace/name` as `params` ask, rendered on this
+    /// thread (callers are off the async threads already).
+    fn changelog(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &ChangelogParams,
+        accept: Option<&str>,
+    ) -> Result<Answer, StatusError>;
+}
+
+impl VersionSide for Arc<Resources> {
+    fn served_arch(&self, asked: Option<&Arch>) -> Result<Arch, StatusError> {
+        self.arch(asked).cloned()
+    }
+
+    fn versions(&self, namespace: Option<&str>) -> Vec<Arc<ManagedOSVersion>> {
+        self.objects.versions.list(namespace)
+    }
+
+    fn version(&self, namespace: &str, name: &str) -> Option<Arc<ManagedOSVersion>> {
+        self.objects.versions.get(namespace, name)
+    }
+
+    fn snapshot(&self, namespace: &str, channel: &str, arch: &Arch) -> Option<Arc<Snapshot>> {
+        self.channel_snapshot(namespace, channel, arch)
+    }
+
+    fn snapshots(
+        &self,
+        namespace: Option<&str>,
+        arch: &Arch,
+    ) -> std::collections::HashMap<(String, String), Arc<Snapshot>> {
+        self.objects
+            .channels
+            .list(namespace)
+            .iter()
+            .filter_map(|channel| {
+                let (namespace, name) = (channel.namespace()?, channel.name_any());
+                let snapshot = self.channel_snapshot(&namespace, &name, arch)?;
+                Some(((namespace, name), snapshot))
+            })
+            .collect()
+    }
+
+    fn changelog(
+        &self,
+        namespace: &str,
+        name: &str,
+        params: &ChangelogParams,
+        accept: Option<&str>,
+    ) -> Result<Answer, StatusError> {
+        let resource = Resource::Changelog {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            params: params.clone(),
+        };
+        self.plan(&resource, accept)?.run_here(self)
     }
 }
 
@@ -310,7 +374,7 @@ impl Resources {
             } => {
                 let representation = content::negotiate(accept, params.include_object)?;
                 let arch = self.arch(params.arch.as_ref())?.clone();
-                let version = self.version(namespace, name)?;
+                let version = self.existing_version(namespace, name)?;
                 if let Some(item) = self
                     .live
                     .versions(&arch)
@@ -447,7 +511,7 @@ impl Resources {
             content::negotiate(accept, IncludeObject::default())?;
         }
         let arch = self.arch(params.arch.as_ref())?;
-        let version = self.version(namespace, name)?;
+        let version = self.existing_version(namespace, name)?;
         let (channel, snapshot) = match self.lookup(&version, arch) {
             Lookup::Found { channel, snapshot } => (channel, snapshot),
             Lookup::Unavailable { error, .. } => return Err(error),
@@ -559,7 +623,11 @@ impl Resources {
             })
     }
 
-    fn version(&self, namespace: &str, name: &str) -> Result<Arc<ManagedOSVersion>, StatusError> {
+    fn existing_version(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<ManagedOSVersion>, StatusError> {
         self.objects
             .versions
             .get(namespace, name)

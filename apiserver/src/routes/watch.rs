@@ -50,10 +50,12 @@ pub enum WatchLimit {
     PerUser,
 }
 
-/// A watch's place under the limits, given back when the watch ends.
+/// A watch's place under the limits, given back when the watch ends (with what else the
+/// watch keeps until then).
 pub struct WatchSlot {
     slots: Arc<WatchSlots>,
     user: String,
+    _keep: Box<dyn Send>,
 }
 
 impl Drop for WatchSlot {
@@ -84,7 +86,11 @@ impl WatchSlots {
     }
 
     /// A place for one more watch of `user`, or the limit that refuses it.
-    pub fn take(self: &Arc<Self>, user: &str) -> Result<WatchSlot, WatchLimit> {
+    pub fn take(
+        self: &Arc<Self>,
+        user: &str,
+        keep: Box<dyn Send>,
+    ) -> Result<WatchSlot, WatchLimit> {
         let mut open = self.lock();
         if open.0 >= self.max {
             return Err(WatchLimit::Total);
@@ -98,6 +104,7 @@ impl WatchSlots {
         Ok(WatchSlot {
             slots: self.clone(),
             user: user.to_owned(),
+            _keep: keep,
         })
     }
 
@@ -114,9 +121,13 @@ pub type Body = http_body_util::Either<http_body_util::Full<bytes::Bytes>, Strea
 pub struct Kind<T> {
     /// `kind` of one object (bookmarks carry it).
     pub kind: &'static str,
-    /// One object as a one-row Table.
-    pub table: fn(&T, Representation, bool) -> Vec<u8>,
+    /// One object as a one-row Table (`first`: with column definitions; `cve`: with the CVE
+    /// columns).
+    pub table: fn(&T, Representation, bool, bool) -> Vec<u8>,
 }
+
+/// What a watch adds to each object: a machine's exposure to the CVE asked (`?cve=`).
+pub type Transform<T> = Box<dyn Fn(&T) -> T + Send + Sync>;
 
 /// Version summaries.
 pub const SUMMARIES: Kind<ManagedOSVersionChangelogSummary> = Kind {
@@ -130,7 +141,12 @@ pub const MACHINES: Kind<MachineInventoryChangelogSummary> = Kind {
     table: machine_row,
 };
 
-fn summary_row(item: &ManagedOSVersionChangelogSummary, r: Representation, first: bool) -> Vec<u8> {
+fn summary_row(
+    item: &ManagedOSVersionChangelogSummary,
+    r: Representation,
+    first: bool,
+    _cve: bool,
+) -> Vec<u8> {
     let Representation::Table {
         version,
         include_object,
@@ -150,7 +166,12 @@ fn summary_row(item: &ManagedOSVersionChangelogSummary, r: Representation, first
     serde_json::to_vec(&table).unwrap_or_default()
 }
 
-fn machine_row(item: &MachineInventoryChangelogSummary, r: Representation, first: bool) -> Vec<u8> {
+fn machine_row(
+    item: &MachineInventoryChangelogSummary,
+    r: Representation,
+    first: bool,
+    cve: bool,
+) -> Vec<u8> {
     let Representation::Table {
         version,
         include_object,
@@ -161,7 +182,7 @@ fn machine_row(item: &MachineInventoryChangelogSummary, r: Representation, first
     let mut table = machines_table(
         std::slice::from_ref(item),
         true,
-        false,
+        cve,
         version,
         include_object,
     );
@@ -178,22 +199,19 @@ fn one_row<C>(columns: &mut Vec<C>, first: bool) {
 }
 
 /// Starts the watch `params` ask of `hub`, for the objects of `namespace` (or all), in the
-/// representation `accept` asks; `slot` is held until it ends.
+/// representation `accept` asks, each object passed through `transform` when given (`?cve=`);
+/// `slot` is held until it ends.
 pub fn watch<T: Object>(
     hub: &Arc<Hub<T>>,
     kind: &Kind<T>,
     namespace: Option<&str>,
     params: &ListParams,
     accept: Option<&str>,
+    transform: Option<Transform<T>>,
     slot: WatchSlot,
 ) -> Result<Response<Body>, StatusError> {
     let representation = content::negotiate(accept, params.include_object)?;
     params.fields.check_supported()?;
-    if params.cve.is_some() {
-        return Err(StatusError::bad_request(
-            "cve: a watch cannot select by CVE; list with ?cve= instead (the answers of a CVE search are computed per request)",
-        ));
-    }
     let options = params.watch.clone().unwrap_or_default();
     let start = match start(hub, &options) {
         Ok(start) => start,
@@ -210,11 +228,24 @@ pub fn watch<T: Object>(
     };
     let selection = params.clone();
     let table = kind.table;
-    let encoding = match representation {
-        Representation::Json => Encoding::Json,
-        Representation::Table { .. } => Encoding::Table(Box::new(move |item: &T, first| {
-            table(item, representation, first)
-        })),
+    let cve = transform.is_some();
+    let encoding = match (representation, transform) {
+        (Representation::Json, None) => Encoding::Json,
+        (Representation::Json, Some(transform)) => {
+            Encoding::Render(Box::new(move |item: &T, _| {
+                serde_json::to_vec(&transform(item)).unwrap_or_default()
+            }))
+        }
+        (Representation::Table { .. }, None) => {
+            Encoding::Render(Box::new(move |item: &T, first| {
+                table(item, representation, first, false)
+            }))
+        }
+        (Representation::Table { .. }, Some(transform)) => {
+            Encoding::Render(Box::new(move |item: &T, first| {
+                table(&transform(item), representation, first, cve)
+            }))
+        }
     };
     let body = stream::stream(
         watcher,

@@ -18,16 +18,17 @@ pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
 /// Chunks the stream holds before the watcher's own queue takes the wait.
 const BODY_CHUNKS: usize = 16;
 
-/// Writes one object as a one-row Table (`true`: with the column definitions).
-pub type TableRow<T> = Box<dyn Fn(&T, bool) -> Vec<u8> + Send + Sync>;
+/// Writes one object as this watch sends it (`true`: the first event of the watch).
+pub type Render<T> = Box<dyn Fn(&T, bool) -> Vec<u8> + Send + Sync>;
 
 /// How a watch's objects are written.
 pub enum Encoding<T> {
-    /// The objects as JSON (their kept bytes).
+    /// The objects as JSON (their kept bytes, made once for every watch).
     Json,
-    /// Each object as a one-row `Table` (column definitions in the first event only, as
-    /// kube-apiserver sends them).
-    Table(TableRow<T>),
+    /// Each object written for this watch: a one-row `Table` (column definitions in the first
+    /// event only, as kube-apiserver sends them), or an object with what the watch asked
+    /// added (a machine's exposure to a CVE).
+    Render(Render<T>),
 }
 
 /// What a watch sends.
@@ -127,7 +128,7 @@ impl<T: Object> Writer<T> {
         };
         let object = match &self.options.encoding {
             Encoding::Json => item.json.clone(),
-            Encoding::Table(render) => Bytes::from(render(&item.object, self.first)),
+            Encoding::Render(render) => Bytes::from(render(&item.object, self.first)),
         };
         self.first = false;
         self.send(kind.as_str(), &object).await

@@ -116,18 +116,31 @@ app.kubernetes.io/component: aggregated-apiserver
 
 {{/*
 Bytes of a memory quantity: an integer with an optional binary (Ki, Mi, Gi, Ti; also
-KiB, MiB, GiB) or decimal (K, M, G, T) suffix. Anything else fails the install with a
+KiB, MiB, GiB) or decimal (k, K, M, G, T) suffix. Anything else fails the install with a
 message, not the pod at start.
 */}}
 {{- define "elemental-changelog.bytes" -}}
 {{- $q := toString . | trim }}
-{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "KiB" 1024 "MiB" 1048576 "GiB" 1073741824 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 }}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "KiB" 1024 "MiB" 1048576 "GiB" 1073741824 "k" 1000 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 }}
 {{- $number := regexFind "^[0-9]+" $q }}
 {{- $unit := trimPrefix $number $q }}
 {{- if or (not $number) (not (hasKey $units $unit)) }}
 {{- fail (printf "memory quantity %q: write a whole number with Ki, Mi or Gi (such as 256Mi)" $q) }}
 {{- end }}
 {{- mul (atoi $number) (get $units $unit) }}
+{{- end }}
+
+{{/*
+A number of bytes as the server's size flags read it, exactly: in the largest of Gi, Mi
+and Ki that divides it, else in bytes (512Ki stays 512Ki; 1G is 1000000000).
+*/}}
+{{- define "elemental-changelog.size" -}}
+{{- $n := int64 . }}
+{{- if and $n (eq (mod $n 1073741824) 0) }}{{ div $n 1073741824 }}Gi
+{{- else if and $n (eq (mod $n 1048576) 0) }}{{ div $n 1048576 }}Mi
+{{- else if and $n (eq (mod $n 1024) 0) }}{{ div $n 1024 }}Ki
+{{- else }}{{ $n }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -138,32 +151,42 @@ budget (`--memory-budget`) what is left after them and the 64Mi the process need
 12Ki for each of `fleet.expectedMachines` (the bytes a watched MachineInventory adds to the
 resident memory, measured in `make bench`'s fleet phase, docs/performance.md). An
 explicit `server.answerCacheSize`, `server.maxKeptTotal` or `server.memoryBudget` is used
-as given. The server refuses to start with a budget under
-128Mi (4 x the default --max-kept-size of 24MiB, plus a quarter of the budget), so such a
-budget, or settings that do not fit in the limit, fail the install here instead.
-Returns YAML: {budget: <n>Mi, answerCache: <n>Mi, keptTotal: <n>Mi}.
+as given; every value is rendered exactly (`elemental-changelog.size`). The server refuses
+to start with a budget under 128Mi (max(40MiB, 4 x the default --max-kept-size of 24MiB),
+plus a quarter of the budget), so such a budget, or settings that do not fit in the limit,
+fail the install here instead, naming the smallest limit that works.
+Returns YAML: {budget, answerCache, keptTotal}, each a size the flags parse.
 */}}
 {{- define "elemental-changelog.memory" -}}
 {{- $mi := 1048576 }}
 {{- $perMachine := 12288 }}
-{{- $overhead := add (mul 64 $mi) (mul (int64 (.Values.fleet.expectedMachines | default 0)) $perMachine) }}
+{{- $machines := mul (int64 (.Values.fleet.expectedMachines | default 0)) $perMachine }}
+{{- $overhead := add (mul 64 $mi) $machines }}
+{{- $minBudget := mul 128 $mi }}
 {{- $limitValue := "" }}
 {{- if .Values.resources }}{{ if .Values.resources.limits }}{{ $limitValue = .Values.resources.limits.memory | default "" }}{{ end }}{{ end }}
 {{- $limit := 0 }}
 {{- if $limitValue }}{{ $limit = include "elemental-changelog.bytes" $limitValue | atoi }}{{ end }}
+{{- /* Sixteenths of the limit left to the budget, and bytes given explicitly: for the smallest limit. */}}
+{{- $share := 16 }}
+{{- $explicit := 0 }}
 {{- $answer := 0 }}
 {{- if ne (toString .Values.server.answerCacheSize) "" }}
 {{- $answer = include "elemental-changelog.bytes" .Values.server.answerCacheSize | atoi }}
+{{- $explicit = add $explicit $answer }}
 {{- else if $limit }}
 {{- $answer = div $limit 8 }}
+{{- $share = sub $share 2 }}
 {{- else }}
 {{- $answer = mul 32 $mi }}
 {{- end }}
 {{- $kept := 0 }}
 {{- if ne (toString .Values.server.maxKeptTotal) "" }}
 {{- $kept = include "elemental-changelog.bytes" .Values.server.maxKeptTotal | atoi }}
+{{- $explicit = add $explicit $kept }}
 {{- else if $limit }}
 {{- $kept = div $limit 16 }}
+{{- $share = sub $share 1 }}
 {{- else }}
 {{- $kept = mul 16 $mi }}
 {{- end }}
@@ -175,17 +198,45 @@ Returns YAML: {budget: <n>Mi, answerCache: <n>Mi, keptTotal: <n>Mi}.
 {{- else }}
 {{- $budget = mul 144 $mi }}
 {{- end }}
-{{- if lt $budget (mul 128 $mi) }}
+{{- if lt $budget $minBudget }}
 {{- if .Values.server.memoryBudget }}
-{{- fail (printf "server.memoryBudget %s is below the 128Mi the server needs to start (4 x --max-kept-size 24MiB, plus a quarter of the budget)" (toString .Values.server.memoryBudget)) }}
+{{- fail (printf "server.memoryBudget %s is below the 128Mi the server needs to start (max(40MiB, 4 x --max-kept-size 24MiB), plus a quarter of the budget)" (toString .Values.server.memoryBudget)) }}
 {{- else }}
-{{- fail (printf "resources.limits.memory %s leaves a memory budget of %dMi (limit - 64Mi - the answer cache of %dMi - the kept channel data of %dMi), below the 128Mi the server needs to start: use a limit of at least 240Mi" $limitValue (div $budget $mi) (div $answer $mi) (div $kept $mi)) }}
+{{- $least := div (sub (add (mul (add $minBudget $overhead $explicit) 16) (mul $share $mi)) 1) (mul $share $mi) }}
+{{- fail (printf "resources.limits.memory %s leaves a memory budget of %s (limit - 64Mi - %s for %d expected machines - the answer cache of %s - the kept channel data of %s), below the 128Mi the server needs to start: use a limit of at least %dMi" $limitValue (include "elemental-changelog.size" $budget) (include "elemental-changelog.size" $machines) (int64 (.Values.fleet.expectedMachines | default 0)) (include "elemental-changelog.size" $answer) (include "elemental-changelog.size" $kept) $least) }}
 {{- end }}
 {{- end }}
 {{- if and $limit (gt (add $budget $answer $kept $overhead) $limit) }}
-{{- fail (printf "server.memoryBudget (%dMi) + server.answerCacheSize (%dMi) + server.maxKeptTotal (%dMi) + 64Mi for the process do not fit in resources.limits.memory %s: raise the limit, or leave them empty to derive them from it" (div $budget $mi) (div $answer $mi) (div $kept $mi) $limitValue) }}
+{{- fail (printf "server.memoryBudget (%s) + server.answerCacheSize (%s) + server.maxKeptTotal (%s) + 64Mi for the process + %s for %d expected machines do not fit in resources.limits.memory %s: raise the limit, or leave them empty to derive them from it" (include "elemental-changelog.size" $budget) (include "elemental-changelog.size" $answer) (include "elemental-changelog.size" $kept) (include "elemental-changelog.size" $machines) (int64 (.Values.fleet.expectedMachines | default 0)) $limitValue) }}
 {{- end }}
-budget: {{ printf "%dMi" (div $budget $mi) }}
-answerCache: {{ printf "%dMi" (div $answer $mi) }}
-keptTotal: {{ printf "%dMi" (div $kept $mi) }}
+budget: {{ include "elemental-changelog.size" $budget | quote }}
+answerCache: {{ include "elemental-changelog.size" $answer | quote }}
+keptTotal: {{ include "elemental-changelog.size" $kept | quote }}
+{{- end }}
+
+{{/*
+The Rancher version the cluster runs, from Rancher's `server-version` Setting (empty without
+Rancher's Setting API, and with `helm template`, which looks nothing up; lookup fails on an
+API the cluster does not serve, hence the capability check first).
+*/}}
+{{- define "elemental-changelog.rancherVersion" -}}
+{{- if .Capabilities.APIVersions.Has "management.cattle.io/v3/Setting" }}
+{{- $setting := lookup "management.cattle.io/v3" "Setting" "" "server-version" }}
+{{- if $setting }}{{ $setting.value | default $setting.default | default "" }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" where the UI extension is served and registered: `uiExtension.enabled`, Rancher's
+UIPlugin API, and a Rancher the extension loads in (its package.json's
+`catalog.cattle.io/rancher-version`, the same as Chart.yaml's). An unknown Rancher version
+(`helm template`, a development build such as `dev`) counts as one it loads in.
+*/}}
+{{- define "elemental-changelog.uiExtension" -}}
+{{- if and .Values.uiExtension.enabled (.Capabilities.APIVersions.Has "catalog.cattle.io/v1/UIPlugin") }}
+{{- $extension := .Files.Get "files/ui-extension-package.json" | fromJson }}
+{{- $needs := get $extension.rancher.annotations "catalog.cattle.io/rancher-version" }}
+{{- $version := regexFind "^v?[0-9]+\\.[0-9]+(\\.[0-9]+)?" (include "elemental-changelog.rancherVersion" .) | trimPrefix "v" }}
+{{- if or (not $version) (semverCompare $needs $version) }}true{{ end }}
+{{- end }}
 {{- end }}
