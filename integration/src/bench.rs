@@ -572,8 +572,9 @@ async fn load_phase(
     Ok(())
 }
 
-/// Lets [`USER`] read changelogs and ConfigMaps in [`FLEET_NAMESPACE`] and
-/// [`MEMORY_NAMESPACE`].
+/// Lets [`USER`] read changelogs and ConfigMaps in [`FLEET_NAMESPACE`],
+/// [`MEMORY_NAMESPACE`] and the fleet phase's namespace, and list and watch machines there
+/// (ours and the MachineInventory CRD).
 async fn bind_reader(bed: &TestBed) -> Result<()> {
     let mut yaml = String::from(
         "apiVersion: rbac.authorization.k8s.io/v1
@@ -581,8 +582,11 @@ kind: ClusterRole
 metadata: {name: bench-reader}
 rules:
 - apiGroups: [changelog.elemental.cattle.io]
-  resources: [managedosversions, managedosversions/changelog, machineinventories]
+  resources: [managedosversions, managedosversions/changelog]
   verbs: [get, list]
+- apiGroups: [changelog.elemental.cattle.io, elemental.cattle.io]
+  resources: [machineinventories]
+  verbs: [get, list, watch]
 - apiGroups: [\"\"]
   resources: [configmaps]
   verbs: [get, list]
@@ -974,10 +978,54 @@ fn perf_profile(pid: u32, load: &Load<'_>) -> Result<Option<String>> {
     if !recorded.success() {
         return Ok(None);
     }
+    perf_top(data.path())
+}
+
+/// A `perf record` of a process, running until [`Recording::finish`].
+pub struct Recording {
+    perf: std::process::Child,
+    data: tempfile::NamedTempFile,
+}
+
+impl Recording {
+    /// Starts recording `pid`; `None` when perf is not there.
+    pub fn start(pid: u32) -> Result<Option<Self>> {
+        let data = tempfile::NamedTempFile::new()?;
+        let Ok(perf) = std::process::Command::new("perf")
+            .args(["record", "-F", "999", "-g", "-p", &pid.to_string(), "-o"])
+            .arg(data.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Self { perf, data }))
+    }
+
+    /// Stops the recording (SIGINT, as Ctrl-C) and returns the top of its report, or `None`
+    /// when perf was not allowed to record.
+    pub fn finish(mut self) -> Result<Option<String>> {
+        let stopped = std::process::Command::new("kill")
+            .args(["-INT", &self.perf.id().to_string()])
+            .status()?;
+        ensure!(stopped.success(), "could not stop perf");
+        // perf record ends with 130 on SIGINT, having written its data.
+        let status = self.perf.wait()?;
+        if !status.success() && status.code() != Some(130) {
+            return Ok(None);
+        }
+        perf_top(self.data.path())
+    }
+}
+
+/// The top of `perf report` of the recording in `data` (symbols taking 1 % or more, self
+/// time), or `None` when it is empty.
+fn perf_top(data: &std::path::Path) -> Result<Option<String>> {
     let report = std::process::Command::new("perf")
         .args(["report", "--stdio", "--no-children", "--sort", "dso,symbol"])
-        .args(["--percent-limit", "1", "-i"])
-        .arg(data.path())
+        .args(["--percent-limit", "1", "-g", "none", "-i"])
+        .arg(data)
         .output()?;
     let text = String::from_utf8_lossy(&report.stdout);
     let lines: Vec<&str> = text

@@ -442,6 +442,12 @@ impl TestBed {
         https_client(&self.pki.cluster_ca, identity)
     }
 
+    /// As [`TestBed::apiserver_http`], without the 10 s bound on a whole request: for watches
+    /// and lists of tens of megabytes (connecting is still bounded).
+    pub fn apiserver_streaming_http(&self, identity: Option<&CertPair>) -> Result<reqwest::Client> {
+        streaming_https_client(&self.pki.cluster_ca, identity)
+    }
+
     /// GET `path` (with its query) through kube-apiserver (the aggregator) as
     /// admin: the status and the body as text, whatever the status.
     pub async fn admin_get(&self, path: &str) -> Result<(reqwest::StatusCode, String)> {
@@ -504,6 +510,11 @@ impl TestBed {
     /// An HTTP client for our server directly, trusting its CA, presenting `identity` if given.
     pub fn server_http(&self, identity: Option<&CertPair>) -> Result<reqwest::Client> {
         https_client(&self.pki.server_ca, identity)
+    }
+
+    /// As [`TestBed::server_http`], without the 10 s bound on a whole request.
+    pub fn server_streaming_http(&self, identity: Option<&CertPair>) -> Result<reqwest::Client> {
+        streaming_https_client(&self.pki.server_ca, identity)
     }
 
     /// Our server's `/metrics` text, read directly as admin.
@@ -1385,10 +1396,31 @@ fn free_port() -> Result<u16> {
 }
 
 fn https_client(ca: &Ca, identity: Option<&CertPair>) -> Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
+    https_client_builder(
+        ca,
+        identity,
+        reqwest::Client::builder().timeout(Duration::from_secs(10)),
+    )
+}
+
+/// An HTTPS client whose requests may last (a watch, a list of tens of megabytes); connecting
+/// is bounded.
+fn streaming_https_client(ca: &Ca, identity: Option<&CertPair>) -> Result<reqwest::Client> {
+    https_client_builder(
+        ca,
+        identity,
+        reqwest::Client::builder().connect_timeout(Duration::from_secs(10)),
+    )
+}
+
+fn https_client_builder(
+    ca: &Ca,
+    identity: Option<&CertPair>,
+    builder: reqwest::ClientBuilder,
+) -> Result<reqwest::Client> {
+    let mut builder = builder
         .tls_certs_only([reqwest::Certificate::from_pem(ca.cert_pem().as_bytes())
-            .context("reading a CA certificate")?])
-        .timeout(Duration::from_secs(10));
+            .context("reading a CA certificate")?]);
     if let Some(identity) = identity {
         builder = builder.identity(
             reqwest::Identity::from_pem(identity.identity_pem().as_bytes())

@@ -943,6 +943,12 @@ fn size_arg(args: &[&str], flag: &str) -> Result<u64> {
     parse_byte_size(value).with_context(|| format!("the server refuses {flag}{value}"))
 }
 
+/// Bytes the chart counts for `machines` expected MachineInventories
+/// (`fleet.expectedMachines`, 12Ki each, the figure `make bench` measured).
+fn machines_bytes(machines: u64) -> u64 {
+    machines * 12 * 1024
+}
+
 /// Bytes of a Kubernetes memory quantity of the forms the chart's values use.
 fn quantity(text: &str) -> Result<u64> {
     for (suffix, factor) in [
@@ -1017,9 +1023,12 @@ fn check_rendering(docs: &[Value], answers: &Value) -> Result<()> {
         budget >= 128 * MIB,
         "--memory-budget={budget} is below 128Mi"
     );
+    // The process's 64Mi and what the expected machines take outside the budget.
+    let overhead =
+        64 * MIB + machines_bytes(get(answers, "fleet.expectedMachines").as_u64().unwrap_or(0));
     ensure!(
-        budget + answer_cache + kept + 64 * MIB <= limit,
-        "budget {budget} + answer cache {answer_cache} + kept data {kept} + 64Mi > limit {limit}"
+        budget + answer_cache + kept + overhead <= limit,
+        "budget {budget} + answer cache {answer_cache} + kept data {kept} + {overhead} > limit {limit}"
     );
     // Each value exactly as given, or derived exactly from the limit.
     let given = |variable: &str| -> Result<Option<u64>> {
@@ -1034,7 +1043,7 @@ fn check_rendering(docs: &[Value], answers: &Value) -> Result<()> {
     ensure!(answer_cache == given("server.answerCacheSize")?.unwrap_or(limit / 8));
     ensure!(kept == given("server.maxKeptTotal")?.unwrap_or(limit / 16));
     ensure!(
-        budget == given("server.memoryBudget")?.unwrap_or(limit - 64 * MIB - answer_cache - kept)
+        budget == given("server.memoryBudget")?.unwrap_or(limit - overhead - answer_cache - kept)
     );
     // The extension, on a cluster with Rancher's UIPlugin API.
     let plugin = find(docs, "UIPlugin", "elemental-changelog")?;
@@ -1155,6 +1164,48 @@ async fn every_rancher_question_renders_at_its_default_and_another_value() -> Re
         .await
         .expect_err("a budget over the limit rendered");
     ensure!(format!("{error:#}").contains("do not fit"), "{error:#}");
+
+    // The memory formula counts machines: 50,000 expected MachineInventories take 12Ki each
+    // outside the budget, so the default 256Mi limit no longer leaves the budget the server
+    // needs, and a limit that holds them leaves the budget less what they take.
+    let mut answers = defaults.clone();
+    set(&mut answers, "fleet.expectedMachines", Value::from(50_000));
+    let error = render(&answers)
+        .await
+        .expect_err("50,000 machines rendered within 256Mi");
+    ensure!(format!("{error:#}").contains("memory budget"), "{error:#}");
+    set(
+        &mut answers,
+        "resources.limits.memory",
+        Value::String("1Gi".into()),
+    );
+    let docs = render(&answers).await?;
+    check_rendering(&docs, &answers).context("50,000 machines in 1Gi")?;
+    let deployment = find(&docs, "Deployment", SERVICE_NAME)?;
+    let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    // 1024Mi - 64Mi - 50,000 x 12Ki (600000Ki) - 128Mi (answers) - 64Mi (kept), exactly.
+    let budget = size_arg(&args, "--memory-budget=")?;
+    ensure!(
+        budget == 1024 * MIB - 64 * MIB - 600_000 * 1024 - 128 * MIB - 64 * MIB,
+        "--memory-budget={budget} for 50,000 machines in 1Gi"
+    );
+    // Machines are a count: anything else is refused by the values schema, with its name.
+    for bad in [Value::from(-1), Value::String("many".into())] {
+        let mut answers = defaults.clone();
+        set(&mut answers, "fleet.expectedMachines", bad.clone());
+        let error = render(&answers)
+            .await
+            .expect_err("a bad fleet.expectedMachines rendered");
+        ensure!(
+            format!("{error:#}").contains("expectedMachines"),
+            "{bad:?}: {error:#}"
+        );
+    }
     Ok(())
 }
 

@@ -166,7 +166,9 @@ and Ki that divides it, else in bytes (512Ki stays 512Ki; 1G is 1000000000).
 The server's three memory settings, moved together with the container's memory limit
 (docs/operations.md, memory budget): the answer cache (`--answer-cache-size`) is an eighth
 of the limit, the parsed channel data kept (`--max-kept-total`) a sixteenth, and the image
-budget (`--memory-budget`) what is left after them and the 64Mi the process needs. An
+budget (`--memory-budget`) what is left after them and the 64Mi the process needs, plus
+12Ki for each of `fleet.expectedMachines` (the bytes a watched MachineInventory adds to the
+resident memory, measured in `make bench`'s fleet phase, docs/performance.md). An
 explicit `server.answerCacheSize`, `server.maxKeptTotal` or `server.memoryBudget` is used
 as given; every value is rendered exactly (`elemental-changelog.size`). The server refuses
 to start with a budget under 128Mi (max(40MiB, 4 x the default --max-kept-size of 24MiB),
@@ -176,7 +178,9 @@ Returns YAML: {budget, answerCache, keptTotal}, each a size the flags parse.
 */}}
 {{- define "elemental-changelog.memory" -}}
 {{- $mi := 1048576 }}
-{{- $overhead := mul 64 $mi }}
+{{- $perMachine := 12288 }}
+{{- $machines := mul (int64 (.Values.fleet.expectedMachines | default 0)) $perMachine }}
+{{- $overhead := add (mul 64 $mi) $machines }}
 {{- $minBudget := mul 128 $mi }}
 {{- $limitValue := "" }}
 {{- if .Values.resources }}{{ if .Values.resources.limits }}{{ $limitValue = .Values.resources.limits.memory | default "" }}{{ end }}{{ end }}
@@ -218,11 +222,11 @@ Returns YAML: {budget, answerCache, keptTotal}, each a size the flags parse.
 {{- fail (printf "server.memoryBudget %s is below the 128Mi the server needs to start (max(40MiB, 4 x --max-kept-size 24MiB), plus a quarter of the budget)" (toString .Values.server.memoryBudget)) }}
 {{- else }}
 {{- $least := div (sub (add (mul (add $minBudget $overhead $explicit) 16) (mul $share $mi)) 1) (mul $share $mi) }}
-{{- fail (printf "resources.limits.memory %s leaves a memory budget of %s (limit - 64Mi - the answer cache of %s - the kept channel data of %s), below the 128Mi the server needs to start: use a limit of at least %dMi" $limitValue (include "elemental-changelog.size" $budget) (include "elemental-changelog.size" $answer) (include "elemental-changelog.size" $kept) $least) }}
+{{- fail (printf "resources.limits.memory %s leaves a memory budget of %s (limit - 64Mi - %s for %d expected machines - the answer cache of %s - the kept channel data of %s), below the 128Mi the server needs to start: use a limit of at least %dMi" $limitValue (include "elemental-changelog.size" $budget) (include "elemental-changelog.size" $machines) (int64 (.Values.fleet.expectedMachines | default 0)) (include "elemental-changelog.size" $answer) (include "elemental-changelog.size" $kept) $least) }}
 {{- end }}
 {{- end }}
 {{- if and $limit (gt (add $budget $answer $kept $overhead) $limit) }}
-{{- fail (printf "server.memoryBudget (%s) + server.answerCacheSize (%s) + server.maxKeptTotal (%s) + 64Mi for the process do not fit in resources.limits.memory %s: raise the limit, or leave them empty to derive them from it" (include "elemental-changelog.size" $budget) (include "elemental-changelog.size" $answer) (include "elemental-changelog.size" $kept) $limitValue) }}
+{{- fail (printf "server.memoryBudget (%s) + server.answerCacheSize (%s) + server.maxKeptTotal (%s) + 64Mi for the process + %s for %d expected machines do not fit in resources.limits.memory %s: raise the limit, or leave them empty to derive them from it" (include "elemental-changelog.size" $budget) (include "elemental-changelog.size" $answer) (include "elemental-changelog.size" $kept) (include "elemental-changelog.size" $machines) (int64 (.Values.fleet.expectedMachines | default 0)) $limitValue) }}
 {{- end }}
 budget: {{ include "elemental-changelog.size" $budget | quote }}
 answerCache: {{ include "elemental-changelog.size" $answer | quote }}

@@ -1,30 +1,39 @@
-//! The fleet view under `make bench` (issue 19): thousands of MachineInventories over four
-//! channels of many versions, side by side with kube-apiserver listing as many ConfigMaps
-//! and with this server's own ManagedOSVersion list.
+//! The fleet view under `make bench` (issues 19 and 25): 50,000 MachineInventories over four
+//! channels of 500 versions, side by side with kube-apiserver listing and watching as many
+//! objects, and with this server's own ManagedOSVersion list.
 //!
 //! Measured, every client with the same bearer token of a reader (token review and
-//! authorization on), `Accept-Encoding: gzip` as kubectl sends it, HTTP/1.1 (`wrk`):
-//! - (a) kube-apiserver: the ConfigMap list of the same item count (JSON, and as a Table);
-//! - (b) the machine list through the aggregator (JSON, and as a Table);
-//! - (d) the machine list from this server directly;
-//! - (v) the ManagedOSVersion summary list of the four channels through the aggregator;
-//! - one machine through the aggregator;
+//! authorization on), `Accept-Encoding: gzip` as kubectl sends it:
+//! - lists of all machines, one request at a time, rounds interleaved so that both sides see
+//!   the same machine load: (a) kube-apiserver's ConfigMap list of the same item count and
+//!   mean item size (JSON, and as a Table), (b) the machine list through the aggregator (JSON,
+//!   and as a Table), (d) the machine list from this server directly;
+//! - with `wrk` (HTTP/1.1): (v) the ManagedOSVersion summary list of the four channels through
+//!   the aggregator; (m) one machine through the aggregator;
 //! - cached vs uncached: the same `?cve=` machine list twice, the first a render
 //!   (resolution of every machine and its exposure), the second from the ready-bytes cache;
-//! - RSS before and after the machines are created;
-//! - how long a machine's state takes to follow a change of its OS annotation.
+//! - the server's RSS (`VmRSS`, `VmHWM`) before and after the machines are created, and the
+//!   bytes each machine adds;
+//! - watch event latency: 100 watchers of the machines through the aggregator and 100 of
+//!   the MachineInventory CRD on kube-apiserver, one machine's OS annotation changed: from
+//!   just before the PATCH is sent to the event at each watcher;
+//! - a Rancher-style poller (a LIST of all machines every 5 s for a minute): the server's CPU
+//!   seconds per list;
+//! - how long a machine's state takes to follow a change of its OS annotation;
+//! - how long the setup (channels, machines, ConfigMaps) took.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
-use super::load::{self, Load, Measured};
+use super::load::{self, Load, Measured, percentile};
 use super::{Rss, Settings, settled_rss};
 use crate::fixtures::OperatorChannel;
 use crate::generated::{Channel, Spec};
@@ -40,17 +49,30 @@ pub const NAMESPACE: &str = "bench-fleet";
 const CHANNELS: usize = 4;
 /// Packages of each version: the machine answers read summaries, not package lists.
 const PACKAGES: usize = 20;
-/// Objects created at once.
-const CREATE_CONCURRENCY: usize = 16;
-/// Connections of each load cell (lists are megabytes: with more, kube-apiserver's ConfigMap
-/// list passes wrk's 2 s timeout).
+/// Objects created at once (kube-apiserver admits 200 mutating requests at once).
+const CREATE_CONCURRENCY: usize = 64;
+/// Connections of each `wrk` cell.
 const CONNECTIONS: usize = 4;
 /// Samples of cached vs uncached and of following a change.
 const SAMPLES: usize = 5;
+/// Watchers on each side of the watch latency (this server allows 100 watches per user).
+pub const WATCHERS: usize = 100;
+/// How often the Rancher-style poller lists all machines (Steve's SQL cache, Rancher 2.12).
+pub const POLL_PERIOD: Duration = Duration::from_secs(5);
 /// Bound on the machines being created, resolved or served.
-const DEADLINE: Duration = Duration::from_secs(900);
+const DEADLINE: Duration = Duration::from_secs(1800);
+/// Bound on one watch event reaching every watcher.
+const EVENT_DEADLINE: Duration = Duration::from_secs(60);
 /// kubectl's Table `Accept`.
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+/// The annotation a machine's OS image is registered in.
+const OS_IMAGE: &str = "elemental.cattle.io/os.image";
+/// Changes after the timed ones, recorded with perf (not timed: perf slows the server).
+pub const PROFILED_CHANGES: usize = 5;
+/// Polls after the measured ones, recorded with perf.
+pub const PROFILED_LISTS: usize = 3;
+/// The machine whose annotation the watch latency and the follow samples change.
+const CHANGED: &str = "m-00000";
 
 /// One measured cell.
 #[derive(Clone, Debug)]
@@ -59,6 +81,32 @@ pub struct FleetCell {
     pub label: String,
     /// What was measured.
     pub measured: Measured,
+    /// How: `wrk` (a fixed time under load) or lists one at a time (how many).
+    pub how: String,
+}
+
+/// Watch event latencies of one side, from just before the PATCH to the event at a watcher.
+#[derive(Clone, Debug, Default)]
+pub struct WatchLatency {
+    /// What was watched.
+    pub label: String,
+    /// One latency per watcher and change.
+    pub latencies: Vec<Duration>,
+}
+
+/// The Rancher-style poller: a LIST of all machines every [`POLL_PERIOD`].
+#[derive(Clone, Debug, Default)]
+pub struct Poller {
+    /// Lists sent.
+    pub lists: usize,
+    /// How long the poller ran.
+    pub took: Duration,
+    /// The server's CPU time (user and system) over the whole run.
+    pub cpu_total: Duration,
+    /// The server's CPU time from each list sent to its last byte received, summed.
+    pub cpu_in_lists: Duration,
+    /// Each list's time to its last byte, milliseconds.
+    pub list_ms: Vec<f64>,
 }
 
 /// Everything the fleet phase measured.
@@ -80,8 +128,23 @@ pub struct FleetResults {
     pub cached_ms: Vec<f64>,
     /// The server's RSS before and after the machines were created (and resolved once).
     pub rss: (Rss, Rss),
+    /// The server's RSS at the end of the phase (lists, watches and the poller served).
+    pub rss_end: Rss,
     /// From a machine's annotation changed to its answer showing the new version.
     pub follow: Vec<Duration>,
+    /// Watch event latency: this server through the aggregator, then kube-apiserver's CRD.
+    pub watch: Vec<WatchLatency>,
+    /// Changes whose events were timed (each reaches every watcher of both sides).
+    pub watch_changes: usize,
+    /// The Rancher-style poller.
+    pub poller: Poller,
+    /// How long each setup step took, in order.
+    pub setup: Vec<(String, Duration)>,
+    /// The server's CPU profile over [`PROFILED_CHANGES`] more changes after the timed ones
+    /// (the top of `perf report`), when perf may record.
+    pub watch_profile: Option<String>,
+    /// The server's CPU profile over [`PROFILED_LISTS`] more polls after the measured ones.
+    pub poller_profile: Option<String>,
 }
 
 /// The image a machine of channel `c` on version `version` reports.
@@ -98,9 +161,9 @@ pub async fn run(
     token: &str,
 ) -> Result<FleetResults> {
     let (machines, versions) = if settings.quick {
-        (1_000, 100)
+        (2_000, 100)
     } else {
-        (5_000, 500)
+        (50_000, 500)
     };
     let mut results = FleetResults {
         machines,
@@ -108,15 +171,29 @@ pub async fn run(
         versions,
         ..FleetResults::default()
     };
+    let step = Instant::now();
     let models = publish_channels(bed, registry, versions).await?;
+    results.setup.push((
+        format!("{CHANNELS} channels of {versions} versions published and served"),
+        step.elapsed(),
+    ));
     results.rss.0 = settled_rss(bed).await?;
+    let step = Instant::now();
     create_machines(bed, &models, machines).await?;
+    results.setup.push((
+        format!("{machines} MachineInventories created ({CREATE_CONCURRENCY} at once)"),
+        step.elapsed(),
+    ));
     let server = bed.server().context("no server")?;
+    let pid = server
+        .process()
+        .pid()
+        .context("the server is not running")?;
     let direct_list = format!(
         "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories",
         server.url()
     );
-    let http = bed.server_http(Some(&bed.pki().admin))?;
+    let http = bed.server_streaming_http(Some(&bed.pki().admin))?;
     let started = Instant::now();
     let said = std::cell::Cell::new(Instant::now());
     let body = poll("the machines resolved", DEADLINE, POLL, async || {
@@ -146,10 +223,22 @@ pub async fn run(
         started.elapsed(),
         body.len()
     );
+    results.setup.push((
+        "the machines listed, all resolved".to_owned(),
+        started.elapsed(),
+    ));
     results.rss.1 = settled_rss(bed).await?;
-    // ConfigMaps of the same count, each holding one machine's answer, as the baseline.
-    let item: Value = serde_json::from_slice::<Value>(&body)?["items"][0].clone();
-    create_configmaps(bed, machines, &serde_json::to_string(&item)?).await?;
+    eprintln!("bench: RSS {:?} → {:?}", results.rss.0, results.rss.1);
+    // ConfigMaps of the same count and mean size as the machines in their list, as the
+    // baseline: a ConfigMap's own fields (metadata, managedFields) counted, the rest data.
+    let mean_item = body.len() / machines;
+    let data_bytes = mean_item.saturating_sub(configmap_overhead(bed).await?);
+    let step = Instant::now();
+    create_configmaps(bed, machines, &"x".repeat(data_bytes)).await?;
+    results.setup.push((
+        format!("{machines} ConfigMaps created ({CREATE_CONCURRENCY} at once)"),
+        step.elapsed(),
+    ));
 
     let api = |path: &str| format!("{}{path}", bed.apiserver_url());
     let configmaps = api(&format!("/api/v1/namespaces/{NAMESPACE}/configmaps"));
@@ -159,10 +248,14 @@ pub async fn run(
     let versions_list = api(&format!(
         "{GROUP_VERSION}/namespaces/{NAMESPACE}/managedosversions"
     ));
-    let one = format!("{aggregated}/m-00000");
+    let one = format!("{aggregated}/{CHANGED}");
     let cm_bytes = reqwest_len(bed, &configmaps, token).await?;
     results.list_bytes = (body.len(), cm_bytes);
-    let cells: [(&str, &str, bool); 8] = [
+    drop(body);
+
+    // Lists of all machines, one at a time, the rounds interleaved.
+    let rounds = if settings.quick { 5 } else { 20 };
+    let lists: [(&str, &str, bool); 5] = [
         (
             "(a) ConfigMap list, JSON (kube-apiserver)",
             &configmaps,
@@ -176,6 +269,11 @@ pub async fn run(
         ("(b) machine list, JSON (aggregated)", &aggregated, false),
         ("(b) machine list, Table (aggregated)", &aggregated, true),
         ("(d) machine list, JSON (direct)", &direct_list, false),
+    ];
+    results
+        .cells
+        .extend(sampled_lists(bed, token, &lists, rounds).await?);
+    let cells: [(&str, &str, bool); 3] = [
         (
             "(v) ManagedOSVersion list, JSON (aggregated)",
             &versions_list,
@@ -192,12 +290,8 @@ pub async fn run(
     for (label, url, table) in cells {
         // One request first: each cell measures answers as they are served once asked for
         // (kept ready here, in kube-apiserver's watch cache there), not the first render.
-        let first = if url.starts_with(&bed.apiserver_url()) {
-            warm.get(url)
-        } else {
-            http.get(url)
-        };
-        let status = first
+        let status = warm
+            .get(url)
             .bearer_auth(token)
             .header("Accept", if table { TABLE } else { "application/json" })
             .send()
@@ -216,22 +310,123 @@ pub async fn run(
             connections: CONNECTIONS,
             duration: settings.cell,
         })?;
-        eprintln!(
-            "bench: fleet {label}: {:.0} req/s p50 {:.2} ms p99 {:.2} ms {:.0} B/resp errors {}",
-            measured.requests_per_second,
-            measured.p50_ms,
-            measured.p99_ms,
-            measured.bytes_per_response,
-            measured.errors
-        );
+        report_cell(label, &measured);
         results.cells.push(FleetCell {
             label: label.to_owned(),
             measured,
+            how: format!(
+                "wrk, {CONNECTIONS} connections, {} s",
+                settings.cell.as_secs()
+            ),
         });
     }
-    (results.uncached_ms, results.cached_ms) = cached_vs_uncached(bed, &direct_list).await?;
+    // An uncached `?cve=` list of 50,000 machines takes seconds: 3 samples.
+    (results.uncached_ms, results.cached_ms) =
+        cached_vs_uncached(bed, &direct_list, if settings.quick { SAMPLES } else { 3 }).await?;
     results.follow = follow(bed, &models).await?;
+    let changes = if settings.quick { 5 } else { 20 };
+    (results.watch, results.watch_profile) =
+        watch_latency(bed, token, &models[0], changes, pid).await?;
+    results.watch_changes = changes;
+    // Lists at 0, 5, … s: 12 in the minute (3 in 15 s quick).
+    let poll_for = if settings.quick {
+        Duration::from_secs(15)
+    } else {
+        Duration::from_secs(60)
+    };
+    results.poller = poller(bed, token, pid, &aggregated, poll_for).await?;
+    let recording = super::Recording::start(pid)?;
+    poller(
+        bed,
+        token,
+        pid,
+        &aggregated,
+        POLL_PERIOD * PROFILED_LISTS as u32,
+    )
+    .await?;
+    results.poller_profile = recording
+        .map(super::Recording::finish)
+        .transpose()?
+        .flatten();
+    results.rss_end = super::rss(pid)?;
     Ok(results)
+}
+
+fn report_cell(label: &str, measured: &Measured) {
+    eprintln!(
+        "bench: fleet {label}: {:.1} req/s p50 {:.2} ms p99 {:.2} ms {:.0} B/resp errors {}",
+        measured.requests_per_second,
+        measured.p50_ms,
+        measured.p99_ms,
+        measured.bytes_per_response,
+        measured.errors
+    );
+}
+
+/// Each of `lists` (label, URL, as a Table) asked `rounds` times, one request at a time, the
+/// lists taking turns in each round; a request's time is from sending it to its last byte.
+async fn sampled_lists(
+    bed: &TestBed,
+    token: &str,
+    lists: &[(&str, &str, bool)],
+    rounds: usize,
+) -> Result<Vec<FleetCell>> {
+    let apiserver = bed.apiserver_streaming_http(None)?;
+    let direct = bed.server_streaming_http(None)?;
+    let mut samples: Vec<(Vec<f64>, f64, u64)> = vec![(Vec::new(), 0.0, 0); lists.len()];
+    // A first round unmeasured: answers as they are served once asked for.
+    for round in 0..=rounds {
+        for ((_, url, table), sample) in lists.iter().zip(samples.iter_mut()) {
+            let client = if url.starts_with(&bed.apiserver_url()) {
+                &apiserver
+            } else {
+                &direct
+            };
+            let started = Instant::now();
+            let response = client
+                .get(*url)
+                .bearer_auth(token)
+                .header("Accept", if *table { TABLE } else { "application/json" })
+                .header("Accept-Encoding", "gzip")
+                .send()
+                .await;
+            let body = match response {
+                Ok(r) if r.status() == 200 => r.bytes().await.ok(),
+                _ => None,
+            };
+            let took = started.elapsed().as_secs_f64() * 1000.0;
+            if round == 0 {
+                continue;
+            }
+            match body {
+                Some(body) => {
+                    sample.0.push(took);
+                    sample.1 += body.len() as f64;
+                }
+                None => sample.2 += 1,
+            }
+        }
+    }
+    let mut cells = Vec::new();
+    for ((label, _, _), (mut times, bytes, errors)) in lists.iter().zip(samples) {
+        times.sort_by(f64::total_cmp);
+        ensure!(!times.is_empty(), "{label}: every request failed");
+        let total: f64 = times.iter().sum();
+        let measured = Measured {
+            requests_per_second: times.len() as f64 * 1000.0 / total,
+            p50_ms: percentile(&times, 0.50),
+            p99_ms: percentile(&times, 0.99),
+            bytes_per_response: bytes / times.len() as f64,
+            errors,
+        };
+        report_cell(label, &measured);
+        cells.push(FleetCell {
+            label: (*label).to_owned(),
+            measured,
+            how: format!("{rounds} lists, one at a time"),
+        });
+    }
+    Ok(cells)
 }
 
 /// The length of the body `url` answers `token` (uncompressed).
@@ -310,7 +505,7 @@ async fn create_machines(bed: &TestBed, models: &[Channel], count: usize) -> Res
                     "name": format!("m-{i:05}"),
                     "namespace": NAMESPACE,
                     "labels": {"pool": format!("pool-{}", i % 10)},
-                    "annotations": {"elemental.cattle.io/os.image": os_image(&model.name, version)},
+                    "annotations": {OS_IMAGE: os_image(&model.name, version)},
                 },
                 "spec": {"tpmHash": format!("{i:064x}")},
             }));
@@ -327,6 +522,23 @@ async fn create_machines(bed: &TestBed, models: &[Channel], count: usize) -> Res
         started.elapsed()
     );
     Ok(())
+}
+
+/// Bytes of a ConfigMap's JSON (as kube-apiserver lists it) besides its data value.
+async fn configmap_overhead(bed: &TestBed) -> Result<usize> {
+    let api: Api<ConfigMap> = Api::namespaced(bed.client(), NAMESPACE);
+    let probe = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("cm-99999".to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("machine.json".to_owned(), String::new())].into()),
+        ..ConfigMap::default()
+    };
+    let created = api.create(&PostParams::default(), &probe).await?;
+    api.delete("cm-99999", &kube::api::DeleteParams::default())
+        .await?;
+    Ok(serde_json::to_vec(&created)?.len())
 }
 
 /// `count` ConfigMaps holding `data` each.
@@ -357,10 +569,14 @@ async fn create_configmaps(bed: &TestBed, count: usize, data: &str) -> Result<()
 /// resolved, its exposure computed); the cache's admission (quick_cache keeps a new entry in a
 /// small "cold" part, and a full cache may drop it at once; asked again, it is kept) may make
 /// the second render again; the third is the kept answer. Milliseconds: first, and third.
-async fn cached_vs_uncached(bed: &TestBed, list: &str) -> Result<(Vec<f64>, Vec<f64>)> {
-    let http = bed.server_http(Some(&bed.pki().admin))?;
+async fn cached_vs_uncached(
+    bed: &TestBed,
+    list: &str,
+    samples: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let http = bed.server_streaming_http(Some(&bed.pki().admin))?;
     let (mut uncached, mut cached) = (Vec::new(), Vec::new());
-    for n in 0..SAMPLES {
+    for n in 0..samples {
         let url = format!("{list}?cve=CVE-2099-{n:05}");
         let mut times = Vec::new();
         for _ in 0..3 {
@@ -381,13 +597,13 @@ async fn cached_vs_uncached(bed: &TestBed, list: &str) -> Result<(Vec<f64>, Vec<
     Ok((uncached, cached))
 }
 
-/// Re-registers machine `m-00000` on another version `SAMPLES` times; each time, how long
+/// Re-registers machine [`CHANGED`] on another version `SAMPLES` times; each time, how long
 /// until its answer (directly) shows the new version.
 async fn follow(bed: &TestBed, models: &[Channel]) -> Result<Vec<Duration>> {
     let api = machine_api(bed);
     let server = bed.server().context("no server")?;
     let url = format!(
-        "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories/m-00000",
+        "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories/{CHANGED}",
         server.url()
     );
     let http = bed.server_http(Some(&bed.pki().admin))?;
@@ -396,9 +612,9 @@ async fn follow(bed: &TestBed, models: &[Channel]) -> Result<Vec<Duration>> {
     for n in 1..=SAMPLES {
         let version = &model.versions[n * 7 % model.versions.len()];
         let patch = json!({"metadata": {"annotations": {
-            "elemental.cattle.io/os.image": os_image(&model.name, &version.version)}}});
+            OS_IMAGE: os_image(&model.name, &version.version)}}});
         let started = Instant::now();
-        api.patch("m-00000", &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch(CHANGED, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         poll(
             "the machine follows",
@@ -413,4 +629,272 @@ async fn follow(bed: &TestBed, models: &[Channel]) -> Result<Vec<Duration>> {
         took.push(started.elapsed());
     }
     Ok(took)
+}
+
+/// Which side a watcher is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    /// This server's machines through the aggregator.
+    Ours,
+    /// kube-apiserver's MachineInventory CRD.
+    Kube,
+}
+
+/// What a watcher saw: its side, when, and what marks the change (our answer's current
+/// version name, the CRD object's `os.image` annotation), or why it ended.
+type Seen = (Side, Instant, Result<String, String>);
+
+/// [`WATCHERS`] watchers on each side from a list's resourceVersion, then `changes` changes of
+/// [`CHANGED`]'s OS annotation, alternating between an older version and the newest, so that
+/// its state changes each time; each change timed from just before its PATCH is sent to its
+/// event at every watcher. The first change is not counted (connections and paths warm up);
+/// [`PROFILED_CHANGES`] more after the timed ones are recorded with perf (server `pid`).
+async fn watch_latency(
+    bed: &TestBed,
+    token: &str,
+    model: &Channel,
+    changes: usize,
+    pid: u32,
+) -> Result<(Vec<WatchLatency>, Option<String>)> {
+    let ours = format!(
+        "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories",
+        bed.apiserver_url()
+    );
+    let kube = format!(
+        "{}/apis/elemental.cattle.io/v1beta1/namespaces/{NAMESPACE}/machineinventories",
+        bed.apiserver_url()
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel::<Seen>();
+    let mut tasks = Vec::new();
+    for (side, url) in [(Side::Ours, &ours), (Side::Kube, &kube)] {
+        let version = list_resource_version(bed, token, url).await?;
+        eprintln!("bench: {WATCHERS} watchers of {url} from resourceVersion {version}");
+        let watch = format!("{url}?watch=true&resourceVersion={version}&timeoutSeconds=1800");
+        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<Result<()>>();
+        for _ in 0..WATCHERS {
+            let client = bed.apiserver_streaming_http(None)?;
+            let (watch, token, tx, ready) = (
+                watch.clone(),
+                token.to_owned(),
+                tx.clone(),
+                ready_tx.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let ended = watcher(&client, &watch, &token, side, &tx, &ready).await;
+                let _ = ready.send(Err(anyhow::anyhow!("watch ended before it was open")));
+                let _ = tx.send((
+                    side,
+                    Instant::now(),
+                    Err(format!("{side:?} watch ended: {ended:?}")),
+                ));
+            }));
+        }
+        for _ in 0..WATCHERS {
+            ready_rx.recv().await.context("no watcher")??;
+        }
+    }
+    let api = machine_api(bed);
+    let newest = model.versions.last().context("no version")?;
+    let (mut ours_latency, mut kube_latency) = (Vec::new(), Vec::new());
+    let mut recording = None;
+    for n in 0..=changes + PROFILED_CHANGES {
+        if n == changes + 1 {
+            recording = super::Recording::start(pid)?;
+        }
+        let version = if n % 2 == 0 {
+            &model.versions[(n * 7 + 3) % (model.versions.len() - 1)]
+        } else {
+            newest
+        };
+        let image = os_image(&model.name, &version.version);
+        let patch = json!({"metadata": {"annotations": {OS_IMAGE: &image}}});
+        let started = Instant::now();
+        api.patch(CHANGED, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        let (mut ours_seen, mut kube_seen) = (Vec::new(), Vec::new());
+        while ours_seen.len() < WATCHERS || kube_seen.len() < WATCHERS {
+            let (side, at, what) = tokio::time::timeout(EVENT_DEADLINE, rx.recv())
+                .await
+                .with_context(|| {
+                    format!(
+                        "change {n}: after {EVENT_DEADLINE:?}, {} of our watchers and {} of \
+                         kube-apiserver's saw it",
+                        ours_seen.len(),
+                        kube_seen.len()
+                    )
+                })?
+                .context("every watcher ended")?;
+            let mark = what.map_err(anyhow::Error::msg)?;
+            match side {
+                Side::Ours if mark == version.name => ours_seen.push(at - started),
+                Side::Kube if mark == image => kube_seen.push(at - started),
+                _ => {}
+            }
+        }
+        if (1..=changes).contains(&n) {
+            ours_latency.extend(ours_seen);
+            kube_latency.extend(kube_seen);
+        }
+    }
+    let profile = recording
+        .map(super::Recording::finish)
+        .transpose()?
+        .flatten();
+    for task in tasks {
+        task.abort();
+    }
+    let latencies = vec![
+        WatchLatency {
+            label: "(b) machineinventories.changelog.elemental.cattle.io through the aggregator"
+                .to_owned(),
+            latencies: ours_latency,
+        },
+        WatchLatency {
+            label: "(a) machineinventories.elemental.cattle.io (the CRD, kube-apiserver)"
+                .to_owned(),
+            latencies: kube_latency,
+        },
+    ];
+    Ok((latencies, profile))
+}
+
+/// The resourceVersion of the list at `url` as the reader (the items skipped).
+async fn list_resource_version(bed: &TestBed, token: &str, url: &str) -> Result<String> {
+    #[derive(serde::Deserialize)]
+    struct List {
+        metadata: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "resourceVersion")]
+        resource_version: String,
+    }
+    let response = bed
+        .apiserver_streaming_http(None)?
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await?;
+    ensure!(response.status() == 200, "{url}: {}", response.status());
+    let list: List = serde_json::from_slice(&response.bytes().await?)?;
+    Ok(list.metadata.resource_version)
+}
+
+/// One watcher: opens `url`, says so on `ready`, then sends what each event of [`CHANGED`]
+/// marks, until the watch ends (the error says how).
+async fn watcher(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    side: Side,
+    tx: &mpsc::UnboundedSender<Seen>,
+    ready: &mpsc::UnboundedSender<Result<()>>,
+) -> Result<()> {
+    let mut response = client.get(url).bearer_auth(token).send().await?;
+    ensure!(response.status() == 200, "{url}: {}", response.status());
+    let _ = ready.send(Ok(()));
+    let mut buffer: Vec<u8> = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let at = Instant::now();
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let event: Value = serde_json::from_slice(&line)?;
+            let object = &event["object"];
+            match event["type"].as_str() {
+                Some("ERROR") => bail!("{url}: ERROR event {object}"),
+                Some("ADDED" | "MODIFIED") if object["metadata"]["name"] == CHANGED => {
+                    let mark = match side {
+                        Side::Ours => &object["current"]["name"],
+                        Side::Kube => &object["metadata"]["annotations"][OS_IMAGE],
+                    };
+                    let mark = mark.as_str().unwrap_or_default().to_owned();
+                    if tx.send((side, at, Ok(mark))).is_err() {
+                        return Ok(());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    bail!("{url}: the watch ended")
+}
+
+/// The CPU time (user and system) process `pid` has used.
+fn cpu_time(pid: u32, ticks_per_second: u64) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (in parentheses, which may hold spaces): state is
+    // field 3, utime 14, stime 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("no command name in /proc/<pid>/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .with_context(|| format!("field {} of /proc/{pid}/stat", i + 3))
+    };
+    let total = ticks(11)? + ticks(12)?;
+    Ok(Duration::from_secs_f64(
+        total as f64 / ticks_per_second as f64,
+    ))
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`).
+fn ticks_per_second() -> Result<u64> {
+    let output = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .context("running getconf CLK_TCK")?;
+    ensure!(output.status.success(), "getconf CLK_TCK failed");
+    Ok(String::from_utf8(output.stdout)?.trim().parse()?)
+}
+
+/// A Rancher-style poller for `duration`: a LIST of all machines at `url` (JSON, gzip) every
+/// [`POLL_PERIOD`] (at 0, 5, … s, before `duration`), as the reader; the server's CPU time
+/// over the run and during the lists.
+async fn poller(
+    bed: &TestBed,
+    token: &str,
+    pid: u32,
+    url: &str,
+    duration: Duration,
+) -> Result<Poller> {
+    let ticks = ticks_per_second()?;
+    let client = bed.apiserver_streaming_http(None)?;
+    let mut result = Poller::default();
+    let mut interval = tokio::time::interval(POLL_PERIOD);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let began = Instant::now();
+    let cpu_began = cpu_time(pid, ticks)?;
+    loop {
+        interval.tick().await;
+        if began.elapsed() >= duration {
+            break;
+        }
+        let cpu = cpu_time(pid, ticks)?;
+        let started = Instant::now();
+        let response = client
+            .get(url)
+            .bearer_auth(token)
+            .header("Accept-Encoding", "gzip")
+            .send()
+            .await?;
+        ensure!(response.status() == 200, "{url}: {}", response.status());
+        response.bytes().await?;
+        result
+            .list_ms
+            .push(started.elapsed().as_secs_f64() * 1000.0);
+        result.cpu_in_lists += cpu_time(pid, ticks)?.saturating_sub(cpu);
+        result.lists += 1;
+    }
+    result.took = began.elapsed();
+    result.cpu_total = cpu_time(pid, ticks)?.saturating_sub(cpu_began);
+    eprintln!(
+        "bench: poller: {} lists in {:?}, server CPU {:?} ({:?} during the lists)",
+        result.lists, result.took, result.cpu_total, result.cpu_in_lists
+    );
+    Ok(result)
 }
