@@ -25,7 +25,10 @@ use tracing::debug;
 use crate::{
     fleet::metrics::FleetMetrics,
     health::ReadyFlag,
-    routes::{fleet::FleetView, resources::Resources},
+    routes::{
+        fleet::{FleetView, wire},
+        resources::Resources,
+    },
     watch::{Clock, Hub, Item, Object, ResourceVersion},
 };
 
@@ -350,14 +353,6 @@ fn gauge(
             .or_default() += 1;
     }
     counts
-}
-
-/// The wire name of an enum value.
-fn wire<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// A list of kept answers as JSON: `apiVersion`, `kind`, `metadata.resourceVersion` and the

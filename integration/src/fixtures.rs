@@ -224,6 +224,19 @@ pub fn log_lines(path: &Path, needles: &[&str]) -> Result<Vec<String>> {
         .collect())
 }
 
+/// `value` without its `resourceVersion`s: what two answers say, apart from how the replica
+/// that gave them numbers its kept answers (each replica numbers its own, see api.md's Watch).
+pub fn without_resource_versions(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("resourceVersion");
+            map.values_mut().for_each(without_resource_versions);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_resource_versions),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

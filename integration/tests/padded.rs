@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::{
     bench::{Rss, rss, settled_rss},
-    fixtures::OperatorChannel,
+    fixtures::{OperatorChannel, without_resource_versions},
     generated::Listing,
     image::{self, Compression, Format},
     paths::GROUP_VERSION,
@@ -138,17 +138,6 @@ async fn answers(bed: &TestBed) -> Result<Vec<(String, String)>> {
         out.push((path, value.to_string()));
     }
     Ok(out)
-}
-
-fn without_resource_versions(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            map.remove("resourceVersion");
-            map.values_mut().for_each(without_resource_versions);
-        }
-        Value::Array(items) => items.iter_mut().for_each(without_resource_versions),
-        _ => {}
-    }
 }
 
 fn mib(kib: u64) -> f64 {

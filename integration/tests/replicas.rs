@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_apiservice::types::ManagedOSVersionChangelog;
 use elemental_changelog_integration::{
-    fixtures::{OperatorChannel, cause, metric},
+    fixtures::{self, OperatorChannel, cause, metric},
     generated::Listing,
     image::{self, Compression, Format},
     paths,
@@ -99,19 +99,9 @@ async fn wait_served(bed: &TestBed, index: usize, path: &str) -> Result<(Vec<u8>
 
 /// `body` without its `resourceVersion`s, when it is JSON.
 fn without_resource_versions(body: Vec<u8>) -> Vec<u8> {
-    fn strip(value: &mut serde_json::Value) {
-        match value {
-            serde_json::Value::Object(map) => {
-                map.remove("resourceVersion");
-                map.values_mut().for_each(strip);
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
     match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(mut value) => {
-            strip(&mut value);
+            fixtures::without_resource_versions(&mut value);
             serde_json::to_vec(&value).unwrap_or(body)
         }
         Err(_) => body,

@@ -643,7 +643,7 @@ fn with_cause(mut error: StatusError, message: String, reason: MachineReason) ->
 }
 
 /// The wire name of an enum value.
-fn wire<T: serde::Serialize>(value: &T) -> String {
+pub(crate) fn wire<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
