@@ -73,6 +73,9 @@ pub struct Settings {
     pub output: PathBuf,
     /// What to run (`BENCH_PHASES`, comma-separated; all by default).
     pub phases: Vec<Phase>,
+    /// Machines of the fleet phase (`BENCH_MACHINES`; 50,000, quick 2,000): a smaller fleet
+    /// while working on it, the per-machine figures are comparable.
+    pub machines: Option<usize>,
 }
 
 /// A part of the run, to run alone while working on it.
@@ -117,7 +120,8 @@ impl Phase {
 }
 
 impl Settings {
-    /// Reads `BENCH_QUICK`, `BENCH_SECONDS`, `BENCH_MEMORY_CHANNELS` and `BENCH_OUTPUT`.
+    /// Reads `BENCH_QUICK`, `BENCH_SECONDS`, `BENCH_MEMORY_CHANNELS`, `BENCH_MACHINES`,
+    /// `BENCH_PHASES` and `BENCH_OUTPUT`.
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let quick = var("BENCH_QUICK").is_some_and(|v| v != "0");
@@ -146,8 +150,12 @@ impl Settings {
             Some(v) => v.split(',').map(Phase::parse).collect::<Result<Vec<_>>>()?,
             None => Phase::ALL.to_vec(),
         };
+        let machines = var("BENCH_MACHINES")
+            .map(|v| v.trim().parse().context("BENCH_MACHINES"))
+            .transpose()?;
         Ok(Self {
             phases,
+            machines,
             quick,
             cell,
             threads: 2,

@@ -165,6 +165,7 @@ pub async fn run(
     } else {
         (50_000, 500)
     };
+    let machines = settings.machines.unwrap_or(machines);
     let mut results = FleetResults {
         machines,
         channels: CHANNELS,
