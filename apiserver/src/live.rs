@@ -14,7 +14,7 @@
 //! kube-apiserver's consistent reads from its watch cache wait for the cache, so a read right
 //! after a change of a ManagedOSImage or a MachineInventory sees it.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, io::Write, sync::Arc, time::Duration};
 
 use elemental_changelog_apiservice::{
     Arch, fleet::MachineInventoryChangelogSummary, types::ManagedOSVersionChangelogSummary,
@@ -29,7 +29,7 @@ use crate::{
         fleet::{FleetView, wire},
         resources::Resources,
     },
-    watch::{Clock, Hub, Item, Object, ResourceVersion},
+    watch::{Clock, Hub, Item, MachineFacts, Object, ResourceVersion, source_of},
 };
 
 /// Shortest time between two passes over a resource's answers: the changes of a burst
@@ -207,7 +207,6 @@ impl Live {
         ];
         self.machines_pass.start(&inputs);
         let mut last: Option<Vec<u64>> = None;
-        let mut known = Known::default();
         loop {
             let seen = Pass::seen(&mut inputs);
             // Only MachineInventories changed since the last pass: only they are computed again.
@@ -217,17 +216,10 @@ impl Live {
             });
             let (this, fleet, metrics) = (self.clone(), fleet.clone(), metrics.clone());
             let default_arch = default_arch.clone();
-            known = tokio::task::spawn_blocking(move || {
-                this.machines_pass_over(
-                    &fleet,
-                    &metrics,
-                    default_arch.as_ref(),
-                    known,
-                    only_machines,
-                )
+            let _ = tokio::task::spawn_blocking(move || {
+                this.machines_pass_over(&fleet, &metrics, default_arch.as_ref(), only_machines);
             })
-            .await
-            .unwrap_or_default();
+            .await;
             last = Some(seen.clone());
             self.machines_pass.done(seen);
             ready.set();
@@ -238,83 +230,76 @@ impl Live {
     }
 
     /// One pass over the machines: every one (`only_machines` false), or only those whose
-    /// MachineInventory changed since `known` (and those gone). Returns what is known now.
+    /// MachineInventory is not the one their kept answer was computed from
+    /// ([`Item::source`]), and those gone. Answers are computed and handed to the hub one
+    /// at a time: a pass never holds a second copy of the fleet's answers.
     fn machines_pass_over(
         &self,
         fleet: &FleetView,
         metrics: &FleetMetrics,
         default_arch: Option<&Arch>,
-        known: Known,
         only_machines: bool,
-    ) -> Known {
+    ) {
         let machines = fleet.machine_list();
-        let now = Known::of(&machines);
         for (arch, hub) in &self.machines {
             let events = if only_machines {
-                let changed: Vec<_> = machines.iter().filter(|m| !known.has(m)).cloned().collect();
+                let (_, kept) = hub.list(None);
+                let changed: Vec<_> = machines
+                    .iter()
+                    .filter(|m| {
+                        let meta = &m.metadata;
+                        let source =
+                            source_of(meta.uid.as_deref(), meta.resource_version.as_deref());
+                        let key = (
+                            meta.namespace.as_deref().unwrap_or_default(),
+                            meta.name.as_deref().unwrap_or_default(),
+                        );
+                        hub.get(key.0, key.1)
+                            .is_none_or(|item| item.source != source)
+                    })
+                    .cloned()
+                    .collect();
                 let mut events = 0;
-                for summary in fleet.summaries_of(&changed, arch) {
-                    let meta = summary.metadata.clone();
-                    events += usize::from(hub.set(&meta.namespace, &meta.name, Some(summary)));
-                }
-                for (namespace, name) in known.gone(&now) {
+                fleet.each_summary(&changed, arch, &mut |summary| {
+                    let meta = &summary.metadata;
+                    let (namespace, name) = (meta.namespace.clone(), meta.name.clone());
+                    events += usize::from(hub.set(&namespace, &name, Some(summary)));
+                });
+                for (namespace, name) in gone(&kept, &machines) {
                     events += usize::from(hub.set(&namespace, &name, None));
                 }
                 events
             } else {
-                hub.replace(None, fleet.summaries_of(&machines, arch))
+                let mut sweep = hub.sweep(None);
+                fleet.each_summary(&machines, arch, &mut |summary| sweep.put(summary));
+                sweep.finish()
             };
             debug!(%arch, events, only_machines, "machine summaries recomputed");
             if Some(arch) == default_arch {
                 metrics.set_machines(&gauge(&hub.list(None).1));
             }
         }
-        now
     }
 }
 
-/// The MachineInventories a pass computed answers from: by namespace and name, their
-/// resourceVersion (hashed: a few bytes per machine).
-#[derive(Default)]
-struct Known {
-    machines: std::collections::HashMap<(String, String), u64>,
-}
-
-impl Known {
-    fn of(machines: &[Arc<crate::fleet::crd::MachineInventory>]) -> Self {
-        Self {
-            machines: machines.iter().map(|m| (key(m), version_hash(m))).collect(),
-        }
-    }
-
-    /// Whether `machine`'s answer was computed from this very object.
-    fn has(&self, machine: &crate::fleet::crd::MachineInventory) -> bool {
-        self.machines.get(&key(machine)) == Some(&version_hash(machine))
-    }
-
-    /// Machines known here and gone from `now`.
-    fn gone(&self, now: &Self) -> Vec<(String, String)> {
-        self.machines
-            .keys()
-            .filter(|k| !now.machines.contains_key(*k))
-            .cloned()
-            .collect()
-    }
-}
-
-fn key(machine: &crate::fleet::crd::MachineInventory) -> (String, String) {
-    (
-        machine.metadata.namespace.clone().unwrap_or_default(),
-        machine.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
-fn version_hash(machine: &crate::fleet::crd::MachineInventory) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    machine.metadata.resource_version.hash(&mut hasher);
-    machine.metadata.uid.hash(&mut hasher);
-    hasher.finish()
+/// The kept answers whose MachineInventory is not in `machines` (both by namespace and name).
+fn gone(
+    kept: &[Arc<Item<MachineInventoryChangelogSummary>>],
+    machines: &[Arc<crate::fleet::crd::MachineInventory>],
+) -> Vec<(String, String)> {
+    let present: std::collections::HashSet<(&str, &str)> = machines
+        .iter()
+        .map(|m| {
+            (
+                m.metadata.namespace.as_deref().unwrap_or_default(),
+                m.metadata.name.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect();
+    kept.iter()
+        .filter(|item| !present.contains(&item.key()))
+        .map(|item| (item.namespace().to_owned(), item.name().to_owned()))
+        .collect()
 }
 
 /// Waits for the next change of any input, then [`MIN_INTERVAL`] for the rest of its burst
@@ -333,51 +318,55 @@ async fn next(inputs: &mut [watch::Receiver<u64>], hurry: &tokio::sync::Notify) 
 }
 
 /// Machines by namespace, state and highest pending severity (`none` without a pending
-/// changelog), counted from the kept answers.
+/// changelog), counted from the kept answers' facts.
 fn gauge(
     items: &[Arc<Item<MachineInventoryChangelogSummary>>],
 ) -> BTreeMap<(String, String, String), i64> {
-    let mut counts = BTreeMap::new();
+    let mut counts: BTreeMap<(&str, MachineFacts), i64> = BTreeMap::new();
     for item in items {
-        let machine = &item.object;
-        let severity = machine
-            .summary
-            .as_ref()
-            .map_or_else(|| "none".to_owned(), |s| wire(&s.highest_severity));
-        *counts
-            .entry((
-                machine.metadata.namespace.clone(),
-                wire(&machine.state),
-                severity,
-            ))
-            .or_default() += 1;
+        *counts.entry((item.namespace(), item.facts)).or_default() += 1;
     }
     counts
+        .into_iter()
+        .map(|((namespace, facts), n)| {
+            let severity = facts
+                .severity
+                .map_or_else(|| "none".to_owned(), |s| wire(&s));
+            ((namespace.to_owned(), wire(&facts.state), severity), n)
+        })
+        .collect()
 }
 
-/// A list of kept answers as JSON: `apiVersion`, `kind`, `metadata.resourceVersion` and the
-/// items' kept bytes, copied.
-pub fn list_json<T: Object>(
+/// Writes one item of a list for this list alone.
+pub type WriteItem<'a, T> = dyn Fn(&Item<T>) -> Vec<u8> + 'a;
+
+/// Writes a list of kept answers as JSON: `apiVersion`, `kind`, `metadata.resourceVersion`,
+/// then each item's bytes (`item`: written for this list instead, e.g. with an exposure).
+pub fn write_list<T: Object>(
+    out: &mut dyn Write,
     api_version: &str,
     kind: &str,
     version: ResourceVersion,
     items: &[&Arc<Item<T>>],
-) -> Vec<u8> {
-    let size: usize = items.iter().map(|i| i.json.len() + 1).sum();
-    let mut out = Vec::with_capacity(size + 160);
-    out.extend_from_slice(b"{\"apiVersion\":\"");
-    out.extend_from_slice(api_version.as_bytes());
-    out.extend_from_slice(b"\",\"kind\":\"");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\",\"metadata\":{\"resourceVersion\":\"");
-    out.extend_from_slice(version.text().as_bytes());
-    out.extend_from_slice(b"\"},\"items\":[");
-    for (i, item) in items.iter().enumerate() {
+    item: Option<&WriteItem<'_, T>>,
+) -> std::io::Result<()> {
+    write!(
+        out,
+        "{{\"apiVersion\":\"{api_version}\",\"kind\":\"{kind}\",\"metadata\":{{\"resourceVersion\":\"{version}\"}},\"items\":["
+    )?;
+    for (i, kept) in items.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            out.write_all(b",")?;
         }
-        out.extend_from_slice(&item.json);
+        match item {
+            Some(item) => out.write_all(&item(kept))?,
+            None => out.write_all(&kept.json)?,
+        }
     }
-    out.extend_from_slice(b"]}");
-    out
+    out.write_all(b"]}")
+}
+
+/// Bytes of the kept answers `items` (what a list of them takes, about).
+pub fn kept_bytes<T: Object>(items: &[&Arc<Item<T>>]) -> usize {
+    items.iter().map(|i| i.json.len() + 1).sum::<usize>() + 160
 }

@@ -232,8 +232,7 @@ impl App {
                     // the channel data of the moment (each channel's first fix found once).
                     let exposure = params.cve.clone().map(|cve| {
                         let fleet = self.fleet.clone();
-                        Box::new(move |m: &MachineInventoryChangelogSummary| {
-                            let mut m = m.clone();
+                        Box::new(move |mut m: MachineInventoryChangelogSummary| {
                             m.cve = Some(fleet.exposure(&m, &cve, &arch));
                             m
                         }) as watch::Transform<MachineInventoryChangelogSummary>

@@ -25,7 +25,7 @@
 pub mod stream;
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, HashSet, VecDeque},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
@@ -34,7 +34,7 @@ use std::{
 
 use bytes::Bytes;
 use elemental_changelog_apiservice::types::ObjectMeta;
-use serde::Serialize;
+use serde::{Serialize, de::DeserializeOwned};
 use tokio::sync::mpsc;
 
 /// Events kept per hub for watches that resume from an older resourceVersion.
@@ -43,28 +43,50 @@ pub const KEPT_EVENTS: usize = 4096;
 pub const WATCHER_QUEUE: usize = 1024;
 
 /// A served object: an API object with the common metadata.
-pub trait Object: Clone + PartialEq + Serialize + Send + Sync + 'static {
+pub trait Object: Serialize + DeserializeOwned + Default + Send + Sync + 'static {
+    /// What is read of a kept answer without parsing it back (the machines gauge).
+    type Facts: Clone + std::fmt::Debug + Send + Sync + 'static;
     /// Its metadata.
     fn meta(&self) -> &ObjectMeta;
     /// Its metadata, to set the resourceVersion.
     fn meta_mut(&mut self) -> &mut ObjectMeta;
+    /// See [`Object::Facts`].
+    fn facts(&self) -> Self::Facts;
 }
 
 impl Object for elemental_changelog_apiservice::types::ManagedOSVersionChangelogSummary {
+    type Facts = ();
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
+    fn facts(&self) {}
+}
+
+/// What the machines gauge reads of a kept machine answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MachineFacts {
+    /// Its state.
+    pub state: elemental_changelog_apiservice::fleet::MachineState,
+    /// The highest severity pending (`None`: no pending changelog).
+    pub severity: Option<elemental_changelog_apiservice::types::Severity>,
 }
 
 impl Object for elemental_changelog_apiservice::fleet::MachineInventoryChangelogSummary {
+    type Facts = MachineFacts;
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
+    }
+    fn facts(&self) -> MachineFacts {
+        MachineFacts {
+            state: self.state,
+            severity: self.summary.as_ref().map(|s| s.highest_severity),
+        }
     }
 }
 
@@ -161,33 +183,88 @@ pub enum Expired {
     TooLarge,
 }
 
-/// An object's answer as served: the object (its resourceVersion set) and its JSON.
+/// Namespace and name of an object.
+pub type Key = (String, String);
+
+/// An object's answer as served: its JSON (the resourceVersion set), kept as bytes only (the
+/// typed object is parsed back when a request needs more than the bytes: a Table, a label
+/// selector, an exposure), with what is read of it often ([`Object::Facts`]).
 #[derive(Debug)]
-pub struct Item<T> {
-    /// The object, as served.
-    pub object: T,
+pub struct Item<T: Object> {
+    key: Arc<Key>,
     /// Its JSON, as a list or a watch event sends it.
     pub json: Bytes,
     /// When its answer last changed.
     pub version: ResourceVersion,
+    /// See [`Object::Facts`].
+    pub facts: T::Facts,
+    /// Which inputs it was computed from: the uid and resourceVersion of the object it
+    /// answers for ([`source_of`]).
+    pub source: u64,
+}
+
+/// A fingerprint of an input object's uid and resourceVersion: an answer whose
+/// [`Item::source`] equals its input's was computed from that very object.
+pub fn source_of(uid: Option<&str>, resource_version: Option<&str>) -> u64 {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one((uid, resource_version))
 }
 
 impl<T: Object> Item<T> {
-    fn new(mut object: T, version: ResourceVersion) -> Self {
-        object.meta_mut().resource_version = Some(version.text());
-        let json = serde_json::to_vec(&object).map_or_else(|_| Bytes::new(), Bytes::from);
+    /// `object` as served at `version`.
+    fn new(key: Arc<Key>, mut object: T, version: ResourceVersion, source: u64) -> Self {
+        let json = encode(&mut object, version);
         Self {
-            object,
+            key,
             json,
             version,
+            facts: object.facts(),
+            source,
         }
     }
 
     /// Namespace and name.
     pub fn key(&self) -> (&str, &str) {
-        let meta = self.object.meta();
-        (&meta.namespace, &meta.name)
+        (&self.key.0, &self.key.1)
     }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.key.0
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.key.1
+    }
+
+    /// The object, parsed back from its bytes (the server wrote them; a failure would be a
+    /// bug, answered as an empty object rather than a panic).
+    pub fn object(&self) -> T {
+        serde_json::from_slice(&self.json).unwrap_or_default()
+    }
+
+    /// Its labels, parsed from its bytes (nothing else is).
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        #[derive(serde::Deserialize)]
+        struct Labels {
+            #[serde(default)]
+            labels: BTreeMap<String, String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            metadata: Labels,
+        }
+        serde_json::from_slice::<Meta>(&self.json)
+            .map(|m| m.metadata.labels)
+            .unwrap_or_default()
+    }
+}
+
+/// `object`'s JSON with its resourceVersion set to `version`.
+fn encode<T: Object>(object: &mut T, version: ResourceVersion) -> Bytes {
+    object.meta_mut().resource_version = Some(version.text());
+    serde_json::to_vec(object).map_or_else(|_| Bytes::new(), Bytes::from)
 }
 
 /// What happened to an object.
@@ -214,7 +291,7 @@ impl EventType {
 
 /// One change of one object.
 #[derive(Debug)]
-pub struct Event<T> {
+pub struct Event<T: Object> {
     /// What happened.
     pub kind: EventType,
     /// The object after it (for DELETED, the last answer with the deletion's resourceVersion).
@@ -225,7 +302,7 @@ pub struct Event<T> {
 
 /// What a watcher receives, in order.
 #[derive(Debug)]
-pub enum Message<T> {
+pub enum Message<T: Object> {
     /// An event.
     Event(Arc<Event<T>>),
     /// Every event up to this resourceVersion was sent before (answers [`Watcher::progress`]).
@@ -233,7 +310,7 @@ pub enum Message<T> {
 }
 
 /// A watch being served: what it missed or the initial objects, then its queue.
-pub struct Watcher<T> {
+pub struct Watcher<T: Object> {
     /// Sent first: the events after the resourceVersion asked (a resume), or the objects
     /// present at the start as ADDED events (a watch with initial events).
     pub backlog: Vec<Arc<Event<T>>>,
@@ -254,7 +331,7 @@ impl<T: Object> Watcher<T> {
     }
 }
 
-impl<T> Drop for Watcher<T> {
+impl<T: Object> Drop for Watcher<T> {
     fn drop(&mut self) {
         let mut state = self
             .hub
@@ -274,23 +351,25 @@ pub enum Start {
     After(ResourceVersion),
 }
 
-struct Subscriber<T> {
+struct Subscriber<T: Object> {
     id: u64,
     namespace: Option<String>,
     queue: mpsc::Sender<Message<T>>,
 }
 
-struct State<T> {
-    objects: BTreeMap<(String, String), Arc<Item<T>>>,
+struct State<T: Object> {
+    objects: BTreeMap<Arc<Key>, Arc<Item<T>>>,
     recent: VecDeque<Arc<Event<T>>>,
     /// The highest resourceVersion dropped from `recent` (watches from before it are 410).
     compacted: ResourceVersion,
+    /// The resourceVersion of the last change (of this hub: lists carry it).
+    latest: ResourceVersion,
     watchers: Vec<Subscriber<T>>,
     next_watcher: u64,
 }
 
 /// The objects of one resource, their recent events and their watchers.
-pub struct Hub<T> {
+pub struct Hub<T: Object> {
     clock: Arc<Clock>,
     state: Mutex<State<T>>,
     kept_events: usize,
@@ -311,6 +390,7 @@ impl<T: Object> Hub<T> {
                 objects: BTreeMap::new(),
                 recent: VecDeque::new(),
                 compacted,
+                latest: compacted,
                 watchers: Vec::new(),
                 next_watcher: 0,
             }),
@@ -327,60 +407,80 @@ impl<T: Object> Hub<T> {
         &self.clock
     }
 
-    /// Makes the objects of `namespace` (`None`: of every namespace) be `objects`, each
-    /// without a resourceVersion: objects whose answer changed get a new resourceVersion and
-    /// an event, those no longer there a DELETED event. Returns the number of events.
-    pub fn replace(&self, namespace: Option<&str>, objects: Vec<T>) -> usize {
-        let mut wanted: BTreeMap<(String, String), T> = objects
-            .into_iter()
-            .map(|o| ((o.meta().namespace.clone(), o.meta().name.clone()), o))
-            .collect();
-        let mut state = self.lock();
-        let gone: Vec<(String, String)> = state
-            .objects
-            .keys()
-            .filter(|(ns, _)| namespace.is_none_or(|n| n == ns))
-            .filter(|key| !wanted.contains_key(*key))
-            .cloned()
-            .collect();
-        let mut events = 0;
-        for key in gone {
-            events += usize::from(self.set_locked(&mut state, key, None));
+    /// Makes the objects of `namespace` (`None`: of every namespace) be `objects`: objects
+    /// whose answer changed get a new resourceVersion and an event, those no longer there a
+    /// DELETED event. Returns the number of events. See [`Sweep`].
+    pub fn replace(&self, namespace: Option<&str>, objects: impl IntoIterator<Item = T>) -> usize {
+        let mut sweep = self.sweep(namespace);
+        for object in objects {
+            sweep.put(object);
         }
-        for (key, object) in std::mem::take(&mut wanted) {
-            events += usize::from(self.set_locked(&mut state, key, Some(object)));
-        }
-        events
+        sweep.finish()
     }
 
-    /// Makes the object `namespace/name` be `object` (`None`: gone). True when it changed.
+    /// Starts making the objects of `namespace` (`None`: of every namespace) be those
+    /// [`Sweep::put`] then: one object at a time, so that a pass over many objects never
+    /// holds them all at once, nor the hub's lock while it computes them.
+    pub fn sweep(&self, namespace: Option<&str>) -> Sweep<'_, T> {
+        Sweep {
+            hub: self,
+            namespace: namespace.map(str::to_owned),
+            seen: HashSet::new(),
+            events: 0,
+        }
+    }
+
+    /// Makes the object `namespace/name` be `object` (`None`: gone). True when its answer
+    /// changed. `object`'s metadata names the input it was computed from (its uid and
+    /// resourceVersion, kept as [`Item::source`]); the served resourceVersion is the hub's.
     pub fn set(&self, namespace: &str, name: &str, object: Option<T>) -> bool {
         let mut state = self.lock();
         self.set_locked(&mut state, (namespace.to_owned(), name.to_owned()), object)
     }
 
-    fn set_locked(&self, state: &mut State<T>, key: (String, String), object: Option<T>) -> bool {
-        let previous = state.objects.get(&key).cloned();
-        let event = match (object, previous) {
+    fn set_locked(&self, state: &mut State<T>, key: Key, object: Option<T>) -> bool {
+        let found = state
+            .objects
+            .get_key_value(&key)
+            .map(|(k, item)| (k.clone(), item.clone()));
+        let event = match (object, found) {
             (None, None) => return false,
-            (None, Some(previous)) => {
-                state.objects.remove(&key);
+            (None, Some((key, previous))) => {
+                state.objects.remove(&*key);
                 let version = self.clock.next();
-                let mut last = previous.object.clone();
-                last.meta_mut().resource_version = None;
+                let last = previous.object();
                 Event {
                     kind: EventType::Deleted,
-                    item: Arc::new(Item::new(last, version)),
+                    item: Arc::new(Item::new(key, last, version, previous.source)),
                     previous: Some(previous),
                 }
             }
-            (Some(object), previous) => {
+            (Some(mut object), found) => {
+                let source = source_of(
+                    object.meta().uid.as_deref(),
+                    object.meta().resource_version.as_deref(),
+                );
+                let (key, previous) = match found {
+                    Some((key, previous)) => (key, Some(previous)),
+                    None => (Arc::new(key), None),
+                };
                 if let Some(previous) = &previous
-                    && same_answer(&previous.object, &object)
+                    && encode(&mut object, previous.version) == previous.json
                 {
+                    // The same answer: no event; it now comes from this input.
+                    if previous.source != source {
+                        let same = Item {
+                            key: key.clone(),
+                            json: previous.json.clone(),
+                            version: previous.version,
+                            facts: previous.facts.clone(),
+                            source,
+                        };
+                        state.objects.insert(key, Arc::new(same));
+                    }
                     return false;
                 }
-                let item = Arc::new(Item::new(object, self.clock.next()));
+                let item = Arc::new(Item::new(key.clone(), object, self.clock.next(), source));
                 state.objects.insert(key, item.clone());
                 Event {
                     kind: if previous.is_some() {
@@ -394,16 +494,17 @@ impl<T: Object> Hub<T> {
             }
         };
         let event = Arc::new(event);
+        state.latest = event.item.version;
         state.recent.push_back(event.clone());
         while state.recent.len() > self.kept_events {
             if let Some(dropped) = state.recent.pop_front() {
                 state.compacted = dropped.item.version;
             }
         }
-        let namespace = event.item.object.meta().namespace.clone();
+        let namespace = event.item.namespace();
         // A watcher whose queue is full (it does not read) or closed is dropped.
         state.watchers.retain(|w| {
-            if w.namespace.as_ref().is_some_and(|n| *n != namespace) {
+            if w.namespace.as_ref().is_some_and(|n| n != namespace) {
                 return true;
             }
             w.queue.try_send(Message::Event(event.clone())).is_ok()
@@ -411,20 +512,27 @@ impl<T: Object> Hub<T> {
         true
     }
 
+    /// The resourceVersion of this hub's last change: a list taken now carries it, and two
+    /// lists with the same one hold the same answers.
+    pub fn latest(&self) -> ResourceVersion {
+        self.lock().latest
+    }
+
     /// The objects of `namespace` (`None`: all), by namespace and name, with the
-    /// resourceVersion of the hub when they were taken.
+    /// resourceVersion of the hub's last change when they were taken (a watch from it
+    /// misses nothing).
     pub fn list(&self, namespace: Option<&str>) -> (ResourceVersion, Vec<Arc<Item<T>>>) {
         let state = self.lock();
         let items = match namespace {
             None => state.objects.values().cloned().collect(),
             Some(ns) => state
                 .objects
-                .range((ns.to_owned(), String::new())..)
-                .take_while(|((n, _), _)| n == ns)
+                .range::<Key, _>((ns.to_owned(), String::new())..)
+                .take_while(|(key, _)| key.0 == ns)
                 .map(|(_, item)| item.clone())
                 .collect(),
         };
-        (self.clock.now(), items)
+        (state.latest, items)
     }
 
     /// The object `namespace/name`, if present.
@@ -443,7 +551,7 @@ impl<T: Object> Hub<T> {
     ) -> Result<Watcher<T>, Expired> {
         let mut state = self.lock();
         let now = self.clock.now();
-        let in_scope = |item: &Item<T>| namespace.is_none_or(|n| n == item.object.meta().namespace);
+        let in_scope = |item: &Item<T>| namespace.is_none_or(|n| n == item.namespace());
         let backlog: Vec<Arc<Event<T>>> = match start {
             Start::WithObjects => state
                 .objects
@@ -509,11 +617,41 @@ impl<T: Object> Hub<T> {
     }
 }
 
-/// Whether two answers say the same (the resourceVersion aside).
-fn same_answer<T: Object>(served: &T, new: &T) -> bool {
-    let mut served = served.clone();
-    served.meta_mut().resource_version = new.meta().resource_version.clone();
-    served == *new
+/// Objects being put into a hub by [`Hub::sweep`]; [`Sweep::finish`] deletes those of its
+/// namespace that were not put.
+pub struct Sweep<'h, T: Object> {
+    hub: &'h Hub<T>,
+    namespace: Option<String>,
+    seen: HashSet<Arc<Key>>,
+    events: usize,
+}
+
+impl<T: Object> Sweep<'_, T> {
+    /// Makes one object be `object` (see [`Hub::set`]).
+    pub fn put(&mut self, object: T) {
+        let key = (object.meta().namespace.clone(), object.meta().name.clone());
+        let mut state = self.hub.lock();
+        self.events += usize::from(self.hub.set_locked(&mut state, key.clone(), Some(object)));
+        if let Some((key, _)) = state.objects.get_key_value(&key) {
+            self.seen.insert(key.clone());
+        }
+    }
+
+    /// Deletes the objects of the sweep's namespace not put; returns the number of events.
+    pub fn finish(mut self) -> usize {
+        let mut state = self.hub.lock();
+        let gone: Vec<Key> = state
+            .objects
+            .keys()
+            .filter(|key| self.namespace.as_ref().is_none_or(|n| *n == key.0))
+            .filter(|key| !self.seen.contains(*key))
+            .map(|key| (**key).clone())
+            .collect();
+        for key in gone {
+            self.events += usize::from(self.hub.set_locked(&mut state, key, None));
+        }
+        self.events
+    }
 }
 
 #[cfg(test)]

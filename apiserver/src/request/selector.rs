@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use elemental_changelog_apiservice::status::StatusError;
 
 /// One requirement of a label selector.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Requirement {
     /// `key`.
     Exists(String),
@@ -19,7 +19,7 @@ enum Requirement {
 }
 
 /// A parsed label selector; the empty selector matches everything.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LabelSelector(Vec<Requirement>);
 
 impl LabelSelector {
@@ -38,7 +38,26 @@ impl LabelSelector {
         Ok(Self(requirements))
     }
 
-    /// Whether `labels` satisfy every requirement.
+    /// Whether it selects everything (no requirement).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Bytes it holds on the heap (about).
+    pub fn heap_bytes(&self) -> usize {
+        self.0
+            .iter()
+            .map(|r| match r {
+                Requirement::Exists(k) | Requirement::DoesNotExist(k) => k.len(),
+                Requirement::In(k, values) | Requirement::NotIn(k, values) => {
+                    k.len() + values.iter().map(|v| v.len() + 24).sum::<usize>()
+                }
+            })
+            .sum::<usize>()
+            + self.0.len() * std::mem::size_of::<Requirement>()
+    }
+
+    /// Whether `labels` meet every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|r| match r {
             Requirement::Exists(k) => labels.contains_key(k),
@@ -162,11 +181,11 @@ fn is_label_chars(s: &str) -> bool {
 /// `field==value` or `field!=value` with `\\`, `\,` and `\=` escapes in the value. The same
 /// parse serves authorization (which object a list names) and the answer (which objects it
 /// holds), so the two cannot disagree.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FieldSelector(Vec<FieldTerm>);
 
 /// One term of a [`FieldSelector`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct FieldTerm {
     field: String,
     equal: bool,
@@ -177,6 +196,14 @@ struct FieldTerm {
 const SUPPORTED_FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
 
 impl FieldSelector {
+    /// Bytes it holds on the heap (about).
+    pub fn heap_bytes(&self) -> usize {
+        self.0
+            .iter()
+            .map(|t| t.field.len() + t.value.len() + std::mem::size_of::<FieldTerm>())
+            .sum()
+    }
+
     /// Parses `fieldSelector` (syntax only; see [`FieldSelector::check_supported`]). Errors
     /// are 400s worded like kube-apiserver's.
     pub fn parse(input: &str) -> Result<Self, StatusError> {

@@ -27,7 +27,8 @@ use elemental_changelog_apiservice::{
 
 use super::{
     ok,
-    resources::{Answer, Answering, Cost, Job, Render, VersionSide, selects},
+    ready::Ready,
+    resources::{Answer, AnswerKey, Answering, Cost, Job, Render, VersionSide, selects_item},
 };
 use crate::{
     cache::Snapshot,
@@ -128,17 +129,35 @@ impl FleetView {
                 params.fields.check_supported()?;
                 let arch = self.versions.served_arch(params.arch.as_ref())?;
                 let hub = self.hub(&arch)?;
-                Ok(run(Cost::Heavy, move || {
-                    let exposure = params.cve.as_deref().map(|cve| {
-                        move |m: &MachineInventoryChangelogSummary| this.exposure(m, cve, &arch)
-                    });
-                    kept_machines(
-                        &hub,
-                        namespace.as_deref(),
-                        &params,
-                        representation,
-                        exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
-                    )
+                // Kept under the hub's last change: until the next one, every such list is
+                // these bytes (a Rancher-style poller costs a lookup).
+                let key = AnswerKey::list(
+                    MACHINE_RESOURCE,
+                    &arch,
+                    namespace.as_deref(),
+                    &params,
+                    representation,
+                    hub.latest(),
+                );
+                Ok(Answering::Render(Render {
+                    cost: Cost::Heavy,
+                    job: Job::Keep {
+                        key,
+                        render: Box::new(move || {
+                            let exposure = params.cve.as_deref().map(|cve| {
+                                move |m: &MachineInventoryChangelogSummary| {
+                                    this.exposure(m, cve, &arch)
+                                }
+                            });
+                            kept_machines(
+                                &hub,
+                                namespace.as_deref(),
+                                &params,
+                                representation,
+                                exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
+                            )
+                        }),
+                    },
                 }))
             }
             FleetResource::Machine {
@@ -200,7 +219,7 @@ impl FleetView {
             let body = match (representation, &params.cve) {
                 (Representation::Json, None) => item.json.to_vec(),
                 (_, cve) => {
-                    let mut object = item.object.clone();
+                    let mut object = item.object();
                     object.cve = cve.as_deref().map(|c| this.exposure(&object, c, &arch));
                     render(representation, vec![object], cve.is_some(), false)?
                 }
@@ -327,20 +346,16 @@ impl FleetView {
         Ok(plan.to_object(image_meta(&image), |p| summaries.of(&inputs.channels, p)))
     }
 
-    /// The summary of every machine for `arch`, computed now (what the live hub keeps, see
-    /// [`crate::live`]).
-    pub fn machine_summaries(&self, arch: &Arch) -> Vec<MachineInventoryChangelogSummary> {
-        self.summaries_of(&self.stores.machines.list(None), arch)
-    }
-
-    /// The summaries of `machines` for `arch`, computed now.
-    pub fn summaries_of(
+    /// The summaries of `machines` for `arch`, computed now (what the live hub keeps, see
+    /// [`crate::live`]), handed to `put` one at a time.
+    pub fn each_summary(
         &self,
         machines: &[Arc<MachineInventory>],
         arch: &Arch,
-    ) -> Vec<MachineInventoryChangelogSummary> {
+        put: &mut dyn FnMut(MachineInventoryChangelogSummary),
+    ) {
         let inputs = self.inputs(None, arch);
-        summarize(&inputs, machines, None, &self.summaries)
+        summarize(&inputs, machines, &self.summaries, put);
     }
 
     /// Every MachineInventory, by namespace and name.
@@ -479,89 +494,96 @@ impl Summaries<'_> {
     }
 }
 
-/// The summaries of `machines`, with `cve` their exposure to it.
+/// The summaries of `machines`, handed to `put` one at a time.
 fn summarize(
     inputs: &Inputs,
     machines: &[Arc<MachineInventory>],
-    cve: Option<&str>,
     kept: &SummaryCache,
-) -> Vec<MachineInventoryChangelogSummary> {
+    put: &mut dyn FnMut(MachineInventoryChangelogSummary),
+) {
     let index = inputs.index();
     let mut summaries = Summaries {
         here: BTreeMap::new(),
         kept,
     };
-    machines
-        .iter()
-        .map(|machine| {
-            let resolution: MachineResolution = index.machine(machine);
-            let summary = resolution
-                .pending
-                .as_ref()
-                .and_then(|p| summaries.of(&inputs.channels, p));
-            let cve = cve.map(|id| {
-                index.cve(&resolution, id, |ns, channel, name| {
-                    inputs
-                        .channels
-                        .snapshot(ns, channel)
-                        .is_some_and(|s| s.data.fixes_cve(name, id))
-                })
-            });
-            resolution.to_object(machine_meta(machine), summary, cve)
-        })
-        .collect()
+    for machine in machines {
+        let resolution: MachineResolution = index.machine(machine);
+        let summary = resolution
+            .pending
+            .as_ref()
+            .and_then(|p| summaries.of(&inputs.channels, p));
+        put(resolution.to_object(machine_meta(machine), summary, None));
+    }
 }
 
 /// The kept machines of `namespace` (or all) that `params` select, as a list with the
-/// resourceVersion a watch may start from; with `exposure`, each with its exposure to the
-/// CVE asked.
+/// resourceVersion a watch may start from, ready to keep; with `exposure`, each with its
+/// exposure to the CVE asked. Written item by item (a Table row by row), compressed as it is
+/// written when large: no uncompressed copy of a large list is held.
 fn kept_machines(
     hub: &Hub<MachineInventoryChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
     representation: Representation,
     exposure: Option<&dyn Fn(&MachineInventoryChangelogSummary) -> MachineCve>,
-) -> Result<Answer, StatusError> {
+) -> Result<Ready, StatusError> {
     let (version, items) = hub.list(namespace);
-    let selected: Vec<_> = items
-        .iter()
-        .filter(|i| selects(params, &i.object.metadata))
-        .collect();
-    let with_cve = |i: &&Arc<Item<MachineInventoryChangelogSummary>>| {
-        let mut object = i.object.clone();
+    let selected: Vec<_> = items.iter().filter(|i| selects_item(params, i)).collect();
+    let with_cve = |item: &Item<MachineInventoryChangelogSummary>| {
+        let mut object = item.object();
         object.cve = exposure.map(|f| f(&object));
         object
     };
-    let body = match (representation, exposure) {
-        (Representation::Json, None) => {
-            crate::live::list_json(API_VERSION, MACHINE_SUMMARY_LIST_KIND, version, &selected)
-        }
-        (Representation::Json, Some(_)) => {
-            let mut list =
-                MachineInventoryChangelogSummaryList::new(selected.iter().map(with_cve).collect());
-            list.metadata.resource_version = version.text();
-            serde_json::to_vec(&list).map_err(|e| StatusError::internal(&e))?
-        }
-        (
-            Representation::Table {
-                version: table_version,
-                include_object,
-            },
-            _,
-        ) => {
-            let objects: Vec<_> = selected.iter().map(with_cve).collect();
-            let mut table = elemental_changelog_apiservice::fleet::table::machines_table(
-                &objects,
+    let size = crate::live::kept_bytes(&selected);
+    let content_type = representation.content_type();
+    let written = match representation {
+        Representation::Json => Ready::written(size, content_type, |out| {
+            let each = |item: &Item<_>| serde_json::to_vec(&with_cve(item)).unwrap_or_default();
+            crate::live::write_list(
+                out,
+                API_VERSION,
+                MACHINE_SUMMARY_LIST_KIND,
+                version,
+                &selected,
+                exposure
+                    .is_some()
+                    .then_some(&each as &dyn Fn(&Item<_>) -> Vec<u8>),
+            )
+        }),
+        Representation::Table {
+            version: table_version,
+            include_object,
+        } => Ready::written(size, content_type, |out| {
+            let cve = exposure.is_some();
+            let mut head = elemental_changelog_apiservice::fleet::table::machines_table(
+                &[],
                 true,
-                exposure.is_some(),
+                cve,
                 table_version,
                 include_object,
             );
-            table.metadata.resource_version = version.text();
-            serde_json::to_vec(&table).map_err(|e| StatusError::internal(&e))?
-        }
+            head.metadata.resource_version = version.text();
+            let head = serde_json::to_vec(&head)?;
+            // `{..,"rows":[]}`: the rows go between the brackets.
+            let open = head.len().saturating_sub(2);
+            out.write_all(&head[..open])?;
+            for (i, item) in selected.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",")?;
+                }
+                let row = elemental_changelog_apiservice::fleet::table::row(
+                    &with_cve(item),
+                    true,
+                    cve,
+                    table_version,
+                    include_object,
+                );
+                serde_json::to_writer(&mut *out, &row)?;
+            }
+            out.write_all(&head[open..])
+        }),
     };
-    Ok(Answer::Fresh(ok(body, representation.content_type())))
+    written.map_err(|e| StatusError::internal(&e))
 }
 
 /// A job run off the async threads whose answer is made for this request.

@@ -34,8 +34,11 @@ use crate::{
     },
     live::Live,
     objects::{self, Source},
-    request::{ChangelogParams, Format, ListParams, Resource},
-    watch::{Hub, Item, ResourceVersion},
+    request::{
+        ChangelogParams, Format, ListParams, Resource,
+        selector::{FieldSelector, LabelSelector},
+    },
+    watch::{Hub, Item, Object, ResourceVersion},
 };
 
 /// Seconds a client should wait before asking again for data being fetched
@@ -85,6 +88,50 @@ pub enum AnswerKey {
         /// SHA-256 of the versions matched.
         fingerprint: [u8; 32],
     },
+    /// A list of kept answers (see [`crate::live`]): the resource, what selects and shapes
+    /// it, and the resourceVersion of its hub's last change (two lists with the same key hold
+    /// the same bytes; the next change makes a new key, the old answer ages out).
+    List {
+        /// `managedosversions` or `machineinventories`.
+        resource: &'static str,
+        /// Architecture.
+        arch: Arch,
+        /// The namespace, or all.
+        namespace: Option<String>,
+        /// `labelSelector`.
+        labels: LabelSelector,
+        /// `fieldSelector`.
+        fields: FieldSelector,
+        /// `cve`.
+        cve: Option<String>,
+        /// JSON or a Table.
+        representation: Representation,
+        /// The hub's last change.
+        version: ResourceVersion,
+    },
+}
+
+impl AnswerKey {
+    /// The key of a list of `resource` kept in a hub whose last change is `version`.
+    pub fn list(
+        resource: &'static str,
+        arch: &Arch,
+        namespace: Option<&str>,
+        params: &ListParams,
+        representation: Representation,
+        version: ResourceVersion,
+    ) -> Self {
+        Self::List {
+            resource,
+            arch: arch.clone(),
+            namespace: namespace.map(str::to_owned),
+            labels: params.labels.clone(),
+            fields: params.fields.clone(),
+            cve: params.cve.clone(),
+            representation,
+            version,
+        }
+    }
 }
 
 impl AnswerKeyBytes for AnswerKey {
@@ -99,6 +146,13 @@ impl AnswerKeyBytes for AnswerKey {
                     + text(from)
             }
             Self::Summaries { cve, .. } => text(cve),
+            Self::List {
+                namespace,
+                labels,
+                fields,
+                cve,
+                ..
+            } => text(namespace) + labels.heap_bytes() + fields.heap_bytes() + text(cve),
         }
     }
 }
@@ -417,11 +471,31 @@ impl Resources {
         let namespace = namespace.map(str::to_owned);
         if let (None, Some(hub)) = (&params.cve, self.live.versions(&arch)) {
             let (hub, params) = (hub.clone(), params.clone());
+            if let Representation::Table { .. } = representation {
+                // Made for each request: its ages change with the clock.
+                return Ok(Answering::Render(Render {
+                    cost: Cost::Heavy,
+                    job: Job::Run(Box::new(move || {
+                        summaries_table(&hub, namespace.as_deref(), &params, representation)
+                    })),
+                }));
+            }
+            // Kept under the hub's last change: until the next one, every such list is these
+            // bytes.
+            let key = AnswerKey::list(
+                RESOURCE,
+                &arch,
+                namespace.as_deref(),
+                &params,
+                representation,
+                hub.latest(),
+            );
             return Ok(Answering::Render(Render {
                 cost: Cost::Heavy,
-                job: Job::Run(Box::new(move || {
-                    kept_summaries(&hub, namespace.as_deref(), &params, representation)
-                })),
+                job: Job::Keep {
+                    key,
+                    render: Box::new(move || kept_summaries(&hub, namespace.as_deref(), &params)),
+                },
             }));
         }
         let (resources, params) = (self.clone(), params.clone());
@@ -1114,7 +1188,7 @@ fn kept_summary(
             Answering::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
         }
         Representation::Table { .. } => {
-            let object = item.object.clone();
+            let object = item.object();
             Answering::Render(Render {
                 cost: Cost::Light,
                 job: Job::Run(Box::new(move || {
@@ -1127,37 +1201,55 @@ fn kept_summary(
     }
 }
 
-/// The kept summaries of `namespace` (or all) that `params` select, as a list with the
-/// resourceVersion a watch may start from.
+/// The kept summaries of `namespace` (or all) that `params` select, as a JSON list with the
+/// resourceVersion a watch may start from, ready to keep.
 fn kept_summaries(
+    hub: &Hub<ManagedOSVersionChangelogSummary>,
+    namespace: Option<&str>,
+    params: &ListParams,
+) -> Result<Ready, StatusError> {
+    let (version, items) = hub.list(namespace);
+    let selected: Vec<_> = items.iter().filter(|i| selects_item(params, i)).collect();
+    Ready::written(crate::live::kept_bytes(&selected), content::JSON, |out| {
+        crate::live::write_list(
+            out,
+            API_VERSION,
+            SUMMARY_LIST_KIND,
+            version,
+            &selected,
+            None,
+        )
+    })
+    .map_err(|e| StatusError::internal(&e))
+}
+
+/// The kept summaries of `namespace` (or all) that `params` select, as a Table made now.
+fn summaries_table(
     hub: &Hub<ManagedOSVersionChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
     representation: Representation,
 ) -> Result<Answer, StatusError> {
     let (version, items) = hub.list(namespace);
-    let selected: Vec<_> = items
+    let objects = items
         .iter()
-        .filter(|i| selects(params, &i.object.metadata))
+        .filter(|i| selects_item(params, i))
+        .map(|i| i.object())
         .collect();
-    let (body, content_type) = match representation {
-        Representation::Json => (
-            crate::live::list_json(API_VERSION, SUMMARY_LIST_KIND, version, &selected),
-            content::JSON,
-        ),
-        Representation::Table { .. } => respond_summaries(
-            representation,
-            selected.iter().map(|i| i.object.clone()).collect(),
-            true,
-            Some(version),
-        )?,
-    };
+    let (body, content_type) = respond_summaries(representation, objects, true, Some(version))?;
     Ok(Answer::Fresh(ok(body, content_type)))
 }
 
 /// Whether `params`' label and field selectors select an object with `meta`.
 pub fn selects(params: &ListParams, meta: &ObjectMeta) -> bool {
     params.labels.matches(&meta.labels) && params.fields.matches(&meta.name, &meta.namespace)
+}
+
+/// Whether `params`' label and field selectors select a kept answer (its labels are read
+/// from its bytes only when a label selector asks).
+pub fn selects_item<T: Object>(params: &ListParams, item: &Item<T>) -> bool {
+    params.fields.matches(item.name(), item.namespace())
+        && (params.labels.is_empty() || params.labels.matches(&item.labels()))
 }
 
 /// The body and content type of summaries in `representation`.

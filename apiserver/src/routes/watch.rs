@@ -20,11 +20,11 @@ use elemental_changelog_apiservice::{
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::StreamBody;
 
-use super::resources::selects;
+use super::resources::selects_item;
 use crate::{
     request::{ListParams, WatchParams},
     watch::{
-        Expired, Hub, Object, Start,
+        Expired, Hub, Item, Object, Start,
         stream::{self, Encoding, Options, WatchStream},
     },
 };
@@ -127,7 +127,7 @@ pub struct Kind<T> {
 }
 
 /// What a watch adds to each object: a machine's exposure to the CVE asked (`?cve=`).
-pub type Transform<T> = Box<dyn Fn(&T) -> T + Send + Sync>;
+pub type Transform<T> = Box<dyn Fn(T) -> T + Send + Sync>;
 
 /// Version summaries.
 pub const SUMMARIES: Kind<ManagedOSVersionChangelogSummary> = Kind {
@@ -232,25 +232,25 @@ pub fn watch<T: Object>(
     let encoding = match (representation, transform) {
         (Representation::Json, None) => Encoding::Json,
         (Representation::Json, Some(transform)) => {
-            Encoding::Render(Box::new(move |item: &T, _| {
-                serde_json::to_vec(&transform(item)).unwrap_or_default()
+            Encoding::Render(Box::new(move |item: &Item<T>, _| {
+                serde_json::to_vec(&transform(item.object())).unwrap_or_default()
             }))
         }
         (Representation::Table { .. }, None) => {
-            Encoding::Render(Box::new(move |item: &T, first| {
-                table(item, representation, first, false)
+            Encoding::Render(Box::new(move |item: &Item<T>, first| {
+                table(&item.object(), representation, first, false)
             }))
         }
         (Representation::Table { .. }, Some(transform)) => {
-            Encoding::Render(Box::new(move |item: &T, first| {
-                table(&transform(item), representation, first, cve)
+            Encoding::Render(Box::new(move |item: &Item<T>, first| {
+                table(&transform(item.object()), representation, first, cve)
             }))
         }
     };
     let body = stream::stream(
         watcher,
         Options {
-            visible: Box::new(move |item: &T| selects(&selection, item.meta())),
+            visible: Box::new(move |item: &Item<T>| selects_item(&selection, item)),
             encoding,
             bookmarks: options.bookmarks,
             initial_events_end: options.send_initial_events,

@@ -18,11 +18,14 @@ pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
 /// Chunks the stream holds before the watcher's own queue takes the wait.
 const BODY_CHUNKS: usize = 16;
 
+/// Whether a watch sees an object (its selectors).
+pub type Visible<T> = Box<dyn Fn(&Item<T>) -> bool + Send + Sync>;
+
 /// Writes one object as this watch sends it (`true`: the first event of the watch).
-pub type Render<T> = Box<dyn Fn(&T, bool) -> Vec<u8> + Send + Sync>;
+pub type Render<T> = Box<dyn Fn(&Item<T>, bool) -> Vec<u8> + Send + Sync>;
 
 /// How a watch's objects are written.
-pub enum Encoding<T> {
+pub enum Encoding<T: Object> {
     /// The objects as JSON (their kept bytes, made once for every watch).
     Json,
     /// Each object written for this watch: a one-row `Table` (column definitions in the first
@@ -32,9 +35,9 @@ pub enum Encoding<T> {
 }
 
 /// What a watch sends.
-pub struct Options<T> {
+pub struct Options<T: Object> {
     /// Which objects this watch sees (selectors); others are not sent.
-    pub visible: Box<dyn Fn(&T) -> bool + Send + Sync>,
+    pub visible: Visible<T>,
     /// How objects are written.
     pub encoding: Encoding<T>,
     /// `allowWatchBookmarks`.
@@ -114,7 +117,7 @@ async fn run<T: Object>(mut watcher: Watcher<T>, options: Options<T>, tx: mpsc::
     }
 }
 
-struct Writer<T> {
+struct Writer<T: Object> {
     options: Options<T>,
     tx: mpsc::Sender<Bytes>,
     first: bool,
@@ -128,7 +131,7 @@ impl<T: Object> Writer<T> {
         };
         let object = match &self.options.encoding {
             Encoding::Json => item.json.clone(),
-            Encoding::Render(render) => Bytes::from(render(&item.object, self.first)),
+            Encoding::Render(render) => Bytes::from(render(item, self.first)),
         };
         self.first = false;
         self.send(kind.as_str(), &object).await
@@ -163,10 +166,10 @@ impl<T: Object> Writer<T> {
 /// (an object that starts to match is ADDED, one that stops matching DELETED); `None`: nothing.
 pub fn seen<'e, T: Object>(
     event: &'e Event<T>,
-    visible: &dyn Fn(&T) -> bool,
+    visible: &dyn Fn(&Item<T>) -> bool,
 ) -> Option<(EventType, &'e Arc<Item<T>>)> {
-    let now = visible(&event.item.object);
-    let before = event.previous.as_ref().is_some_and(|p| visible(&p.object));
+    let now = visible(&event.item);
+    let before = event.previous.as_ref().is_some_and(|p| visible(p));
     match (event.kind, before, now) {
         (EventType::Added, _, true) => Some((EventType::Added, &event.item)),
         (EventType::Modified, true, true) => Some((EventType::Modified, &event.item)),

@@ -24,7 +24,7 @@ fn drain(watcher: &mut Watcher<Summary>) -> Vec<(EventType, String, String)> {
         .map(|e| {
             (
                 e.kind,
-                e.item.object.metadata.name.clone(),
+                e.item.object().metadata.name.clone(),
                 e.item.version.text(),
             )
         })
@@ -33,7 +33,7 @@ fn drain(watcher: &mut Watcher<Summary>) -> Vec<(EventType, String, String)> {
         if let Message::Event(e) = message {
             out.push((
                 e.kind,
-                e.item.object.metadata.name.clone(),
+                e.item.object().metadata.name.clone(),
                 e.item.version.text(),
             ));
         }
@@ -65,7 +65,7 @@ fn only_changed_answers_get_a_new_resource_version_and_an_event() {
     let x = hub.get("a", "x").unwrap_or_else(|| panic!("x"));
     assert!(Some(x.version) > x_rv);
     assert_eq!(
-        x.object.metadata.resource_version.as_deref(),
+        x.object().metadata.resource_version.as_deref(),
         Some(x.version.text().as_str())
     );
     assert!(
@@ -231,7 +231,7 @@ fn selectors_turn_changes_into_kube_apiserver_transitions() {
     hub.set("a", "x", Some(summary("a", "x", "gold")));
     hub.set("a", "x", Some(summary("a", "x", "gold2")));
     hub.set("a", "x", None);
-    let gold = |s: &Summary| s.metadata.labels.get("tier").is_some_and(|t| t == "gold");
+    let gold = |s: &Item<Summary>| s.labels().get("tier").is_some_and(|t| t == "gold");
     let mut out = Vec::new();
     while let Ok(Message::Event(event)) = watcher.queue.try_recv() {
         out.push(seen(&event, &gold).map(|(kind, _)| kind));
@@ -246,4 +246,68 @@ fn selectors_turn_changes_into_kube_apiserver_transitions() {
             None,
         ]
     );
+}
+
+#[test]
+fn an_answer_from_a_new_input_without_a_change_is_no_event_but_is_remembered() {
+    let hub = hub();
+    let from = |rv: &str, label: &str| {
+        let mut s = summary("a", "x", label);
+        s.metadata.uid = Some("uid-x".to_owned());
+        s.metadata.resource_version = Some(rv.to_owned());
+        s
+    };
+    assert!(hub.set("a", "x", Some(from("10", "1"))));
+    let first = hub.get("a", "x").unwrap_or_else(|| panic!("x"));
+    assert_eq!(first.source, source_of(Some("uid-x"), Some("10")));
+    // The input changed (an annotation no answer reads), the answer did not.
+    assert!(!hub.set("a", "x", Some(from("11", "1"))));
+    let now = hub.get("a", "x").unwrap_or_else(|| panic!("x"));
+    assert_eq!(now.version, first.version, "no new resourceVersion");
+    assert_eq!(now.json, first.json);
+    assert_eq!(now.source, source_of(Some("uid-x"), Some("11")));
+    assert_eq!(hub.latest(), first.version);
+    // A changed answer from the next input is an event, served at the hub's resourceVersion.
+    assert!(hub.set("a", "x", Some(from("12", "2"))));
+    let changed = hub.get("a", "x").unwrap_or_else(|| panic!("x"));
+    assert!(changed.version > first.version);
+    assert_eq!(
+        changed.object().metadata.resource_version,
+        Some(changed.version.text())
+    );
+}
+
+#[test]
+fn a_list_carries_its_own_hubs_last_change() {
+    let clock = Arc::new(Clock::with_epoch(7));
+    let (one, other) = (Hub::new(clock.clone()), Hub::new(clock));
+    one.set("a", "x", Some(summary("a", "x", "1")));
+    let (rv, _) = one.list(None);
+    assert_eq!(rv, one.latest());
+    // Another hub on the same clock changes: this hub's lists keep their resourceVersion
+    // (two lists with one resourceVersion hold the same answers).
+    other.set("a", "y", Some(summary("a", "y", "1")));
+    assert_eq!(one.list(None).0, rv);
+    // A watch from it misses nothing and repeats nothing.
+    let mut watcher = one
+        .watch(None, Start::After(rv))
+        .unwrap_or_else(|e| panic!("{e}"));
+    one.set("a", "x", Some(summary("a", "x", "2")));
+    assert_eq!(drain(&mut watcher).len(), 1);
+}
+
+#[test]
+fn a_sweep_puts_one_object_at_a_time_and_deletes_what_it_did_not_put() {
+    let hub = hub();
+    hub.replace(None, vec![summary("a", "x", "1"), summary("a", "y", "1")]);
+    let mut sweep = hub.sweep(None);
+    sweep.put(summary("a", "x", "2"));
+    // Visible before the sweep ends.
+    assert_eq!(
+        hub.get("a", "x").map(|i| i.labels()["tier"].clone()),
+        Some("2".to_owned())
+    );
+    assert!(hub.get("a", "y").is_some());
+    assert_eq!(sweep.finish(), 2);
+    assert!(hub.get("a", "y").is_none());
 }

@@ -110,7 +110,9 @@ fn wire<T: serde::Serialize>(v: Option<T>) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn row(
+/// One machine's row (the rows of [`machines_table`], one at a time: a server writes a large
+/// Table row by row).
+pub fn row(
     item: &MachineInventoryChangelogSummary,
     wide: bool,
     cve: bool,
