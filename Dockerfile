@@ -23,5 +23,8 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /elemental-changelog-apiserver /elemental-changelog-extension-server /usr/local/bin/
 COPY --from=extension /extension /usr/share/elemental-changelog/extension
 USER 65532:65532
+# glibc's malloc keeps up to eight arenas per CPU, each holding on to what it freed: two hold
+# the server's resident memory 10-15 % lower (make bench, fleet phase); the chart sets it too.
+ENV MALLOC_ARENA_MAX=2
 EXPOSE 8443
 ENTRYPOINT ["/usr/local/bin/elemental-changelog-apiserver"]

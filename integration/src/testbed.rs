@@ -710,8 +710,13 @@ impl TestBed {
             log_name,
             &binary,
             argv,
-            // Plain log files: no colour escapes.
-            &[("RUST_LOG", &log_level), ("NO_COLOR", "1")],
+            // Plain log files: no colour escapes. glibc's malloc limited to two arenas, as the
+            // chart and the image run the server.
+            &[
+                ("RUST_LOG", &log_level),
+                ("NO_COLOR", "1"),
+                ("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX),
+            ],
             self.root.join(format!("logs/{log_name}.log")),
         )?;
         let https = self.server_http(Some(&self.pki.admin))?;
@@ -1505,6 +1510,9 @@ pub fn tools_dir() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target/testbed/bin"))
 }
+
+/// glibc malloc's arenas for the server, as the image (`Dockerfile`) and the chart set it.
+pub const MALLOC_ARENA_MAX: &str = "2";
 
 /// Our server's binary: `ELEMENTAL_CHANGELOG_BIN`, else `target/debug/elemental-changelog-apiserver`.
 pub fn server_binary() -> PathBuf {

@@ -499,6 +499,15 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
             env(variable)
         );
     }
+    // The server runs in the chart as on the test bed (and in the image).
+    ensure!(
+        env("MALLOC_ARENA_MAX")
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .as_deref()
+            == Some(elemental_changelog_integration::testbed::MALLOC_ARENA_MAX),
+        "MALLOC_ARENA_MAX: {:?}",
+        env("MALLOC_ARENA_MAX")
+    );
     let args: Vec<&str> = container["args"]
         .as_sequence()
         .into_iter()
