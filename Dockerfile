@@ -23,8 +23,8 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /elemental-changelog-apiserver /elemental-changelog-extension-server /usr/local/bin/
 COPY --from=extension /extension /usr/share/elemental-changelog/extension
 USER 65532:65532
-# glibc's malloc keeps up to eight arenas per CPU, each holding on to what it freed: two hold
-# the server's resident memory 10-15 % lower (make bench, fleet phase); the chart sets it too.
-ENV MALLOC_ARENA_MAX=2
+# glibc's malloc as the chart sets it (docs/operations.md, memory budget): two arenas instead of
+# eight per CPU, blocks of 128 KiB or more returned when freed, the heap's top trimmed past 128 KiB.
+ENV MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=131072
 EXPOSE 8443
 ENTRYPOINT ["/usr/local/bin/elemental-changelog-apiserver"]

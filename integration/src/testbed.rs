@@ -710,13 +710,12 @@ impl TestBed {
             log_name,
             &binary,
             argv,
-            // Plain log files: no colour escapes. glibc's malloc limited to two arenas, as the
-            // chart and the image run the server.
-            &[
-                ("RUST_LOG", &log_level),
-                ("NO_COLOR", "1"),
-                ("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX),
-            ],
+            // Plain log files: no colour escapes. glibc's malloc set as the chart and the image
+            // run the server.
+            &[("RUST_LOG", log_level.as_str()), ("NO_COLOR", "1")]
+                .into_iter()
+                .chain(MALLOC)
+                .collect::<Vec<_>>(),
             self.root.join(format!("logs/{log_name}.log")),
         )?;
         let https = self.server_http(Some(&self.pki.admin))?;
@@ -1511,8 +1510,12 @@ pub fn tools_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target/testbed/bin"))
 }
 
-/// glibc malloc's arenas for the server, as the image (`Dockerfile`) and the chart set it.
-pub const MALLOC_ARENA_MAX: &str = "2";
+/// glibc malloc's settings for the server, as the chart and the image (`Dockerfile`) set them.
+pub const MALLOC: [(&str, &str); 3] = [
+    ("MALLOC_ARENA_MAX", "2"),
+    ("MALLOC_MMAP_THRESHOLD_", "131072"),
+    ("MALLOC_TRIM_THRESHOLD_", "131072"),
+];
 
 /// Our server's binary: `ELEMENTAL_CHANGELOG_BIN`, else `target/debug/elemental-changelog-apiserver`.
 pub fn server_binary() -> PathBuf {

@@ -500,14 +500,16 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         );
     }
     // The server runs in the chart as on the test bed (and in the image).
-    ensure!(
-        env("MALLOC_ARENA_MAX")
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .as_deref()
-            == Some(elemental_changelog_integration::testbed::MALLOC_ARENA_MAX),
-        "MALLOC_ARENA_MAX: {:?}",
-        env("MALLOC_ARENA_MAX")
-    );
+    for (variable, value) in elemental_changelog_integration::testbed::MALLOC {
+        ensure!(
+            env(variable)
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .as_deref()
+                == Some(value),
+            "{variable}: {:?}",
+            env(variable)
+        );
+    }
     let args: Vec<&str> = container["args"]
         .as_sequence()
         .into_iter()

@@ -149,10 +149,11 @@ async fn channel(fetcher: Fetcher, image: String) -> Outcome {
     }
 }
 
-/// Measured as the server runs: with `MALLOC_ARENA_MAX=2` (the chart sets
-/// it), so that memory freed by one blocking thread is reused by the next
-/// instead of staying resident in an arena of its own. Without it, this
-/// test re-runs itself in a child process that has it.
+/// Measured as the server runs: with glibc's malloc set as the chart sets it
+/// (`testbed::MALLOC`: `MALLOC_ARENA_MAX=2`, so that memory freed by one
+/// blocking thread is reused by the next instead of staying resident in an
+/// arena of its own, and fixed mmap and trim thresholds). Without them, this
+/// test re-runs itself in a child process that has them.
 #[test]
 fn hostile_channels_at_once_stay_within_the_budget() -> Result<()> {
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
@@ -162,7 +163,7 @@ fn hostile_channels_at_once_stay_within_the_budget() -> Result<()> {
                 "hostile_channels_at_once_stay_within_the_budget",
                 "--nocapture",
             ])
-            .env("MALLOC_ARENA_MAX", "2")
+            .envs(elemental_changelog_integration::testbed::MALLOC)
             .status()?;
         assert!(status.success(), "the measuring child failed: {status}");
         return Ok(());
