@@ -206,18 +206,23 @@ impl App {
                     let hub = live
                         .versions(&arch)
                         .ok_or_else(|| StatusError::method_not_allowed("watch"))?;
-                    if params.cve.is_some() {
-                        return Err(StatusError::bad_request(
-                            "cve: a watch of managedosversions cannot select the versions fixing a CVE; list them with ?cve= instead",
-                        ));
-                    }
+                    // With `?cve=`, only the versions whose changelog fixes it, as the list.
+                    let fixing = params.cve.clone().map(|cve| {
+                        let resources = self.resources.clone();
+                        let arch = arch.clone();
+                        watch::CveWatch::Fixing(Box::new(
+                            move |item: &crate::watch::Item<elemental_changelog_apiservice::types::ManagedOSVersionChangelogSummary>| {
+                                resources.fixes(item.namespace(), item.name(), &cve, &arch)
+                            },
+                        ))
+                    });
                     watch::watch(
                         hub,
                         &watch::SUMMARIES,
                         namespace.as_deref(),
                         params,
                         accept,
-                        None,
+                        fixing,
                         slot()?,
                     )
                 }),
@@ -237,6 +242,7 @@ impl App {
                             m
                         }) as watch::Transform<MachineInventoryChangelogSummary>
                     });
+                    let exposure = exposure.map(watch::CveWatch::Exposure);
                     watch::watch(
                         hub,
                         &watch::MACHINES,

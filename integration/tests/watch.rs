@@ -414,6 +414,52 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         .flat_map(|a| a.cves.clone())
         .next()
         .context("the generated channel names no CVE")?;
+    // On managedosversions, ?cve= selects as the list does: the versions fixing it.
+    let fixing: Value = bed
+        .admin_get_json(&ours(&format!("managedosversions?cve={cve}")))
+        .await?;
+    let mut fixing: Vec<String> = fixing["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    let all: Value = bed.admin_get_json(&ours("managedosversions")).await?;
+    let all = all["items"].as_array().map_or(0, Vec::len);
+    ensure!(
+        !fixing.is_empty() && fixing.len() < all,
+        "the versions fixing {cve}: {fixing:?} of {all}"
+    );
+    let mut fixing_watch = Events::open(
+        bed,
+        &ours(&format!(
+            "managedosversions?watch=true&cve={cve}&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+        )),
+    )
+    .await?;
+    let mut seen = Vec::new();
+    loop {
+        let event = fixing_watch
+            .next_within(EVENT)
+            .await?
+            .context("versions fixing the CVE")?;
+        if event["type"] == "BOOKMARK" {
+            ensure!(
+                event["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true",
+                "{event}"
+            );
+            break;
+        }
+        ensure!(event["type"] == "ADDED", "{event}");
+        seen.push(kind_and_name(&event).1);
+    }
+    fixing.sort();
+    seen.sort();
+    ensure!(
+        seen == fixing,
+        "a ?cve= watch of managedosversions sent {seen:?}, the list holds {fixing:?}"
+    );
+    drop(fixing_watch);
     let cve_list: Value = bed
         .admin_get_json(&ours(&format!("{MACHINES}?cve={cve}")))
         .await?;

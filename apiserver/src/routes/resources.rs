@@ -386,6 +386,18 @@ impl Resources {
         }
     }
 
+    /// Whether the changelog of ManagedOSVersion `namespace/name` (its data for `arch`) fixes
+    /// `cve` (what `?cve=` selects).
+    pub fn fixes(&self, namespace: &str, name: &str, cve: &str, arch: &Arch) -> bool {
+        let Some(version) = self.stores.versions.get(namespace, name) else {
+            return false;
+        };
+        match self.lookup(&version, arch) {
+            Lookup::Found { snapshot, .. } => snapshot.data.fixes_cve(name, cve),
+            Lookup::Unavailable { .. } => false,
+        }
+    }
+
     /// The answers computed when their inputs change.
     pub fn live(&self) -> &Arc<Live> {
         &self.live

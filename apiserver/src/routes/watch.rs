@@ -25,7 +25,7 @@ use crate::{
     request::{ListParams, WatchParams},
     watch::{
         Expired, Hub, Item, Object, Start,
-        stream::{self, Encoding, Options, WatchStream},
+        stream::{self, Encoding, Options, Visible, WatchStream},
     },
 };
 
@@ -129,6 +129,15 @@ pub struct Kind<T> {
 /// What a watch adds to each object: a machine's exposure to the CVE asked (`?cve=`).
 pub type Transform<T> = Box<dyn Fn(T) -> T + Send + Sync>;
 
+/// What `?cve=` does to a watch.
+pub enum CveWatch<T: Object> {
+    /// Each machine carries its exposure to the CVE.
+    Exposure(Transform<T>),
+    /// Only the versions whose changelog fixes the CVE are seen (with the selectors'
+    /// transitions: a version whose data comes to fix it is ADDED).
+    Fixing(Visible<T>),
+}
+
 /// Version summaries.
 pub const SUMMARIES: Kind<ManagedOSVersionChangelogSummary> = Kind {
     kind: SUMMARY_KIND,
@@ -199,17 +208,22 @@ fn one_row<C>(columns: &mut Vec<C>, first: bool) {
 }
 
 /// Starts the watch `params` ask of `hub`, for the objects of `namespace` (or all), in the
-/// representation `accept` asks, each object passed through `transform` when given (`?cve=`);
-/// `slot` is held until it ends.
+/// representation `accept` asks, with what `?cve=` asks when given; `slot` is held until it
+/// ends.
 pub fn watch<T: Object>(
     hub: &Arc<Hub<T>>,
     kind: &Kind<T>,
     namespace: Option<&str>,
     params: &ListParams,
     accept: Option<&str>,
-    transform: Option<Transform<T>>,
+    cve: Option<CveWatch<T>>,
     slot: WatchSlot,
 ) -> Result<Response<Body>, StatusError> {
+    let (transform, fixing) = match cve {
+        None => (None, None),
+        Some(CveWatch::Exposure(transform)) => (Some(transform), None),
+        Some(CveWatch::Fixing(fixing)) => (None, Some(fixing)),
+    };
     let representation = content::negotiate(accept, params.include_object)?;
     params.fields.check_supported()?;
     let options = params.watch.clone().unwrap_or_default();
@@ -250,7 +264,9 @@ pub fn watch<T: Object>(
     let body = stream::stream(
         watcher,
         Options {
-            visible: Box::new(move |item: &Item<T>| selects_item(&selection, item)),
+            visible: Box::new(move |item: &Item<T>| {
+                selects_item(&selection, item) && fixing.as_ref().is_none_or(|f| f(item))
+            }),
             encoding,
             bookmarks: options.bookmarks,
             initial_events_end: options.send_initial_events,
