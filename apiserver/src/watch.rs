@@ -264,7 +264,9 @@ impl<T: Object> Item<T> {
 /// `object`'s JSON with its resourceVersion set to `version`.
 fn encode<T: Object>(object: &mut T, version: ResourceVersion) -> Bytes {
     object.meta_mut().resource_version = Some(version.text());
-    serde_json::to_vec(object).map_or_else(|_| Bytes::new(), Bytes::from)
+    // Kept for as long as the answer: without the spare capacity the writer grew (up to as
+    // much again as the bytes).
+    serde_json::to_vec(object).map_or_else(|_| Bytes::new(), |v| Bytes::from(v.into_boxed_slice()))
 }
 
 /// What happened to an object.
