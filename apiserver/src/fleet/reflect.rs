@@ -110,7 +110,7 @@ fn labels_oversize(labels: Option<&BTreeMap<String, String>>) -> Option<Oversize
 /// What a MachineInventory keeps: the read `os.*` annotations, the labels, the controller
 /// owner (its MachineInventorySelector) and its identity; past a cap, its identity and the
 /// marker only. No spec or status is deserialized at all.
-pub(super) fn trim_machine(m: &mut MachineInventory) {
+pub fn trim_machine(m: &mut MachineInventory) {
     let meta = &mut m.metadata;
     let mut annotations = meta.annotations.take().unwrap_or_default();
     trim_common(meta);
