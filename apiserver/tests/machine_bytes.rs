@@ -24,8 +24,9 @@ static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 /// Machines listed.
 const MACHINES: usize = 10_000;
 
-/// Most heap bytes the stores may hold per machine: 2,416 measured, with a little headroom.
-const MAX_BYTES_PER_MACHINE: u64 = 2_600;
+/// Most heap bytes the stores may hold per machine: 1,636 measured (2,416 while the read
+/// annotations and the owner reference were kept as such), with a little headroom.
+const MAX_BYTES_PER_MACHINE: u64 = 1_800;
 
 /// Bytes and blocks currently allocated on the heap.
 fn live() -> (u64, u64) {
