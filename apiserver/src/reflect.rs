@@ -13,7 +13,9 @@
 //! ([`Stores::wait_until_ready`]). kube-runtime's own `Store::wait_until_ready` wakes only the
 //! task that polled it last (its `DelayedInit` shares one oneshot receiver, which keeps one
 //! waker), so a channel worker and the controller waiting at once left one of them asleep
-//! forever and a restarted server never became ready; it is not used.
+//! forever and a restarted server never became ready; it is not used. Nor is its `Store`:
+//! objects are kept in this module's own `store` (`reflect/store.rs`), by namespace and name
+//! (see there why).
 
 use std::{
     collections::BTreeMap,
@@ -27,17 +29,17 @@ use std::{
 use futures::{StreamExt, TryStreamExt as _, future::BoxFuture};
 use kube::{
     Api, Client,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self, ObjectRef, Store, store::Writer},
-        watcher,
-    },
+    runtime::{WatchStreamExt, watcher},
 };
 use prometheus::{IntCounterVec, IntGaugeVec};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::metrics::family;
+
+mod store;
+
+use store::{Store, Writer};
 
 /// Seconds a watch lasts before it is renewed. kube-rs ends a watch whose connection
 /// went silent only after its timeout (290 s by default) plus a margin; a shorter one
@@ -93,7 +95,7 @@ where
         let mut namespaced = BTreeMap::new();
         let mut feeders = Vec::new();
         for namespace in wanted {
-            let (store, writer) = reflector::store();
+            let (store, writer) = Writer::new();
             match &namespace {
                 Some(ns) => {
                     namespaced.insert(ns.clone(), store);
@@ -131,29 +133,26 @@ where
             .all
             .as_ref()
             .or_else(|| self.namespaced.get(namespace))?;
-        store.get(&ObjectRef::new(name).within(namespace))
+        store.get(namespace, name)
     }
 
     /// Every object, in `namespace` or in all watched namespaces, by namespace and name.
     pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<K>> {
-        let mut out: Vec<Arc<K>> = match (&self.all, namespace) {
-            (Some(all), Some(ns)) => all
-                .state()
-                .into_iter()
-                .filter(|o| o.meta().namespace.as_deref() == Some(ns))
-                .collect(),
-            (Some(all), None) => all.state(),
-            (None, Some(ns)) => self
-                .namespaced
-                .get(ns)
-                .map(Store::state)
-                .unwrap_or_default(),
-            (None, None) => self.namespaced.values().flat_map(Store::state).collect(),
-        };
-        out.sort_by(|a, b| {
-            (a.meta().namespace.as_deref(), a.meta().name.as_deref())
-                .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
-        });
+        let mut out = Vec::new();
+        match (&self.all, namespace) {
+            (Some(all), namespace) => all.list_into(namespace, &mut out),
+            (None, Some(ns)) => {
+                if let Some(store) = self.namespaced.get(ns) {
+                    store.list_into(Some(ns), &mut out);
+                }
+            }
+            // One store per namespace, walked in the order of their namespaces.
+            (None, None) => {
+                for store in self.namespaced.values() {
+                    store.list_into(None, &mut out);
+                }
+            }
+        }
         out
     }
 
@@ -200,7 +199,7 @@ where
 {
     /// Applies `event` to the store; the end of its first list makes it synced.
     pub fn apply_watcher_event(&mut self, event: &watcher::Event<K>) {
-        self.writer.apply_watcher_event(event);
+        self.writer.apply(event);
         if matches!(event, watcher::Event::InitDone) {
             self.mark_synced();
         }
@@ -444,10 +443,129 @@ mod tests {
     use super::*;
 
     fn object(name: &str) -> ConfigMap {
+        in_namespace("ns", name, "1")
+    }
+
+    fn in_namespace(namespace: &str, name: &str, resource_version: &str) -> ConfigMap {
         let mut object = ConfigMap::default();
         object.metadata.name = Some(name.to_owned());
-        object.metadata.namespace = Some("ns".to_owned());
+        object.metadata.namespace = Some(namespace.to_owned());
+        object.metadata.resource_version = Some(resource_version.to_owned());
         object
+    }
+
+    /// `namespace/name@resourceVersion` of each object of `list`.
+    fn keys(list: &[Arc<ConfigMap>]) -> Vec<String> {
+        list.iter()
+            .map(|o| {
+                format!(
+                    "{}/{}@{}",
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                    o.metadata.resource_version.as_deref().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    fn list(feeder: &mut Feeder<ConfigMap>, objects: &[ConfigMap]) {
+        feeder.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            feeder.apply_watcher_event(&watcher::Event::InitApply(object.clone()));
+        }
+        feeder.apply_watcher_event(&watcher::Event::InitDone);
+    }
+
+    /// Objects are listed by namespace and name, whatever order they came in; an applied
+    /// object replaces the one of its namespace and name; a deleted one is gone.
+    #[test]
+    fn objects_by_namespace_and_name() {
+        let (stores, mut feeder) = Stores::<ConfigMap>::single();
+        list(
+            &mut feeder,
+            &[
+                in_namespace("b", "x", "1"),
+                in_namespace("a", "y", "2"),
+                in_namespace("a", "x", "3"),
+                in_namespace("b", "a", "4"),
+            ],
+        );
+        assert_eq!(
+            keys(&stores.list(None)),
+            ["a/x@3", "a/y@2", "b/a@4", "b/x@1"]
+        );
+        assert_eq!(keys(&stores.list(Some("b"))), ["b/a@4", "b/x@1"]);
+        assert!(stores.list(Some("c")).is_empty());
+
+        let mut changes = stores.changes();
+        feeder.apply_watcher_event(&watcher::Event::Apply(in_namespace("a", "y", "5")));
+        feeder.apply_watcher_event(&watcher::Event::Apply(in_namespace("c", "n", "6")));
+        feeder.apply_watcher_event(&watcher::Event::Delete(in_namespace("b", "a", "4")));
+        feeder.apply_watcher_event(&watcher::Event::Delete(in_namespace("b", "x", "1")));
+        // Deleting what is not there changes nothing in the store.
+        feeder.apply_watcher_event(&watcher::Event::Delete(in_namespace("d", "z", "7")));
+        assert!(changes.has_changed().unwrap(), "every event is counted");
+        changes.mark_unchanged();
+        assert_eq!(keys(&stores.list(None)), ["a/x@3", "a/y@5", "c/n@6"]);
+        assert!(stores.list(Some("b")).is_empty());
+        assert_eq!(
+            stores
+                .get("a", "y")
+                .unwrap()
+                .metadata
+                .resource_version
+                .as_deref(),
+            Some("5")
+        );
+        assert!(stores.get("b", "a").is_none());
+        assert!(stores.get("a", "n").is_none(), "names are per namespace");
+    }
+
+    /// A re-list replaces the objects only when it ends: until `InitDone` the old objects are
+    /// seen (not the listed ones); then the listed ones, and those not listed again are gone.
+    #[test]
+    fn a_relist_replaces_the_objects_when_it_ends() {
+        let (stores, mut feeder) = Stores::<ConfigMap>::single();
+        list(&mut feeder, &[object("kept"), object("gone")]);
+        let mut changes = stores.changes();
+        changes.mark_unchanged();
+        feeder.apply_watcher_event(&watcher::Event::Init);
+        feeder.apply_watcher_event(&watcher::Event::InitApply(in_namespace("ns", "kept", "2")));
+        feeder.apply_watcher_event(&watcher::Event::InitApply(object("new")));
+        assert_eq!(keys(&stores.list(None)), ["ns/gone@1", "ns/kept@1"]);
+        assert!(stores.get("ns", "new").is_none());
+        assert!(!changes.has_changed().unwrap(), "the list has not ended");
+        feeder.apply_watcher_event(&watcher::Event::InitDone);
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(keys(&stores.list(None)), ["ns/kept@2", "ns/new@1"]);
+        assert!(stores.get("ns", "gone").is_none());
+        // An empty re-list empties the store.
+        list(&mut feeder, &[]);
+        assert!(stores.list(None).is_empty());
+    }
+
+    /// Stores of several namespaces list each namespace's objects from its own store, and all
+    /// of them by namespace and name.
+    #[test]
+    fn stores_per_namespace_list_in_order() {
+        let (stores, mut feeders) = Stores::<ConfigMap>::new(&["b".to_owned(), "a".to_owned()]);
+        for feeder in &mut feeders {
+            let namespace = feeder.namespace.clone().unwrap();
+            list(
+                feeder,
+                &[
+                    in_namespace(&namespace, "y", "1"),
+                    in_namespace(&namespace, "x", "1"),
+                ],
+            );
+        }
+        assert_eq!(
+            keys(&stores.list(None)),
+            ["a/x@1", "a/y@1", "b/x@1", "b/y@1"]
+        );
+        assert_eq!(keys(&stores.list(Some("b"))), ["b/x@1", "b/y@1"]);
+        assert!(stores.list(Some("c")).is_empty());
+        assert!(stores.get("a", "x").is_some() && stores.get("c", "x").is_none());
     }
 
     /// Every task waiting for the stores to sync wakes when they do: a channel worker and the

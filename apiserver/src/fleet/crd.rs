@@ -1,9 +1,11 @@
 //! The elemental-operator's fleet objects, as far as this server reads them:
 //! only the fields used are typed, everything else is ignored.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
+
+use super::os::Reported;
 
 /// Label CAPI's Machine controller puts on a Machine's infrastructure object
 /// (here the MachineInventorySelector): the name of its cluster.
@@ -13,9 +15,13 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// (the operator's `fleetLocalNamespace`): their bundle targets `local`.
 pub const FLEET_LOCAL_NAMESPACE: &str = "fleet-local";
 
-/// `MachineInventory.spec`: nothing of it is read (the OS annotations, the
-/// labels and the owner reference are in `metadata`). It carries the
-/// reflector's [`Oversize`] marker instead.
+/// `MachineInventory.spec`: nothing of it is read from the API. The fleet
+/// reflector ([`trim_machine`](super::reflect::trim_machine)) fills it with
+/// what the view reads of the machine's metadata, read once when the machine
+/// is stored: the OS it reports (its `elemental.cattle.io/os.*` annotations)
+/// and the MachineInventorySelector that adopted it (its controller owner
+/// reference); the annotations and owner references themselves are not kept.
+/// Past a cap it carries the [`Oversize`] marker instead of the report.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "elemental.cattle.io",
@@ -25,8 +31,17 @@ pub const FLEET_LOCAL_NAMESPACE: &str = "fleet-local";
     schema = "disabled"
 )]
 pub struct MachineInventorySpec {
-    /// Set by the reflector ([`super::reflect`]) when the machine's metadata
-    /// passed a cap and was dropped; never read from or written to the API.
+    /// What the machine reports of its OS; empty past a cap. Never read from
+    /// or written to the API.
+    #[serde(skip)]
+    pub reported: Reported,
+    /// The name of the MachineInventorySelector that adopted the machine
+    /// ([`controller_selector`] of its owner references). Never read from or
+    /// written to the API.
+    #[serde(skip)]
+    pub selector: Option<Box<str>>,
+    /// Set by the reflector when the machine's metadata passed a cap and was
+    /// dropped; never read from or written to the API.
     #[serde(skip)]
     pub oversize: Option<Oversize>,
 }
@@ -156,19 +171,25 @@ pub struct ManagedOSImageSpec {
 }
 
 impl MachineInventory {
-    /// The MachineInventorySelector that adopted the machine: its controller
-    /// owner reference of that kind.
+    /// The MachineInventorySelector that adopted the machine, as the reflector
+    /// kept it ([`MachineInventorySpec::selector`]).
     pub fn selector_name(&self) -> Option<&str> {
-        self.owner_references()
-            .iter()
-            .find(|o| {
-                o.controller == Some(true)
-                    && o.kind == "MachineInventorySelector"
-                    && o.api_version.starts_with("elemental.cattle.io/")
-            })
-            .map(|o| o.name.as_str())
-            .filter(|n| !n.is_empty())
+        self.spec.selector.as_deref()
     }
+}
+
+/// The MachineInventorySelector that adopted a machine, among its owner
+/// references: the name of its controller reference of that kind.
+pub fn controller_selector(owners: &[OwnerReference]) -> Option<&str> {
+    owners
+        .iter()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == "MachineInventorySelector"
+                && o.api_version.starts_with("elemental.cattle.io/")
+        })
+        .map(|o| o.name.as_str())
+        .filter(|n| !n.is_empty())
 }
 
 impl MachineInventorySelector {

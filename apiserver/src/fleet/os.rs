@@ -58,30 +58,35 @@ pub fn unescape_html(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
-fn annotation(annotations: &BTreeMap<String, String>, key: &str) -> Option<String> {
+fn annotation(annotations: &BTreeMap<String, String>, key: &str) -> Option<Box<str>> {
     annotations
         .get(key)
         .map(|v| unescape_html(v.trim()))
         .filter(|v| !v.is_empty())
+        .map(String::into_boxed_str)
 }
 
-/// What the machine reported, read from its annotations.
+/// What the machine reported, read from its annotations once, when the
+/// reflector stores the machine ([`trim_machine`](super::reflect::trim_machine)):
+/// values trimmed and unescaped, empty ones absent. Each value is held in an
+/// allocation of its exact length, as a machine keeps it for as long as it
+/// exists.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reported {
     /// `os.image`.
-    pub image: Option<String>,
+    pub image: Option<Box<str>>,
     /// `os.version`.
-    pub version: Option<String>,
+    pub version: Option<Box<str>>,
     /// `os.version-id`.
-    pub version_id: Option<String>,
+    pub version_id: Option<Box<str>>,
     /// `os.pretty-name`.
-    pub pretty_name: Option<String>,
+    pub pretty_name: Option<Box<str>>,
     /// `os.unmanaged` is `true`.
     pub unmanaged: bool,
 }
 
 impl Reported {
-    /// Reads a MachineInventory's annotations.
+    /// Reads a MachineInventory's annotations (those of [`READ_ANNOTATIONS`]).
     pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
         Self {
             image: annotation(annotations, OS_IMAGE),
@@ -96,9 +101,9 @@ impl Reported {
     /// The wire form.
     pub fn to_wire(&self) -> ReportedOs {
         ReportedOs {
-            image: self.image.clone(),
-            version: self.version.clone(),
-            pretty_name: self.pretty_name.clone(),
+            image: self.image.as_deref().map(str::to_owned),
+            version: self.version.as_deref().map(str::to_owned),
+            pretty_name: self.pretty_name.as_deref().map(str::to_owned),
         }
     }
 }

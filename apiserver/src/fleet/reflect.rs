@@ -12,11 +12,12 @@
 //! capped, so that memory per object is bounded whatever a registering machine sends (the
 //! operator stores every annotation a machine sends, of any key and length, as
 //! `elemental.cattle.io/<key>`, and renders the MachineRegistration's label templates from
-//! the machine's hardware data, without an administrator): a machine keeps the `os.*`
-//! annotations the resolution reads ([`READ_ANNOTATIONS`]), each at most
-//! [`MAX_OS_VALUE_BYTES`], and at most [`MAX_LABELS`] labels of at most [`MAX_LABEL_BYTES`]
-//! together. An object past a cap keeps only its identity (name, namespace, uid,
-//! resourceVersion, creation, its controller owner) and the [`Oversize`] marker: the view
+//! the machine's hardware data, without an administrator): a machine keeps what the
+//! resolution reads of the `os.*` annotations ([`READ_ANNOTATIONS`], each at most
+//! [`MAX_OS_VALUE_BYTES`]) parsed into its spec, not the annotations, and at most
+//! [`MAX_LABELS`] labels of at most [`MAX_LABEL_BYTES`] together. An object past a cap keeps
+//! only its identity (name, namespace, uid, resourceVersion, creation; a machine also the
+//! name of its MachineInventorySelector) and the [`Oversize`] marker: the view
 //! answers `Unknown` (`MetadataTooLarge`) for it, never from a partial copy. Lists are read
 //! in pages of [`LIST_PAGE_SIZE`] objects, so a list of padded objects is never held whole.
 
@@ -30,8 +31,9 @@ use tracing::warn;
 
 use super::crd::{
     CLUSTER_NAME_LABEL, MachineInventory, MachineInventorySelector, ManagedOSImage, Oversize,
+    controller_selector,
 };
-use super::os::READ_ANNOTATIONS;
+use super::os::{READ_ANNOTATIONS, Reported};
 use crate::{
     health::Health,
     reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
@@ -71,8 +73,8 @@ pub const LIST_PAGE_SIZE: u32 = 10;
 #[derive(Clone)]
 pub struct FleetStores {
     /// MachineInventories: name, namespace, uid, resourceVersion, creation, at most
-    /// [`MAX_LABELS`] labels, the read `os.*` annotations and the controller owner reference
-    /// only (or, past a cap, the [`Oversize`] marker instead of labels and annotations).
+    /// [`MAX_LABELS`] labels, and in the spec the OS reported and the selector's name only
+    /// (or, past a cap, the [`Oversize`] marker instead of labels and report).
     pub machines: Stores<MachineInventory>,
     /// MachineInventorySelectors: the cluster-name label only.
     pub selectors: Stores<MachineInventorySelector>,
@@ -107,34 +109,33 @@ fn labels_oversize(labels: Option<&BTreeMap<String, String>>) -> Option<Oversize
     (bytes > MAX_LABEL_BYTES).then_some(Oversize::LabelBytes { bytes })
 }
 
-/// What a MachineInventory keeps: the read `os.*` annotations, the labels, the controller
-/// owner (its MachineInventorySelector) and its identity; past a cap, its identity and the
-/// marker only. No spec or status is deserialized at all.
-pub(super) fn trim_machine(m: &mut MachineInventory) {
+/// What a MachineInventory keeps: its identity, its labels, and in its spec what the view
+/// reads of its annotations and owner references, read once here: the OS it reports
+/// ([`Reported`], from the read `os.*` annotations) and the MachineInventorySelector that
+/// adopted it ([`controller_selector`]). Its annotations and owner references are dropped.
+/// Past a cap, it keeps its identity, the selector and the marker only (no labels, nothing
+/// reported). Applied once to each machine as read from the API (its spec is never
+/// deserialized, so it starts empty).
+pub fn trim_machine(m: &mut MachineInventory) {
     let meta = &mut m.metadata;
-    let mut annotations = meta.annotations.take().unwrap_or_default();
+    let annotations = meta.annotations.take().unwrap_or_default();
+    let owners = meta.owner_references.take().unwrap_or_default();
     trim_common(meta);
-    // Only the controller reference is read (`selector_name`); Kubernetes allows one.
-    if let Some(owners) = &mut meta.owner_references {
-        owners.retain(|o| o.controller == Some(true));
-    }
-    let kept: BTreeMap<String, String> = READ_ANNOTATIONS
-        .iter()
-        .filter_map(|key| annotations.remove_entry(*key))
-        .collect();
-    drop(annotations);
+    m.spec.selector = controller_selector(&owners).map(Box::from);
     let oversize = READ_ANNOTATIONS
         .iter()
         .find_map(|key| {
-            let bytes = kept.get(*key)?.len();
+            let bytes = annotations.get(*key)?.len();
             (bytes > MAX_OS_VALUE_BYTES).then_some(Oversize::OsValue { key, bytes })
         })
         .or_else(|| labels_oversize(meta.labels.as_ref()));
     if let Some(oversize) = oversize {
         meta.labels = None;
+        m.spec.reported = Reported::default();
         m.spec.oversize = Some(oversize);
-    } else if !kept.is_empty() {
-        meta.annotations = Some(kept);
+    } else {
+        m.spec.reported = Reported::from_annotations(&annotations);
+        m.spec.oversize = None;
     }
 }
 
@@ -266,7 +267,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::fleet::os::{OS_CPE_NAME, OS_IMAGE, OS_NAME, OS_PRETTY_NAME, OS_VERSION};
+    use crate::fleet::os::{
+        OS_CPE_NAME, OS_IMAGE, OS_NAME, OS_PRETTY_NAME, OS_VERSION, OS_VERSION_ID,
+    };
 
     fn machine(annotations: &[(&str, String)], labels: &[(String, String)]) -> MachineInventory {
         let mut m = MachineInventory::new("m", Default::default());
@@ -303,23 +306,26 @@ mod tests {
             .collect()
     }
 
-    /// The identity every trimmed machine keeps, past a cap or not.
+    /// The identity every trimmed machine keeps, past a cap or not, and what it never keeps.
     fn assert_identity(m: &MachineInventory) {
         assert_eq!(m.metadata.name.as_deref(), Some("m"));
         assert_eq!(m.metadata.uid.as_deref(), Some("uid-m"));
         assert_eq!(m.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(m.selector_name(), Some("sel"));
-        assert_eq!(m.metadata.owner_references.as_ref().unwrap().len(), 1);
+        assert_eq!(m.metadata.owner_references, None);
+        assert_eq!(m.metadata.annotations, None);
         assert_eq!(m.metadata.managed_fields, None);
         assert_eq!(m.metadata.finalizers, None);
     }
 
     #[test]
-    fn machines_keep_only_the_annotations_read() {
+    fn machines_keep_what_is_read_of_their_annotations() {
         let mut m = machine(
             &[
-                (OS_IMAGE, "x:1".to_owned()),
+                (OS_IMAGE, " x:1 ".to_owned()),
                 (OS_VERSION, "1".to_owned()),
+                (OS_VERSION_ID, String::new()),
+                (OS_PRETTY_NAME, "SL Micro &#34;6.1&#34;".to_owned()),
                 (OS_NAME, "SL Micro".to_owned()),
                 (OS_CPE_NAME, "cpe:/o:suse".to_owned()),
                 // Not read: dropped whatever their size, the machine is still resolved.
@@ -334,18 +340,59 @@ mod tests {
         trim_machine(&mut m);
         assert_identity(&m);
         assert_eq!(m.spec.oversize, None);
+        // Trimmed, unescaped, empty values absent: what `Reported::from_annotations` reads.
         assert_eq!(
-            m.metadata
-                .annotations
-                .unwrap()
-                .into_iter()
-                .collect::<Vec<_>>(),
-            [
-                (OS_IMAGE.to_owned(), "x:1".to_owned()),
-                (OS_VERSION.to_owned(), "1".to_owned())
-            ]
+            m.spec.reported,
+            Reported {
+                image: Some("x:1".into()),
+                version: Some("1".into()),
+                version_id: None,
+                pretty_name: Some("SL Micro \"6.1\"".into()),
+                unmanaged: false,
+            }
         );
         assert_eq!(m.metadata.labels.unwrap().len(), 3);
+    }
+
+    #[test]
+    fn only_a_controller_selector_of_elemental_is_the_selector() {
+        let owner = |api_version: &str, kind: &str, name: &str, controller| OwnerReference {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            uid: "u".to_owned(),
+            controller,
+            ..OwnerReference::default()
+        };
+        let selector = |owners: Vec<OwnerReference>| {
+            let mut m = machine(&[], &[]);
+            m.metadata.owner_references = Some(owners);
+            trim_machine(&mut m);
+            m.spec.selector
+        };
+        let api = "elemental.cattle.io/v1beta1";
+        let kind = "MachineInventorySelector";
+        assert_eq!(
+            selector(vec![owner(api, kind, "s", Some(true))]).as_deref(),
+            Some("s")
+        );
+        assert_eq!(selector(vec![owner(api, kind, "s", Some(false))]), None);
+        assert_eq!(selector(vec![owner(api, kind, "s", None)]), None);
+        assert_eq!(selector(vec![owner(api, "Other", "s", Some(true))]), None);
+        assert_eq!(
+            selector(vec![owner("other.io/v1", kind, "s", Some(true))]),
+            None
+        );
+        assert_eq!(selector(vec![owner(api, kind, "", Some(true))]), None);
+        assert_eq!(
+            selector(vec![
+                owner(api, kind, "not", Some(false)),
+                owner(api, kind, "yes", Some(true))
+            ])
+            .as_deref(),
+            Some("yes")
+        );
+        assert_eq!(selector(Vec::new()), None);
     }
 
     #[test]
@@ -356,7 +403,10 @@ mod tests {
         );
         trim_machine(&mut at);
         assert_eq!(at.spec.oversize, None);
-        assert_eq!(at.metadata.annotations.unwrap().len(), 1);
+        assert_eq!(
+            at.spec.reported.pretty_name.as_deref(),
+            Some("n".repeat(MAX_OS_VALUE_BYTES).as_str())
+        );
 
         let mut past = machine(
             &[
@@ -374,7 +424,11 @@ mod tests {
                 bytes: MAX_OS_VALUE_BYTES + 1
             })
         );
-        assert_eq!(past.metadata.annotations, None, "never kept in part");
+        assert_eq!(
+            past.spec.reported,
+            Reported::default(),
+            "never kept in part"
+        );
         assert_eq!(past.metadata.labels, None);
     }
 
@@ -395,8 +449,8 @@ mod tests {
             })
         );
         assert_eq!(
-            (many.metadata.labels, many.metadata.annotations),
-            (None, None)
+            (many.metadata.labels, many.spec.reported),
+            (None, Reported::default())
         );
 
         // 32 labels of 4 + 252 bytes: 8192, the cap; one more byte passes it.

@@ -545,11 +545,11 @@ impl<'a> FleetIndex<'a> {
     pub fn current(
         &self,
         machine: &MachineInventory,
-        reported: &Reported,
     ) -> Result<ChannelVersion, (MachineReason, String)> {
         if let Some(oversize) = &machine.spec.oversize {
             return Err(too_large(oversize));
         }
+        let reported = &machine.spec.reported;
         if reported.unmanaged {
             return Err((
                 MachineReason::Unmanaged,
@@ -577,7 +577,7 @@ impl<'a> FleetIndex<'a> {
         let reported_versions: Vec<&str> = [&reported.version, &reported.version_id]
             .into_iter()
             .flatten()
-            .map(String::as_str)
+            .map(AsRef::as_ref)
             .collect();
         if !reported_versions.is_empty() {
             let found = versions.map_or_else(Vec::new, |v| v.with_version(&reported_versions));
@@ -736,8 +736,7 @@ impl<'a> FleetIndex<'a> {
                 pending: None,
             };
         }
-        let reported = Reported::from_annotations(machine.annotations());
-        let current = self.current(machine, &reported);
+        let current = self.current(machine);
         let Assigned { images, undecided } = self.assigned(&namespace, machine);
         let (from_image, fallback_reason) = image_target(&images, undecided);
 
@@ -784,7 +783,7 @@ impl<'a> FleetIndex<'a> {
         MachineResolution {
             namespace,
             name,
-            reported,
+            reported: machine.spec.reported.clone(),
             current: current.ok(),
             target,
             state,
@@ -877,17 +876,14 @@ impl<'a> FleetIndex<'a> {
                     reason: wire_name(reason),
                     message,
                 }),
-                Selection::Selected => {
-                    let reported = Reported::from_annotations(m.annotations());
-                    match self.current(m, &reported) {
-                        Ok(current) => groups.entry(current).or_default().push(name),
-                        Err((reason, message)) => unknown_machines.push(PlanMachine {
-                            name,
-                            reason: wire_name(reason),
-                            message,
-                        }),
-                    }
-                }
+                Selection::Selected => match self.current(m) {
+                    Ok(current) => groups.entry(current).or_default().push(name),
+                    Err((reason, message)) => unknown_machines.push(PlanMachine {
+                        name,
+                        reason: wire_name(reason),
+                        message,
+                    }),
+                },
             }
         }
         unknown_machines.sort_by(|a, b| a.name.cmp(&b.name));

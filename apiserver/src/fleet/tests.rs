@@ -60,6 +60,7 @@ fn image_of(channel: &str, i: usize) -> String {
     format!("{IMG}-{channel}:1.{i}")
 }
 
+/// A MachineInventory as the operator writes it, trimmed as the reflector stores it.
 fn machine(
     name: &str,
     annotations: Value,
@@ -76,7 +77,9 @@ fn machine(
         m["metadata"]["ownerReferences"] = json!([{"apiVersion": "elemental.cattle.io/v1beta1",
             "kind": "MachineInventorySelector", "name": s, "uid": "u", "controller": true}]);
     }
-    serde_json::from_value(m).unwrap()
+    let mut m = serde_json::from_value(m).unwrap();
+    reflect::trim_machine(&mut m);
+    m
 }
 
 fn running(name: &str, image: &str) -> MachineInventory {
@@ -267,10 +270,7 @@ proptest! {
 fn current_by_image_first_then_by_version_in_one_channel() {
     let w = World::new();
     let index = w.index();
-    let current = |m: &MachineInventory| {
-        let r = Reported::from_annotations(kube::ResourceExt::annotations(m));
-        index.current(m, &r)
-    };
+    let current = |m: &MachineInventory| index.current(m);
     assert_eq!(
         current(&running("m", &image_of("a", 2))),
         Ok(cv("a-v1.2", "v1.2", "a"))
@@ -979,8 +979,9 @@ fn machine_object() {
 
 #[test]
 fn operator_objects_deserialize() {
-    // As the operator writes them (docs examples), extra fields ignored.
-    let m: MachineInventory = serde_json::from_value(json!({
+    // As the operator writes them (docs examples), extra fields ignored; the
+    // machine as the reflector stores it.
+    let mut m: MachineInventory = serde_json::from_value(json!({
         "apiVersion": "elemental.cattle.io/v1beta1", "kind": "MachineInventory",
         "metadata": {"name": "m-479ab68e", "namespace": NS,
             "annotations": {"elemental.cattle.io/auth": "tpm", "elemental.cattle.io/os.image": "reg/os:1",
@@ -992,7 +993,9 @@ fn operator_objects_deserialize() {
         "status": {"conditions": [], "plan": {"checksum": "c", "state": "Applied"}}
     }))
     .unwrap();
+    reflect::trim_machine(&mut m);
     assert_eq!(m.selector_name(), Some("fire-machine-selector-qcn7d"));
+    assert_eq!(m.spec.reported.image.as_deref(), Some("reg/os:1"));
     let i: ManagedOSImage = serde_json::from_value(json!({
         "apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSImage",
         "metadata": {"name": "my-upgrade", "namespace": NS},
@@ -1168,7 +1171,7 @@ fn a_machine_past_a_cap_is_unknown_and_never_resolved_from_what_is_left() {
         json!({"managedOSVersionName": "a-v1.2", "clusterTargets": [{"clusterName": "prod"}]}),
     ));
     let index = w.index();
-    let mut padded = machine(
+    let padded = machine(
         "padded",
         json!({
             "elemental.cattle.io/os.image": image_of("a", 0),
@@ -1177,7 +1180,6 @@ fn a_machine_past_a_cap_is_unknown_and_never_resolved_from_what_is_left() {
         json!({}),
         Some("sel-1"),
     );
-    reflect::trim_machine(&mut padded);
     let r = index.machine(&padded);
     assert_eq!(r.state, MachineState::Unknown);
     assert_eq!(r.reason, Some(MachineReason::MetadataTooLarge));
@@ -1203,13 +1205,12 @@ fn a_machine_past_a_cap_is_unknown_and_never_resolved_from_what_is_left() {
     assert_eq!(plan.unknown_machines[0].reason, "MetadataTooLarge");
 
     // Within the caps, the same machine resolves as any other.
-    let mut fine = machine(
+    let fine = machine(
         "fine",
         json!({"elemental.cattle.io/os.image": image_of("a", 0), "elemental.cattle.io/os.padding": "p".repeat(100_000)}),
         json!({}),
         Some("sel-1"),
     );
-    reflect::trim_machine(&mut fine);
     let r = index.machine(&fine);
     assert_eq!(r.current.unwrap().name, "a-v1.0");
     assert_eq!(r.target.unwrap().name, "a-v1.2");
