@@ -314,6 +314,11 @@ impl Cache {
         self.changes.subscribe()
     }
 
+    /// Changes of channel states so far (grows with each).
+    pub fn changed(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
     /// Applies `change` to the entry of `key`: the only write of the cache. Its one caller
     /// is the channel controller's publisher (`channels::publish`), which orders the changes
     /// of each channel, so nothing here compares or retries.

@@ -137,7 +137,7 @@ impl FleetView {
                     namespace.as_deref(),
                     &params,
                     representation,
-                    hub.latest(),
+                    (hub.latest(), self.versions.data_changed()),
                 );
                 Ok(Answering::Render(Render {
                     cost: Cost::Heavy,

@@ -108,18 +108,22 @@ pub enum AnswerKey {
         representation: Representation,
         /// The hub's last change.
         version: ResourceVersion,
+        /// Changes of the channel data so far: an exposure (`cve`) reads the channel data of
+        /// the moment, which may change without any answer of the hub changing.
+        data: u64,
     },
 }
 
 impl AnswerKey {
-    /// The key of a list of `resource` kept in a hub whose last change is `version`.
+    /// The key of a list of `resource` kept in a hub whose last change is `version`, with
+    /// the channel data at its `data`-th change.
     pub fn list(
         resource: &'static str,
         arch: &Arch,
         namespace: Option<&str>,
         params: &ListParams,
         representation: Representation,
-        version: ResourceVersion,
+        (version, data): (ResourceVersion, u64),
     ) -> Self {
         Self::List {
             resource,
@@ -130,6 +134,7 @@ impl AnswerKey {
             cve: params.cve.clone(),
             representation,
             version,
+            data,
         }
     }
 }
@@ -164,6 +169,8 @@ pub trait VersionSide: Send + Sync {
     fn served_arch(&self, asked: Option<&Arch>) -> Result<Arch, StatusError>;
     /// The ManagedOSVersions of `namespace` (or of all), by namespace and name.
     fn versions(&self, namespace: Option<&str>) -> Vec<Arc<ManagedOSVersion>>;
+    /// Changes of the channel data so far (grows with each).
+    fn data_changed(&self) -> u64;
     /// One ManagedOSVersion.
     fn version(&self, namespace: &str, name: &str) -> Option<Arc<ManagedOSVersion>>;
     /// The data of channel `namespace/channel` for `arch`, if fetched.
@@ -193,6 +200,10 @@ impl VersionSide for Arc<Resources> {
 
     fn versions(&self, namespace: Option<&str>) -> Vec<Arc<ManagedOSVersion>> {
         self.stores.versions.list(namespace)
+    }
+
+    fn data_changed(&self) -> u64 {
+        self.cache.changed()
     }
 
     fn version(&self, namespace: &str, name: &str) -> Option<Arc<ManagedOSVersion>> {
@@ -500,7 +511,7 @@ impl Resources {
                 namespace.as_deref(),
                 &params,
                 representation,
-                hub.latest(),
+                (hub.latest(), self.cache.changed()),
             );
             return Ok(Answering::Render(Render {
                 cost: Cost::Heavy,
