@@ -477,19 +477,39 @@ impl App {
         headers: &HeaderMap,
     ) -> Result<HttpResponse, StatusError> {
         let render = match answering {
-            Answering::Ready(ready) => return Ok(ready.respond(headers)),
+            Answering::Ready(ready) => return self.send(ready, headers).await,
             Answering::Render(render) => render,
         };
-        let answer = match render.job {
-            Job::Keep { key, render: job } => self
-                .resources
-                .ready()
-                .get_or_render_async(key, self.off_the_reactor(render.cost, job))
-                .await
-                .map(Answer::Ready)?,
-            Job::Run(job) => self.off_the_reactor(render.cost, job).await?,
-        };
-        Ok(answer.respond(headers))
+        match render.job {
+            Job::Keep { key, render: job } => {
+                let ready = self
+                    .resources
+                    .ready()
+                    .get_or_render_async(key, self.off_the_reactor(render.cost, job))
+                    .await?;
+                self.send(ready, headers).await
+            }
+            Job::Run(job) => match self.off_the_reactor(render.cost, job).await? {
+                Answer::Ready(ready) => self.send(ready, headers).await,
+                Answer::Fresh(response) => Ok(response),
+            },
+        }
+    }
+
+    /// Sends ready bytes. A large answer kept gzipped only, to a client that does not accept
+    /// gzip (the aggregator always does), is decompressed off the async threads, as heavy
+    /// work (`--max-compute-concurrency` at once).
+    async fn send(
+        &self,
+        ready: Arc<Ready>,
+        headers: &HeaderMap,
+    ) -> Result<HttpResponse, StatusError> {
+        if !ready.decompresses_for(headers) {
+            return Ok(ready.respond(headers));
+        }
+        let headers = headers.clone();
+        self.off_the_reactor(Cost::Heavy, Box::new(move || Ok(ready.respond(&headers))))
+            .await
     }
 
     /// Runs `job` on the blocking pool, holding a compute slot when it is heavy. Waiting for

@@ -197,11 +197,25 @@ impl Ready {
         })
     }
 
+    /// Whether answering a request with these headers decompresses the body (only its gzip
+    /// form is kept and the client does not accept it): work to do off the async threads.
+    pub fn decompresses_for(&self, request: &HeaderMap) -> bool {
+        self.gzip_only && !accepts_gzip(request.get(header::ACCEPT_ENCODING))
+    }
+
     /// The body (uncompressed; decompressed when only its gzip form is kept).
     pub fn body(&self) -> Bytes {
         match &self.gzip {
             Some(gzip) if self.gzip_only => {
-                let mut body = Vec::new();
+                // The gzip trailer's last four bytes: the body's length (mod 2^32; a kept
+                // answer is far smaller), so the body is allocated once, at its size.
+                let size = gzip
+                    .len()
+                    .checked_sub(4)
+                    .and_then(|at| gzip.get(at..))
+                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                    .map_or(0, |b| u32::from_le_bytes(b) as usize);
+                let mut body = Vec::with_capacity(size);
                 // The server compressed these bytes itself; a failure would be a bug.
                 let _ = std::io::Read::read_to_end(
                     &mut flate2::read::GzDecoder::new(gzip.as_ref()),
@@ -489,7 +503,10 @@ mod tests {
             .read_to_end(&mut decoded)
             .unwrap();
         assert_eq!(decoded, body);
-        // A client that does not accept gzip gets the bytes decompressed, with the other ETag.
+        // A client that does not accept gzip gets the bytes decompressed (work the caller does
+        // off the async threads), with the other ETag.
+        assert!(ready.decompresses_for(&request(&[])));
+        assert!(!ready.decompresses_for(&request(&[("accept-encoding", "gzip")])));
         let plain = ready.respond(&request(&[]));
         assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
         assert_ne!(plain.headers()[header::ETAG], gzip.headers()[header::ETAG]);
@@ -500,6 +517,7 @@ mod tests {
         // A small one is kept as it is.
         let small = Ready::written(2, "application/json", |out| out.write_all(b"{}")).unwrap();
         assert!(!small.gzip_only && small.gzip.is_none());
+        assert!(!small.decompresses_for(&request(&[])));
         assert_eq!(small.body().as_ref(), b"{}");
     }
 
