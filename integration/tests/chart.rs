@@ -955,9 +955,9 @@ fn size_arg(args: &[&str], flag: &str) -> Result<u64> {
 }
 
 /// Bytes the chart counts for `machines` expected MachineInventories
-/// (`fleet.expectedMachines`, 12Ki each, the figure `make bench` measured).
+/// (`fleet.expectedMachines`, 3Ki each, the figure `make bench` measured).
 fn machines_bytes(machines: u64) -> u64 {
-    machines * 12 * 1024
+    machines * 3 * 1024
 }
 
 /// Bytes of a Kubernetes memory quantity of the forms the chart's values use.
@@ -1176,7 +1176,7 @@ async fn every_rancher_question_renders_at_its_default_and_another_value() -> Re
         .expect_err("a budget over the limit rendered");
     ensure!(format!("{error:#}").contains("do not fit"), "{error:#}");
 
-    // The memory formula counts machines: 50,000 expected MachineInventories take 12Ki each
+    // The memory formula counts machines: 50,000 expected MachineInventories take 3Ki each
     // outside the budget, so the default 256Mi limit no longer leaves the budget the server
     // needs, and a limit that holds them leaves the budget less what they take.
     let mut answers = defaults.clone();
@@ -1199,10 +1199,10 @@ async fn every_rancher_question_renders_at_its_default_and_another_value() -> Re
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    // 1024Mi - 64Mi - 50,000 x 12Ki (600000Ki) - 128Mi (answers) - 64Mi (kept), exactly.
+    // 1024Mi - 64Mi - 50,000 x 3Ki (150000Ki) - 128Mi (answers) - 64Mi (kept), exactly.
     let budget = size_arg(&args, "--memory-budget=")?;
     ensure!(
-        budget == 1024 * MIB - 64 * MIB - 600_000 * 1024 - 128 * MIB - 64 * MIB,
+        budget == 1024 * MIB - 64 * MIB - 150_000 * 1024 - 128 * MIB - 64 * MIB,
         "--memory-budget={budget} for 50,000 machines in 1Gi"
     );
     // Machines are a count: anything else is refused by the values schema, with its name.

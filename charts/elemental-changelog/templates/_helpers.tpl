@@ -167,7 +167,7 @@ The server's three memory settings, moved together with the container's memory l
 (docs/operations.md, memory budget): the answer cache (`--answer-cache-size`) is an eighth
 of the limit, the parsed channel data kept (`--max-kept-total`) a sixteenth, and the image
 budget (`--memory-budget`) what is left after them and the 64Mi the process needs, plus
-12Ki for each of `fleet.expectedMachines` (the bytes a watched MachineInventory adds to the
+3Ki for each of `fleet.expectedMachines` (the bytes a watched MachineInventory adds to the
 resident memory, measured in `make bench`'s fleet phase, docs/performance.md). An
 explicit `server.answerCacheSize`, `server.maxKeptTotal` or `server.memoryBudget` is used
 as given; every value is rendered exactly (`elemental-changelog.size`). The server refuses
@@ -178,7 +178,7 @@ Returns YAML: {budget, answerCache, keptTotal}, each a size the flags parse.
 */}}
 {{- define "elemental-changelog.memory" -}}
 {{- $mi := 1048576 }}
-{{- $perMachine := 12288 }}
+{{- $perMachine := 3072 }}
 {{- $machines := mul (int64 (.Values.fleet.expectedMachines | default 0)) $perMachine }}
 {{- $overhead := add (mul 64 $mi) $machines }}
 {{- $minBudget := mul 128 $mi }}
