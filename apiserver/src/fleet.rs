@@ -12,6 +12,7 @@
 //! for the rules and `docs/fleet-research.md` for where they come from.
 
 pub mod crd;
+pub mod labels;
 pub mod metrics;
 pub mod os;
 pub mod reflect;

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReferen
 use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
-use super::os::Reported;
+use super::{labels::Labels, os::Reported};
 
 /// Label CAPI's Machine controller puts on a Machine's infrastructure object
 /// (here the MachineInventorySelector): the name of its cluster.
@@ -18,10 +18,11 @@ pub const FLEET_LOCAL_NAMESPACE: &str = "fleet-local";
 /// `MachineInventory.spec`: nothing of it is read from the API. The fleet
 /// reflector ([`trim_machine`](super::reflect::trim_machine)) fills it with
 /// what the view reads of the machine's metadata, read once when the machine
-/// is stored: the OS it reports (its `elemental.cattle.io/os.*` annotations)
-/// and the MachineInventorySelector that adopted it (its controller owner
-/// reference); the annotations and owner references themselves are not kept.
-/// Past a cap it carries the [`Oversize`] marker instead of the report.
+/// is stored: its labels (moved out of `metadata.labels`, kept compactly),
+/// the OS it reports (its `elemental.cattle.io/os.*` annotations) and the
+/// MachineInventorySelector that adopted it (its controller owner reference);
+/// the annotations and owner references themselves are not kept. Past a cap
+/// it carries the [`Oversize`] marker instead of the labels and the report.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "elemental.cattle.io",
@@ -31,6 +32,11 @@ pub const FLEET_LOCAL_NAMESPACE: &str = "fleet-local";
     schema = "disabled"
 )]
 pub struct MachineInventorySpec {
+    /// The machine's labels (what node selectors match and what an answer's
+    /// `metadata.labels` shows); empty past a cap. `metadata.labels` of a
+    /// stored machine is always empty. Never read from or written to the API.
+    #[serde(skip)]
+    pub labels: Labels,
     /// What the machine reports of its OS; empty past a cap. Never read from
     /// or written to the API.
     #[serde(skip)]

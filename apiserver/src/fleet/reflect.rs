@@ -33,6 +33,7 @@ use super::crd::{
     CLUSTER_NAME_LABEL, MachineInventory, MachineInventorySelector, ManagedOSImage, Oversize,
     controller_selector,
 };
+use super::labels::Labels;
 use super::os::{READ_ANNOTATIONS, Reported};
 use crate::{
     health::Health,
@@ -72,8 +73,8 @@ pub const LIST_PAGE_SIZE: u32 = 10;
 /// The read side of the fleet reflectors.
 #[derive(Clone)]
 pub struct FleetStores {
-    /// MachineInventories: name, namespace, uid, resourceVersion, creation, at most
-    /// [`MAX_LABELS`] labels, and in the spec the OS reported and the selector's name only
+    /// MachineInventories: name, namespace, uid, resourceVersion, creation, and in the spec
+    /// at most [`MAX_LABELS`] labels ([`Labels`]), the OS reported and the selector's name only
     /// (or, past a cap, the [`Oversize`] marker instead of labels and report).
     pub machines: Stores<MachineInventory>,
     /// MachineInventorySelectors: the cluster-name label only.
@@ -98,8 +99,7 @@ fn trim_common(meta: &mut ObjectMeta) {
 }
 
 /// Which label cap `labels` pass, if any.
-fn labels_oversize(labels: Option<&BTreeMap<String, String>>) -> Option<Oversize> {
-    let labels = labels?;
+pub(super) fn labels_oversize(labels: &BTreeMap<String, String>) -> Option<Oversize> {
     if labels.len() > MAX_LABELS {
         return Some(Oversize::LabelCount {
             count: labels.len(),
@@ -109,33 +109,39 @@ fn labels_oversize(labels: Option<&BTreeMap<String, String>>) -> Option<Oversize
     (bytes > MAX_LABEL_BYTES).then_some(Oversize::LabelBytes { bytes })
 }
 
-/// What a MachineInventory keeps: its identity, its labels, and in its spec what the view
-/// reads of its annotations and owner references, read once here: the OS it reports
-/// ([`Reported`], from the read `os.*` annotations) and the MachineInventorySelector that
-/// adopted it ([`controller_selector`]). Its annotations and owner references are dropped.
-/// Past a cap, it keeps its identity, the selector and the marker only (no labels, nothing
-/// reported). Applied once to each machine as read from the API (its spec is never
-/// deserialized, so it starts empty).
+/// What a MachineInventory keeps: its identity, and in its spec what the view reads of its
+/// labels, annotations and owner references, read once here: its labels, compactly
+/// ([`Labels`], moved out of `metadata.labels`), the OS it reports ([`Reported`], from the read
+/// `os.*` annotations) and the MachineInventorySelector that adopted it
+/// ([`controller_selector`]). Its annotations and owner references are dropped. Past a cap,
+/// it keeps its identity, the selector and the marker only (no labels, nothing reported).
+/// Applied once to each machine as read from the API (its spec is never deserialized, so it
+/// starts empty).
 pub fn trim_machine(m: &mut MachineInventory) {
     let meta = &mut m.metadata;
     let annotations = meta.annotations.take().unwrap_or_default();
     let owners = meta.owner_references.take().unwrap_or_default();
+    let labels = meta.labels.take().unwrap_or_default();
     trim_common(meta);
     m.spec.selector = controller_selector(&owners).map(Box::from);
-    let oversize = READ_ANNOTATIONS
+    let kept = READ_ANNOTATIONS
         .iter()
         .find_map(|key| {
             let bytes = annotations.get(*key)?.len();
             (bytes > MAX_OS_VALUE_BYTES).then_some(Oversize::OsValue { key, bytes })
         })
-        .or_else(|| labels_oversize(meta.labels.as_ref()));
-    if let Some(oversize) = oversize {
-        meta.labels = None;
-        m.spec.reported = Reported::default();
-        m.spec.oversize = Some(oversize);
-    } else {
-        m.spec.reported = Reported::from_annotations(&annotations);
-        m.spec.oversize = None;
+        .map_or_else(|| Labels::capped(&labels), Err);
+    match kept {
+        Ok(labels) => {
+            m.spec.labels = labels;
+            m.spec.reported = Reported::from_annotations(&annotations);
+            m.spec.oversize = None;
+        }
+        Err(oversize) => {
+            m.spec.labels = Labels::default();
+            m.spec.reported = Reported::default();
+            m.spec.oversize = Some(oversize);
+        }
     }
 }
 
@@ -175,7 +181,7 @@ pub(super) fn trim_image(i: &mut ManagedOSImage) {
         serde_json::to_writer(&mut spec_bytes, &i.spec).map_or(usize::MAX, |()| spec_bytes.0);
     let oversize = (spec_bytes > MAX_IMAGE_SPEC_BYTES)
         .then_some(Oversize::SpecBytes { bytes: spec_bytes })
-        .or_else(|| labels_oversize(i.metadata.labels.as_ref()));
+        .or_else(|| i.metadata.labels.as_ref().and_then(labels_oversize));
     if let Some(oversize) = oversize {
         i.metadata.labels = None;
         i.spec = Default::default();
@@ -316,6 +322,7 @@ mod tests {
         assert_eq!(m.metadata.annotations, None);
         assert_eq!(m.metadata.managed_fields, None);
         assert_eq!(m.metadata.finalizers, None);
+        assert_eq!(m.metadata.labels, None, "moved into the spec");
     }
 
     #[test]
@@ -351,7 +358,10 @@ mod tests {
                 unmanaged: false,
             }
         );
-        assert_eq!(m.metadata.labels.unwrap().len(), 3);
+        assert_eq!(
+            m.spec.labels.to_map(),
+            labels(3, 10).into_iter().collect::<BTreeMap<_, _>>()
+        );
     }
 
     #[test]
@@ -429,7 +439,7 @@ mod tests {
             Reported::default(),
             "never kept in part"
         );
-        assert_eq!(past.metadata.labels, None);
+        assert!(past.spec.labels.is_empty());
     }
 
     #[test]
@@ -438,7 +448,7 @@ mod tests {
         let mut at = machine(&image(), &labels(MAX_LABELS, 1));
         trim_machine(&mut at);
         assert_eq!(at.spec.oversize, None);
-        assert_eq!(at.metadata.labels.unwrap().len(), MAX_LABELS);
+        assert_eq!(at.spec.labels.len(), MAX_LABELS);
 
         let mut many = machine(&image(), &labels(MAX_LABELS + 1, 1));
         trim_machine(&mut many);
@@ -449,8 +459,8 @@ mod tests {
             })
         );
         assert_eq!(
-            (many.metadata.labels, many.spec.reported),
-            (None, Reported::default())
+            (many.spec.labels, many.spec.reported),
+            (Labels::default(), Reported::default())
         );
 
         // 32 labels of 4 + 252 bytes: 8192, the cap; one more byte passes it.
@@ -458,6 +468,7 @@ mod tests {
         let mut at = machine(&image(), &exactly);
         trim_machine(&mut at);
         assert_eq!(at.spec.oversize, None);
+        assert_eq!(at.spec.labels.len(), 32);
         let mut over = exactly.clone();
         over[0].1.push('v');
         let mut past = machine(&image(), &over);
@@ -469,7 +480,7 @@ mod tests {
                 bytes: MAX_LABEL_BYTES + 1
             })
         );
-        assert_eq!(past.metadata.labels, None);
+        assert!(past.spec.labels.is_empty());
     }
 
     #[test]

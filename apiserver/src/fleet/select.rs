@@ -19,7 +19,8 @@
 //! used when the caller has them ([`Fleet`]); otherwise a target that needs
 //! them is undecided, never guessed.
 //!
-//! The node selector is evaluated against the MachineInventory's labels: the
+//! The node selector is evaluated against the MachineInventory's labels (as
+//! the reflector keeps them, [`Labels`]): the
 //! operator's bootstrap plan registers the node with every inventory label
 //! (`node-label+`, `controllers/machineselector_controller.go`). Labels a node
 //! gains otherwise are not seen.
@@ -31,6 +32,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 
 use super::crd::{ClusterTarget, FLEET_LOCAL_NAMESPACE, MachineInventory, ManagedOSImage};
+use super::labels::Labels;
 
 /// A fleet Cluster (`clusters.fleet.cattle.io`): name and labels.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -89,23 +91,39 @@ fn undecided(reason: SelectionReason, message: impl Into<String>) -> Selection {
     }
 }
 
+/// What a label selector is evaluated against: labels, read by key.
+pub trait Labeled {
+    /// The value of the label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labeled for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl Labeled for Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
 /// Evaluates a label selector; `Err` names an operator it does not know.
-pub fn selector_matches(
-    selector: &LabelSelector,
-    labels: &BTreeMap<String, String>,
-) -> Result<bool, String> {
+pub fn selector_matches(selector: &LabelSelector, labels: &impl Labeled) -> Result<bool, String> {
     let labels_ok = selector
         .match_labels
         .iter()
         .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+        .all(|(k, v)| labels.label(k) == Some(v.as_str()));
     let mut ok = labels_ok;
     for e in selector.match_expressions.iter().flatten() {
-        let value = labels.get(&e.key);
+        let value = labels.label(&e.key);
         let values = e.values.as_deref().unwrap_or_default();
+        let listed = |v: &str| values.iter().any(|listed| listed == v);
         let m = match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "In" => value.is_some_and(listed),
+            "NotIn" => value.is_none_or(|v| !listed(v)),
             "Exists" => value.is_some(),
             "DoesNotExist" => value.is_none(),
             other => return Err(format!("unknown selector operator {other:?}")),
@@ -145,7 +163,7 @@ pub fn target_issue(target: &ClusterTarget, fleet: Fleet<'_>) -> Option<(Selecti
         .into_iter()
         .flatten()
     {
-        if let Err(e) = selector_matches(s, &BTreeMap::new()) {
+        if let Err(e) = selector_matches(s, &Labels::default()) {
             return Some((SelectionReason::InvalidSelector, e));
         }
     }
@@ -293,7 +311,7 @@ pub fn image_selects(
     match &image.spec.node_selector {
         None => Selection::Selected,
         Some(s) if is_empty(s) => Selection::Selected,
-        Some(s) => match selector_matches(s, machine.labels()) {
+        Some(s) => match selector_matches(s, &machine.spec.labels) {
             Ok(true) => Selection::Selected,
             Ok(false) => Selection::NotSelected,
             Err(e) => undecided(SelectionReason::InvalidSelector, e),

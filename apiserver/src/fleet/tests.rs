@@ -1016,7 +1016,7 @@ fn operator_objects_deserialize() {
 
 #[test]
 fn label_selectors() {
-    use super::select::selector_matches;
+    use super::{labels::Labels, select::selector_matches};
     let labels: BTreeMap<String, String> = [
         ("env".to_owned(), "prod".to_owned()),
         ("tier".to_owned(), "web".to_owned()),
@@ -1055,6 +1055,29 @@ fn label_selectors() {
     let missing =
         sel(json!({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}));
     assert_eq!(selector_matches(&missing, &labels), Ok(true));
+
+    // The labels a machine keeps match as the map they were made from.
+    let kept = Labels::capped(&labels).unwrap();
+    for s in [
+        sel(json!({})),
+        sel(json!({"matchLabels": {"env": "prod"}})),
+        sel(json!({"matchLabels": {"env": "prod", "tier": "db"}})),
+        sel(json!({"matchLabels": {"zone": ""}})),
+        expr("In", json!(["dev", "prod"])),
+        expr("In", json!([])),
+        expr("NotIn", json!(["prod"])),
+        expr("NotIn", json!(["dev"])),
+        expr("Exists", json!([])),
+        expr("DoesNotExist", json!([])),
+        expr("Gt", json!(["1"])),
+        missing,
+    ] {
+        assert_eq!(
+            selector_matches(&s, &kept),
+            selector_matches(&s, &labels),
+            "{s:?}"
+        );
+    }
 }
 
 // ---- properties ----

@@ -644,8 +644,13 @@ fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
     }
 }
 
+/// A machine's labels are kept in its spec ([`Labels`](crate::fleet::labels::Labels)), not in
+/// `metadata.labels`.
 fn machine_meta(machine: &MachineInventory) -> ObjectMeta {
-    meta_of(machine)
+    ObjectMeta {
+        labels: machine.spec.labels.to_map(),
+        ..meta_of(machine)
+    }
 }
 
 fn image_meta(image: &ManagedOSImage) -> ObjectMeta {
@@ -677,6 +682,26 @@ pub(crate) fn wire<T: serde::Serialize>(value: &T) -> String {
 mod tests {
     use super::*;
     use elemental_changelog_apiservice::fleet::MachineState;
+
+    #[test]
+    fn an_answer_shows_the_labels_the_machine_keeps() {
+        let mut m: MachineInventory = serde_json::from_value(serde_json::json!({
+            "apiVersion": "elemental.cattle.io/v1beta1", "kind": "MachineInventory",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u", "resourceVersion": "3",
+                "labels": {"zone": "b", "machineUUID": "6f1c", "a/b": ""}},
+            "spec": {}
+        }))
+        .unwrap();
+        let labels = m.metadata.labels.clone().unwrap();
+        crate::fleet::reflect::trim_machine(&mut m);
+        let meta = machine_meta(&m);
+        assert_eq!(meta.labels, labels);
+        assert_eq!((meta.name.as_str(), meta.uid.as_deref()), ("m", Some("u")));
+        assert_eq!(
+            serde_json::to_string(&meta.labels).unwrap(),
+            r#"{"a/b":"","machineUUID":"6f1c","zone":"b"}"#
+        );
+    }
 
     #[test]
     fn unused_state_names_are_wire_names() {
