@@ -82,6 +82,25 @@ impl Events {
         }
     }
 
+    /// The names of a `sendInitialEvents` watch's initial objects: ADDED events up to the
+    /// BOOKMARK annotated `k8s.io/initial-events-end`.
+    async fn initial_names(&mut self, what: &str) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        loop {
+            let event = self.next_within(EVENT).await?.context(what.to_owned())?;
+            if event["type"] == "BOOKMARK" {
+                ensure!(
+                    event["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"]
+                        == "true",
+                    "{event}"
+                );
+                return Ok(names);
+            }
+            ensure!(event["type"] == "ADDED", "{event}");
+            names.push(kind_and_name(&event).1);
+        }
+    }
+
     /// The next event that is not a BOOKMARK.
     async fn next(&mut self, what: &str) -> Result<Value> {
         loop {
@@ -334,22 +353,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         )),
     )
     .await?;
-    let mut names = Vec::new();
-    loop {
-        let event = initial
-            .next_within(EVENT)
-            .await?
-            .context("initial events")?;
-        if event["type"] == "BOOKMARK" {
-            ensure!(
-                event["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true",
-                "{event}"
-            );
-            break;
-        }
-        ensure!(event["type"] == "ADDED", "{event}");
-        names.push(kind_and_name(&event).1);
-    }
+    let names = initial.initial_names("initial events").await?;
     ensure!(names == ["m-b", "m-c"], "{names:?}");
     drop(initial);
     let (status, body) = bed
@@ -437,22 +441,9 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         )),
     )
     .await?;
-    let mut seen = Vec::new();
-    loop {
-        let event = fixing_watch
-            .next_within(EVENT)
-            .await?
-            .context("versions fixing the CVE")?;
-        if event["type"] == "BOOKMARK" {
-            ensure!(
-                event["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true",
-                "{event}"
-            );
-            break;
-        }
-        ensure!(event["type"] == "ADDED", "{event}");
-        seen.push(kind_and_name(&event).1);
-    }
+    let mut seen = fixing_watch
+        .initial_names("versions fixing the CVE")
+        .await?;
     fixing.sort();
     seen.sort();
     ensure!(
