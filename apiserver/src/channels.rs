@@ -288,7 +288,7 @@ fn watch_stores(
     let channels = reflect::watch(
         client,
         namespaces,
-        Kind::required(WatchedResource::Channels),
+        Kind::required(WatchedResource::Channels).trimmed(crd::trim_meta),
         watches,
         drivers,
         hear(events.clone(), channel_event),
@@ -296,7 +296,7 @@ fn watch_stores(
     let versions = reflect::watch(
         client,
         namespaces,
-        Kind::required(WatchedResource::Versions),
+        Kind::required(WatchedResource::Versions).trimmed(crd::trim_meta),
         watches,
         drivers,
         hear(events, version_event),

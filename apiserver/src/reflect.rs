@@ -316,6 +316,11 @@ impl<K> Kind<K> {
         }
     }
 
+    /// Trims each object with `trim` before it is stored.
+    pub fn trimmed(self, trim: fn(&mut K)) -> Self {
+        Self { trim, ..self }
+    }
+
     /// Lists the kind in pages of `page_size` objects.
     pub fn paged(self, page_size: u32) -> Self {
         Self { page_size, ..self }

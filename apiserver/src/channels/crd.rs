@@ -12,6 +12,16 @@ use serde::{Deserialize, Serialize};
 /// Label the operator puts on every ManagedOSVersion: the name of its channel.
 pub const CHANNEL_LABEL: &str = "elemental.cattle.io/channel";
 
+/// Drops what is never read of a channel or version before it is stored: managedFields (the
+/// largest part of an operator-written object: a few KiB of each of thousands of
+/// ManagedOSVersions), annotations and finalizers.
+pub fn trim_meta<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.finalizers = None;
+}
+
 /// `ManagedOSVersionChannel.spec`.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[kube(
@@ -181,5 +191,34 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v.channel_name(), Some("from-label"));
+    }
+
+    #[test]
+    fn trimmed_versions_keep_what_is_read() {
+        let mut v: ManagedOSVersion = serde_json::from_value(serde_json::json!({
+            "apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSVersion",
+            "metadata": {"name": "v1", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "labels": {"team": "os"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "finalizers": ["f"],
+                "managedFields": [{"manager": "elemental-operator", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+                "ownerReferences": [{"apiVersion": "elemental.cattle.io/v1beta1", "kind": "ManagedOSVersionChannel",
+                    "name": "c", "uid": "u", "controller": true}]},
+            "spec": {"version": "v1.0", "type": "container"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let before = v.clone();
+        trim_meta(&mut v);
+        assert_eq!(v.metadata.managed_fields, None);
+        assert_eq!(v.metadata.annotations, None);
+        assert_eq!(v.metadata.finalizers, None);
+        assert_eq!(v.channel_name(), Some("c"));
+        assert_eq!(v.labels(), before.labels());
+        assert_eq!(v.spec, before.spec);
+        assert_eq!(
+            (v.uid(), v.resource_version()),
+            (before.uid(), before.resource_version())
+        );
     }
 }
