@@ -372,7 +372,7 @@ pub fn write_list<T: Object>(
         }
         match item {
             Some(item) => out.write_all(&item(kept))?,
-            None => out.write_all(&kept.json)?,
+            None => kept.write_json(out)?,
         }
     }
     out.write_all(b"]}")
@@ -380,5 +380,5 @@ pub fn write_list<T: Object>(
 
 /// Bytes of the kept answers `items` (what a list of them takes, about).
 pub fn kept_bytes<T: Object>(items: &[&Arc<Item<T>>]) -> usize {
-    items.iter().map(|i| i.json.len() + 1).sum::<usize>() + 160
+    items.iter().map(|i| i.json_len() + 1).sum::<usize>() + 160
 }

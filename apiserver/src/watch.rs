@@ -32,7 +32,6 @@ use std::{
     },
 };
 
-use bytes::Bytes;
 use elemental_changelog_apiservice::types::ObjectMeta;
 use serde::{Serialize, de::DeserializeOwned};
 use tokio::sync::mpsc;
@@ -52,6 +51,11 @@ pub trait Object: Serialize + DeserializeOwned + Default + Send + Sync + 'static
     fn meta_mut(&mut self) -> &mut ObjectMeta;
     /// See [`Object::Facts`].
     fn facts(&self) -> Self::Facts;
+    /// Which bytes of `json` (its JSON) are its own; those before and after are what many
+    /// objects share, kept once in the hub ([`Item`]). Default: all of them.
+    fn own_range(&self, json: &[u8]) -> std::ops::Range<usize> {
+        0..json.len()
+    }
 }
 
 impl Object for elemental_changelog_apiservice::types::ManagedOSVersionChangelogSummary {
@@ -86,6 +90,47 @@ impl Object for elemental_changelog_apiservice::fleet::MachineInventoryChangelog
         MachineFacts {
             state: self.state,
             severity: self.summary.as_ref().map(|s| s.highest_severity),
+        }
+    }
+
+    /// Its identity and report (`metadata`, `os`): `apiVersion` and `kind` before them are
+    /// the same for every machine, and what follows (the versions resolved, state, summary)
+    /// for every machine on the same version with the same target. The boundaries are
+    /// checked against `json` (the fields are written in their declared order); a mismatch
+    /// keeps all of it as its own.
+    fn own_range(&self, json: &[u8]) -> std::ops::Range<usize> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Own<'a> {
+            api_version: &'a str,
+            kind: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            metadata: Option<&'a ObjectMeta>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            os: Option<&'a elemental_changelog_apiservice::fleet::ReportedOs>,
+        }
+        // The end of `own`'s fields in `json` (before its closing brace), if `json` starts
+        // with them and goes on with another field.
+        let end = |own: Own<'_>| {
+            let own = serde_json::to_vec(&own).ok()?;
+            let end = own.len().checked_sub(1)?;
+            (json.starts_with(&own[..end]) && json.get(end) == Some(&b',')).then_some(end)
+        };
+        let kind = Own {
+            api_version: &self.api_version,
+            kind: &self.kind,
+            metadata: None,
+            os: None,
+        };
+        let report = Own {
+            metadata: Some(&self.metadata),
+            os: Some(&self.os),
+            ..kind
+        };
+        match (end(kind), end(report)) {
+            // After the comma that follows `kind`, up to the comma that follows `os`.
+            (Some(start), Some(end)) => start + 1..end,
+            _ => 0..json.len(),
         }
     }
 }
@@ -193,7 +238,7 @@ pub type Key = (String, String);
 pub struct Item<T: Object> {
     key: Arc<Key>,
     /// Its JSON, as a list or a watch event sends it.
-    pub json: Bytes,
+    json: Json,
     /// When its answer last changed.
     pub version: ResourceVersion,
     /// See [`Object::Facts`].
@@ -210,10 +255,77 @@ pub fn source_of(uid: Option<&str>, resource_version: Option<&str>) -> u64 {
     BuildHasherDefault::<DefaultHasher>::default().hash_one((uid, resource_version))
 }
 
+/// An answer's JSON: bytes it shares with other answers of the hub, its own, and shared
+/// bytes again (see [`Object::own_range`]; one copy of each shared part in [`Shared`]).
+#[derive(Clone, Debug)]
+struct Json {
+    before: Arc<[u8]>,
+    own: Box<[u8]>,
+    after: Arc<[u8]>,
+}
+
+impl Json {
+    fn new(json: &[u8], own: std::ops::Range<usize>, shared: &mut Shared) -> Self {
+        Self {
+            before: shared.intern(&json[..own.start]),
+            own: json[own.clone()].into(),
+            after: shared.intern(&json[own.end..]),
+        }
+    }
+
+    fn parts(&self) -> [&[u8]; 3] {
+        [&self.before, &self.own, &self.after]
+    }
+
+    fn len(&self) -> usize {
+        self.parts().iter().map(|p| p.len()).sum()
+    }
+
+    /// Whether these are the bytes `json`.
+    fn is(&self, mut json: &[u8]) -> bool {
+        json.len() == self.len()
+            && self.parts().iter().all(|part| {
+                let (head, rest) = json.split_at(part.len());
+                json = rest;
+                head == *part
+            })
+    }
+}
+
+/// One copy of each shared part of a hub's answers. Parts no answer holds any more are
+/// dropped when the table has grown past twice what was kept after the last pruning.
+#[derive(Default)]
+struct Shared {
+    parts: HashSet<Arc<[u8]>>,
+    after_pruning: usize,
+}
+
+impl Shared {
+    fn intern(&mut self, bytes: &[u8]) -> Arc<[u8]> {
+        if let Some(part) = self.parts.get(bytes) {
+            return part.clone();
+        }
+        if self.parts.len() >= 2 * self.after_pruning + 64 {
+            self.parts.retain(|p| Arc::strong_count(p) > 1);
+            self.after_pruning = self.parts.len();
+        }
+        let part: Arc<[u8]> = Arc::from(bytes);
+        self.parts.insert(part.clone());
+        part
+    }
+}
+
 impl<T: Object> Item<T> {
     /// `object` as served at `version`.
-    fn new(key: Arc<Key>, mut object: T, version: ResourceVersion, source: u64) -> Self {
+    fn new(
+        key: Arc<Key>,
+        mut object: T,
+        version: ResourceVersion,
+        source: u64,
+        shared: &mut Shared,
+    ) -> Self {
         let json = encode(&mut object, version);
+        let json = Json::new(&json, object.own_range(&json), shared);
         Self {
             key,
             json,
@@ -238,10 +350,28 @@ impl<T: Object> Item<T> {
         &self.key.1
     }
 
+    /// Its JSON, as a list or a watch event sends it.
+    pub fn json(&self) -> Vec<u8> {
+        self.json.parts().concat()
+    }
+
+    /// Writes its JSON to `out`.
+    pub fn write_json(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.json
+            .parts()
+            .iter()
+            .try_for_each(|part| out.write_all(part))
+    }
+
+    /// Bytes of its JSON.
+    pub fn json_len(&self) -> usize {
+        self.json.len()
+    }
+
     /// The object, parsed back from its bytes (the server wrote them; a failure would be a
     /// bug, answered as an empty object rather than a panic).
     pub fn object(&self) -> T {
-        serde_json::from_slice(&self.json).unwrap_or_default()
+        serde_json::from_slice(&self.json()).unwrap_or_default()
     }
 
     /// Its labels, parsed from its bytes (nothing else is).
@@ -255,18 +385,16 @@ impl<T: Object> Item<T> {
         struct Meta {
             metadata: Labels,
         }
-        serde_json::from_slice::<Meta>(&self.json)
+        serde_json::from_slice::<Meta>(&self.json())
             .map(|m| m.metadata.labels)
             .unwrap_or_default()
     }
 }
 
 /// `object`'s JSON with its resourceVersion set to `version`.
-fn encode<T: Object>(object: &mut T, version: ResourceVersion) -> Bytes {
+fn encode<T: Object>(object: &mut T, version: ResourceVersion) -> Vec<u8> {
     object.meta_mut().resource_version = Some(version.text());
-    // Kept for as long as the answer: without the spare capacity the writer grew (up to as
-    // much again as the bytes).
-    serde_json::to_vec(object).map_or_else(|_| Bytes::new(), |v| Bytes::from(v.into_boxed_slice()))
+    serde_json::to_vec(object).unwrap_or_default()
 }
 
 /// What happened to an object.
@@ -368,6 +496,7 @@ struct State<T: Object> {
     latest: ResourceVersion,
     watchers: Vec<Subscriber<T>>,
     next_watcher: u64,
+    shared: Shared,
 }
 
 /// The objects of one resource, their recent events and their watchers.
@@ -395,6 +524,7 @@ impl<T: Object> Hub<T> {
                 latest: compacted,
                 watchers: Vec::new(),
                 next_watcher: 0,
+                shared: Shared::default(),
             }),
             kept_events: kept_events.max(1),
         })
@@ -453,7 +583,13 @@ impl<T: Object> Hub<T> {
                 let last = previous.object();
                 Event {
                     kind: EventType::Deleted,
-                    item: Arc::new(Item::new(key, last, version, previous.source)),
+                    item: Arc::new(Item::new(
+                        key,
+                        last,
+                        version,
+                        previous.source,
+                        &mut state.shared,
+                    )),
                     previous: Some(previous),
                 }
             }
@@ -467,7 +603,7 @@ impl<T: Object> Hub<T> {
                     None => (Arc::new(key), None),
                 };
                 if let Some(previous) = &previous
-                    && encode(&mut object, previous.version) == previous.json
+                    && previous.json.is(&encode(&mut object, previous.version))
                 {
                     // The same answer: no event; it now comes from this input.
                     if previous.source != source {
@@ -482,7 +618,13 @@ impl<T: Object> Hub<T> {
                     }
                     return false;
                 }
-                let item = Arc::new(Item::new(key.clone(), object, self.clock.next(), source));
+                let item = Arc::new(Item::new(
+                    key.clone(),
+                    object,
+                    self.clock.next(),
+                    source,
+                    &mut state.shared,
+                ));
                 state.objects.insert(key, item.clone());
                 Event {
                     kind: if previous.is_some() {

@@ -217,7 +217,7 @@ impl FleetView {
         })?;
         Ok(run(Cost::Light, move || {
             let body = match (representation, &params.cve) {
-                (Representation::Json, None) => item.json.to_vec(),
+                (Representation::Json, None) => item.json(),
                 (_, cve) => {
                     let mut object = item.object();
                     object.cve = cve.as_deref().map(|c| this.exposure(&object, c, &arch));

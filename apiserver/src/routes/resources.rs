@@ -1208,7 +1208,7 @@ fn kept_summary(
 ) -> Answering {
     match representation {
         Representation::Json => {
-            Answering::Ready(Arc::new(Ready::answer(item.json.to_vec(), content::JSON)))
+            Answering::Ready(Arc::new(Ready::answer(item.json(), content::JSON)))
         }
         Representation::Table { .. } => {
             let object = item.object();

@@ -130,7 +130,7 @@ impl<T: Object> Writer<T> {
             return true;
         };
         let object = match &self.options.encoding {
-            Encoding::Json => item.json.clone(),
+            Encoding::Json => Bytes::from(item.json()),
             Encoding::Render(render) => Bytes::from(render(item, self.first)),
         };
         self.first = false;

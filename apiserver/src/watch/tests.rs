@@ -69,7 +69,7 @@ fn only_changed_answers_get_a_new_resource_version_and_an_event() {
         Some(x.version.text().as_str())
     );
     assert!(
-        String::from_utf8_lossy(&x.json)
+        String::from_utf8_lossy(&x.json())
             .contains(&format!("\"resourceVersion\":\"{}\"", x.version)),
         "the kept JSON carries the resourceVersion"
     );
@@ -264,7 +264,7 @@ fn an_answer_from_a_new_input_without_a_change_is_no_event_but_is_remembered() {
     assert!(!hub.set("a", "x", Some(from("11", "1"))));
     let now = hub.get("a", "x").unwrap_or_else(|| panic!("x"));
     assert_eq!(now.version, first.version, "no new resourceVersion");
-    assert_eq!(now.json, first.json);
+    assert_eq!(now.json(), first.json());
     assert_eq!(now.source, source_of(Some("uid-x"), Some("11")));
     assert_eq!(hub.latest(), first.version);
     // A changed answer from the next input is an event, served at the hub's resourceVersion.
@@ -310,4 +310,70 @@ fn a_sweep_puts_one_object_at_a_time_and_deletes_what_it_did_not_put() {
     assert!(hub.get("a", "y").is_some());
     assert_eq!(sweep.finish(), 2);
     assert!(hub.get("a", "y").is_none());
+}
+
+/// A machine answer on `current`, with a label keyed like the shared fields.
+fn machine(
+    name: &str,
+    current: &str,
+) -> elemental_changelog_apiservice::fleet::MachineInventoryChangelogSummary {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "changelog.elemental.cattle.io/v1beta1",
+        "kind": "MachineInventoryChangelogSummary",
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+            "labels": {"current": "x", "state": "\"y\",\"current\":"}},
+        "os": {"image": format!("registry/os:{current}")},
+        "current": {"name": current, "version": current, "channel": "c"},
+        "target": {"name": "v9", "version": "v9", "channel": "c", "source": "NewestInChannel"},
+        "state": "UpdatesAvailable",
+        "summary": {"advisories": 3, "byType": {"security": 3}, "cves": 2, "highestSeverity": "Important"},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn machines_keep_their_identity_and_share_the_rest() {
+    // (One kept event: kept events hold the answers they carry.)
+    let hub = Hub::with_kept_events(Arc::new(Clock::with_epoch(7)), 1);
+    hub.replace(
+        None,
+        vec![machine("a", "v1"), machine("b", "v1"), machine("c", "v2")],
+    );
+    let item = |name: &str| hub.get("ns", name).unwrap_or_else(|| panic!("{name}"));
+    let (a, b, c) = (item("a"), item("b"), item("c"));
+    for (it, name, current) in [(&a, "a", "v1"), (&b, "b", "v1"), (&c, "c", "v2")] {
+        // The parts put together are the answer as serde writes it.
+        let mut expected = machine(name, current);
+        expected.metadata.resource_version = Some(it.version.text());
+        assert_eq!(it.json(), serde_json::to_vec(&expected).unwrap_or_default());
+        assert_eq!(it.object(), expected);
+        let own = String::from_utf8_lossy(&it.json.own).into_owned();
+        assert!(own.starts_with("\"metadata\":{"), "{own}");
+        assert!(
+            own.ends_with(&format!("\"os\":{{\"image\":\"registry/os:{current}\"}}")),
+            "{own}"
+        );
+        assert!(it.json.after.starts_with(b",\"current\":"));
+    }
+    // Kept once: the kind for all, what follows the report for machines on the same version.
+    assert!(Arc::ptr_eq(&a.json.before, &c.json.before));
+    assert!(Arc::ptr_eq(&a.json.after, &b.json.after));
+    assert!(!Arc::ptr_eq(&a.json.after, &c.json.after));
+    // Still the same answer: no event.
+    assert_eq!(
+        hub.replace(
+            None,
+            vec![machine("a", "v1"), machine("b", "v1"), machine("c", "v2")]
+        ),
+        0
+    );
+    // A shared part no answer (nor kept event) holds is dropped once the table has grown.
+    for i in 0..200 {
+        hub.set("ns", "a", Some(machine("a", &format!("w{i}"))));
+    }
+    assert!(
+        hub.lock().shared.parts.len() < 140,
+        "{}",
+        hub.lock().shared.parts.len()
+    );
 }
