@@ -249,28 +249,14 @@ impl Live {
         for (arch, hub) in &self.machines {
             let events = if only_machines {
                 let (_, kept) = hub.list(None);
-                let changed: Vec<_> = machines
-                    .iter()
-                    .filter(|m| {
-                        let meta = &m.metadata;
-                        let source =
-                            source_of(meta.uid.as_deref(), meta.resource_version.as_deref());
-                        let key = (
-                            meta.namespace.as_deref().unwrap_or_default(),
-                            meta.name.as_deref().unwrap_or_default(),
-                        );
-                        hub.get(key.0, key.1)
-                            .is_none_or(|item| item.source != source)
-                    })
-                    .cloned()
-                    .collect();
+                let (changed, gone) = changed_and_gone(&machines, &kept);
                 let mut events = 0;
                 fleet.each_summary(&changed, arch, &mut |summary| {
                     let meta = &summary.metadata;
                     let (namespace, name) = (meta.namespace.clone(), meta.name.clone());
                     events += usize::from(hub.set(&namespace, &name, Some(summary)));
                 });
-                for (namespace, name) in gone(&kept, &machines) {
+                for (namespace, name) in gone {
                     events += usize::from(hub.set(&namespace, &name, None));
                 }
                 events
@@ -287,24 +273,36 @@ impl Live {
     }
 }
 
-/// The kept answers whose MachineInventory is not in `machines` (both by namespace and name).
-fn gone(
-    kept: &[Arc<Item<MachineInventoryChangelogSummary>>],
+/// The machines whose MachineInventory is not the one their kept answer was computed from
+/// ([`Item::source`]; new ones too), and the kept answers whose MachineInventory is gone (by
+/// namespace and name). Both lists are in namespace and name order (the reflector's store
+/// and the hub keep them so): one walk over both, no lookup, nothing copied but what changed.
+fn changed_and_gone(
     machines: &[Arc<crate::fleet::crd::MachineInventory>],
-) -> Vec<(String, String)> {
-    let present: std::collections::HashSet<(&str, &str)> = machines
-        .iter()
-        .map(|m| {
-            (
-                m.metadata.namespace.as_deref().unwrap_or_default(),
-                m.metadata.name.as_deref().unwrap_or_default(),
-            )
-        })
-        .collect();
-    kept.iter()
-        .filter(|item| !present.contains(&item.key()))
-        .map(|item| (item.namespace().to_owned(), item.name().to_owned()))
-        .collect()
+    kept: &[Arc<Item<MachineInventoryChangelogSummary>>],
+) -> (
+    Vec<Arc<crate::fleet::crd::MachineInventory>>,
+    Vec<(String, String)>,
+) {
+    let (mut changed, mut gone) = (Vec::new(), Vec::new());
+    let mut kept = kept.iter().peekable();
+    for machine in machines {
+        let meta = &machine.metadata;
+        let key = (
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        while let Some(item) = kept.next_if(|item| item.key() < key) {
+            gone.push((item.namespace().to_owned(), item.name().to_owned()));
+        }
+        let source = source_of(meta.uid.as_deref(), meta.resource_version.as_deref());
+        match kept.next_if(|item| item.key() == key) {
+            Some(item) if item.source == source => {}
+            _ => changed.push(machine.clone()),
+        }
+    }
+    gone.extend(kept.map(|item| (item.namespace().to_owned(), item.name().to_owned())));
+    (changed, gone)
 }
 
 /// Waits for the next change of any input, then [`MIN_INTERVAL`] ([`MIN_INTERVAL_LAST`]
@@ -381,4 +379,80 @@ pub fn write_list<T: Object>(
 /// Bytes of the kept answers `items` (what a list of them takes, about).
 pub fn kept_bytes<T: Object>(items: &[&Arc<Item<T>>]) -> usize {
     items.iter().map(|i| i.json_len() + 1).sum::<usize>() + 160
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::crd::MachineInventory;
+    use crate::watch::Clock;
+
+    fn machine(namespace: &str, name: &str, rv: &str) -> Arc<MachineInventory> {
+        let mut m = MachineInventory::new(name, Default::default());
+        m.metadata.namespace = Some(namespace.to_owned());
+        m.metadata.uid = Some(format!("uid-{namespace}-{name}"));
+        m.metadata.resource_version = Some(rv.to_owned());
+        Arc::new(m)
+    }
+
+    fn answer(m: &MachineInventory) -> MachineInventoryChangelogSummary {
+        let mut a = MachineInventoryChangelogSummary::new();
+        a.metadata.namespace = m.metadata.namespace.clone().unwrap_or_default();
+        a.metadata.name = m.metadata.name.clone().unwrap_or_default();
+        a.metadata.uid = m.metadata.uid.clone();
+        a.metadata.resource_version = m.metadata.resource_version.clone();
+        a
+    }
+
+    #[test]
+    fn one_walk_finds_changed_new_and_gone_machines() {
+        let hub = Hub::new(Arc::new(Clock::with_epoch(3)));
+        let before = [
+            machine("a", "m1", "1"),
+            machine("a", "m2", "1"),
+            machine("a", "m4", "1"),
+            machine("b", "m1", "1"),
+            machine("c", "m9", "1"),
+        ];
+        for m in &before {
+            let a = answer(m);
+            hub.set(
+                &a.metadata.namespace.clone(),
+                &a.metadata.name.clone(),
+                Some(a),
+            );
+        }
+        let (_, kept) = hub.list(None);
+        // m2 changed, m3 new, m4 and c/m9 gone, b/m1 and a/m1 unchanged, d/m1 new.
+        let now = [
+            machine("a", "m1", "1"),
+            machine("a", "m2", "2"),
+            machine("a", "m3", "1"),
+            machine("b", "m1", "1"),
+            machine("d", "m1", "1"),
+        ];
+        let (changed, gone) = changed_and_gone(&now, &kept);
+        let names: Vec<_> = changed
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}/{}",
+                    m.metadata.namespace.as_deref().unwrap_or_default(),
+                    m.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        assert_eq!(names, ["a/m2", "a/m3", "d/m1"]);
+        assert_eq!(
+            gone,
+            [
+                ("a".to_owned(), "m4".to_owned()),
+                ("c".to_owned(), "m9".to_owned())
+            ]
+        );
+        // Nothing kept: every machine is new.
+        assert_eq!(changed_and_gone(&now, &[]).0.len(), now.len());
+        // No machine: every kept answer is gone.
+        assert_eq!(changed_and_gone(&[], &kept).1.len(), kept.len());
+    }
 }
