@@ -469,11 +469,25 @@ async fn new_version_rounds(
             !message.contains("fault proxy") && !message.contains(&next_digest),
             "{name}: the registry's words or the unread digest leaked: {message}"
         );
-        let summary = requests.summary(&new).await?;
-        ensure!(
-            summary["reason"] == "FetchFailed" && summary["available"] == false,
-            "{name}: summary of {new}: {summary}"
-        );
+        // The operator creates the version, then marks the channel synced: a read of the image
+        // that failed between the two is FetchFailed until the server sees the mark, then
+        // NotFetched again until the next read fails too. So the summary may still be
+        // NotFetched once; it must come to FetchFailed, and never say anything else.
+        let (summary, _) = poll(
+            &format!("{name}: the summary of {new} says FetchFailed"),
+            SERVED,
+            POLL,
+            async || {
+                let summary = requests.summary(&new).await?;
+                Ok(match summary["reason"].as_str() {
+                    Some("NotFetched") if summary["available"] == false => None,
+                    Some("FetchFailed") if summary["available"] == false => Some(Ok(())),
+                    _ => Some(Err(format!("{name}: summary of {new}: {summary}"))),
+                })
+            },
+        )
+        .await?;
+        summary.map_err(anyhow::Error::msg)?;
         let answered = requests.still_served(data, digest).await?;
         proxy.set(Fault::Pass);
         let recovered = requests.wait_served(&next, &new, &next_digest).await?;
