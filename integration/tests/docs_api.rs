@@ -368,9 +368,12 @@ async fn checks(
         })
         .collect();
     channel.sync(&entries).await?;
+    // A CVE the newest version's changelog (against the one before it) fixes.
     let cve = stable
         .versions
         .iter()
+        .rev()
+        .take(1)
         .flat_map(|v| stable.advisories(&v.name))
         .flat_map(|a| a.cves.clone())
         .next()
