@@ -339,12 +339,12 @@ async fn api_md_list_and_watch_examples_are_what_the_server_sends() -> Result<()
     bed.finish(result)
 }
 
-async fn checks(
+/// A channel of three versions fixing a CVE, and a machine on the oldest; the CVE, and
+/// kube-apiserver's `resourceVersion` of each ManagedOSVersion and MachineInventory by name.
+async fn set_up(
     bed: &TestBed,
     registry: &Registry,
-    doc: &Document,
-    examples: &[Example],
-) -> Result<()> {
+) -> Result<(String, std::collections::BTreeMap<String, String>)> {
     let stable = Listing::generate("stable", 1, 1..=3);
     image::push(
         registry,
@@ -403,7 +403,13 @@ async fn checks(
         },
     )
     .await?;
-    // kube-apiserver's resourceVersion of each object, by name.
+    Ok((cve, kube_resource_versions(bed).await?))
+}
+
+/// kube-apiserver's `resourceVersion` of each ManagedOSVersion and MachineInventory, by name.
+async fn kube_resource_versions(
+    bed: &TestBed,
+) -> Result<std::collections::BTreeMap<String, String>> {
     let mut objects = std::collections::BTreeMap::new();
     for kind in ["managedosversions", "machineinventories"] {
         let (_, list) = bed
@@ -422,6 +428,16 @@ async fn checks(
         }
     }
 
+    Ok(objects)
+}
+
+async fn checks(
+    bed: &TestBed,
+    registry: &Registry,
+    doc: &Document,
+    examples: &[Example],
+) -> Result<()> {
+    let (cve, objects) = set_up(bed, registry).await?;
     let mut all = Vec::new();
     let mut sent = Vec::new();
     for example in examples {

@@ -506,7 +506,14 @@ fn rbac_problems(
             install.path
         ));
     }
-    // api.md: the viewer's table and the fleet view's, then the viewer's example.
+    problems.extend(api_rbac_problems(api, roles)?);
+    Ok(problems)
+}
+
+/// api.md's `| to | rule |` tables (the viewer's, then the fleet view's) and its ClusterRole
+/// example against `roles`.
+fn api_rbac_problems(api: &Document, roles: &BTreeMap<String, Grants>) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
     let expected = [
         (
             "elemental-changelog-viewer",

@@ -651,44 +651,15 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
             let value = invalid(key)
                 .with_context(|| format!("{template}: no invalid value known for {key}"))?;
             let query: String = form_urlencoded_pair(key, &value);
-            let watch = match key {
-                "watch" => "timeoutSeconds=1&",
-                "timeoutSeconds" => "watch=true&",
-                "resourceVersion"
-                | "resourceVersionMatch"
-                | "sendInitialEvents"
-                | "allowWatchBookmarks" => "watch=true&timeoutSeconds=1&",
-                _ => "",
-            };
+            let watch = watch_prefix(key);
             let url = format!("{}{path}?{watch}{query}", bed.apiserver_url());
             let response = http.get(&url).send().await?;
             let status = response.status().as_u16();
             let text = response.text().await?;
-            let first: Value = text
-                .lines()
-                .next()
-                .and_then(|l| serde_json::from_str(l).ok())
-                .unwrap_or(Value::Null);
-            match key {
-                // A watch: a stream of events (none, or bookmarks, within its second).
-                "watch" => ensure!(
-                    status == 200
-                        && text.lines().all(|l| serde_json::from_str::<Value>(l)
-                            .is_ok_and(|e| e["type"].is_string())),
-                    "{template}?{watch}{key}={value}: {status} {text}"
-                ),
-                "resourceVersion" => ensure!(
-                    status == 200
-                        && first["type"] == "ERROR"
-                        && first["object"]["code"] == 410
-                        && first["object"]["message"] == "invalid resource version",
-                    "{template}?{watch}{key}={value}: {status} {text}"
-                ),
-                _ => ensure!(
-                    status == 400 && first["kind"] == "Status",
-                    "{template}?{watch}{key}={value}: {status} {text}"
-                ),
-            }
+            ensure!(
+                refused_as_documented(key, status, &text),
+                "{template}?{watch}{key}={value}: {status} {text}"
+            );
             checked += 1;
         }
         if template.starts_with(API) && template != &format!("{API}/") {
@@ -705,6 +676,45 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
     // (3), a ManagedOSImage's plan (1).
     ensure!(checked == 56, "{checked} query parameters declared");
     Ok(())
+}
+
+/// What a parameter is sent with: a watch option on a watch that ends within a second.
+fn watch_prefix(key: &str) -> &'static str {
+    match key {
+        "watch" => "timeoutSeconds=1&",
+        "timeoutSeconds" => "watch=true&",
+        "resourceVersion"
+        | "resourceVersionMatch"
+        | "sendInitialEvents"
+        | "allowWatchBookmarks" => "watch=true&timeoutSeconds=1&",
+        _ => "",
+    }
+}
+
+/// Whether the answer to an invalid value of `key` is what api.md says: a 400 `Status`; for
+/// `watch`, a stream of events (none, or bookmarks, within its second); for
+/// `resourceVersion`, a watch whose one event is a `410 Expired`.
+fn refused_as_documented(key: &str, status: u16, text: &str) -> bool {
+    let first: Value = text
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    match key {
+        "watch" => {
+            status == 200
+                && text
+                    .lines()
+                    .all(|l| serde_json::from_str::<Value>(l).is_ok_and(|e| e["type"].is_string()))
+        }
+        "resourceVersion" => {
+            status == 200
+                && first["type"] == "ERROR"
+                && first["object"]["code"] == 410
+                && first["object"]["message"] == "invalid resource version"
+        }
+        _ => status == 400 && first["kind"] == "Status",
+    }
 }
 
 fn form_urlencoded_pair(key: &str, value: &str) -> String {
