@@ -4,6 +4,7 @@
 //!
 //! This API is read-only: any verb but GET (and HEAD) is a 405.
 
+pub mod deadline;
 pub mod fleet;
 pub mod metrics;
 pub mod ready;
@@ -35,12 +36,13 @@ use elemental_changelog_auth::{
 };
 
 use self::{
+    deadline::SlotRefused,
     metrics::{ServingLimit, ServingMetrics},
     ready::Ready,
     resources::{Answer, Answering, Cost, Job},
 };
 use crate::{
-    access_log::{AccessLog, Entry, Requester},
+    access_log::{AccessLogger, Entry, Requester},
     health::{self, Health},
     live::Answers,
     metrics::Registry,
@@ -83,8 +85,8 @@ pub struct App {
     pub watches: Arc<watch::WatchSlots>,
     /// Deadline of one request: `--request-timeout`.
     pub request_timeout: Duration,
-    /// Which requests are logged: `--access-log`.
-    pub access_log: AccessLog,
+    /// Which requests are logged (`--access-log`), refusals rate-limited per source.
+    pub access_log: Arc<AccessLogger>,
 }
 
 /// The response type of every handler.
@@ -281,14 +283,14 @@ impl App {
             self.metrics.request_refused(ServingLimit::Inflight);
             return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
         };
-        match tokio::time::timeout(
+        match deadline::within(
             self.request_timeout,
             self.respond(info, headers, peer, requester),
         )
         .await
         {
-            Ok(response) => response,
-            Err(_) => {
+            Some(response) => response,
+            None => {
                 self.metrics.request_refused(ServingLimit::Timeout);
                 status(&StatusError::timeout(
                     "request did not complete within the allotted timeout",
@@ -491,7 +493,7 @@ impl App {
             }
             Job::Run(job) => match self.off_the_reactor(render.cost, job).await? {
                 Answer::Ready(ready) => self.send(ready, headers).await,
-                Answer::Fresh(response) => Ok(response),
+                Answer::Fresh(ready) => Ok(ready.respond(headers)),
             },
         }
     }
@@ -521,13 +523,19 @@ impl App {
     ) -> Result<T, StatusError> {
         let permit = match cost {
             Cost::Light => None,
-            Cost::Heavy => {
-                let Ok(permit) = self.compute.clone().acquire_owned().await else {
+            Cost::Heavy => match deadline::compute_slot(self.compute.clone()).await {
+                Ok(permit) => Some(permit),
+                Err(refused) => {
                     self.metrics.request_refused(ServingLimit::ComputeQueue);
-                    return Err(StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
-                };
-                Some(permit)
-            }
+                    return Err(match refused {
+                        SlotRefused::Deadline => StatusError::timeout(
+                            "request did not complete within the allotted timeout",
+                            None,
+                        ),
+                        SlotRefused::Closed => StatusError::too_many_requests(RETRY_AFTER_TOO_MANY),
+                    });
+                }
+            },
         };
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
