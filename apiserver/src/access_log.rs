@@ -125,12 +125,15 @@ impl AccessLogger {
         if is_refusal(entry.code) && !self.admit(Source::of(entry.addr)) {
             return false;
         }
+        // Escaped for either format; the verb and path as strings (quoted in text).
+        let verb = escape::field(entry.verb, MAX_PATH_BYTES);
+        let path = escape::field(entry.path, MAX_PATH_BYTES);
         info!(
             user = %escape::field(&entry.requester.user, MAX_USER_BYTES),
             groups = entry.requester.groups,
             proxied = entry.requester.proxied,
-            verb = %escape::field(entry.verb, MAX_PATH_BYTES),
-            path = %escape::field(entry.path, MAX_PATH_BYTES),
+            verb = verb.as_ref(),
+            path = path.as_ref(),
             code = entry.code,
             bytes = entry.bytes,
             micros = u64::try_from(entry.latency.as_micros()).unwrap_or(u64::MAX),

@@ -617,7 +617,14 @@ async fn redirect_not_allowed(
     )
     .await?;
     channel.sync(&data.entries()).await?;
-    let status = wait_status(bed, FLEET_NAMESPACE, &data.newest()?.name, 503, "FetchFailed").await?;
+    let status = wait_status(
+        bed,
+        FLEET_NAMESPACE,
+        &data.newest()?.name,
+        503,
+        "FetchFailed",
+    )
+    .await?;
     ensure!(
         status["message"]
             .as_str()

@@ -7,7 +7,7 @@ use std::{collections::HashMap, fmt, net::IpAddr};
 use tokio::time::Instant;
 
 /// Lines one source may write at once.
-pub const BURST: u32 = 10;
+pub const BURST: u32 = 50;
 /// Lines one source may write a second after its burst.
 pub const PER_SECOND: u32 = 1;
 /// Sources tracked one by one; refusals from further ones share one bucket ([`Source::Others`]).
