@@ -36,7 +36,6 @@ use elemental_changelog_auth::{
 };
 
 use self::{
-    deadline::SlotRefused,
     metrics::{ServingLimit, ServingMetrics},
     ready::Ready,
     resources::{Answer, Answering, Cost, Job},
@@ -523,19 +522,7 @@ impl App {
     ) -> Result<T, StatusError> {
         let permit = match cost {
             Cost::Light => None,
-            Cost::Heavy => match deadline::compute_slot(self.compute.clone()).await {
-                Ok(permit) => Some(permit),
-                Err(refused) => {
-                    self.metrics.request_refused(ServingLimit::ComputeQueue);
-                    return Err(match refused {
-                        SlotRefused::Deadline => StatusError::timeout(
-                            "request did not complete within the allotted timeout",
-                            None,
-                        ),
-                        SlotRefused::Closed => StatusError::too_many_requests(RETRY_AFTER_TOO_MANY),
-                    });
-                }
-            },
+            Cost::Heavy => Some(deadline::request_slot(self.compute.clone(), &self.metrics).await?),
         };
         tokio::task::spawn_blocking(move || {
             let _permit = permit;

@@ -5,9 +5,15 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
+use elemental_changelog_apiservice::status::StatusError;
 use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore},
     time::Instant,
+};
+
+use super::{
+    RETRY_AFTER_TOO_MANY,
+    metrics::{ServingLimit, ServingMetrics},
 };
 
 tokio::task_local! {
@@ -44,6 +50,24 @@ pub async fn compute_slot(slots: Arc<Semaphore>) -> Result<OwnedSemaphorePermit,
         Err(_) => acquire.await,
     };
     acquired.map_err(|_| SlotRefused::Closed)
+}
+
+/// A compute slot for a request: waited for until its deadline. A wait that outlasts it is a
+/// 504 `Timeout` counted as `refused_total{limit="compute_queue"}`; closed slots a 429,
+/// counted the same.
+pub async fn request_slot(
+    slots: Arc<Semaphore>,
+    metrics: &ServingMetrics,
+) -> Result<OwnedSemaphorePermit, StatusError> {
+    compute_slot(slots).await.map_err(|refused| {
+        metrics.request_refused(ServingLimit::ComputeQueue);
+        match refused {
+            SlotRefused::Deadline => {
+                StatusError::timeout("request did not complete within the allotted timeout", None)
+            }
+            SlotRefused::Closed => StatusError::too_many_requests(RETRY_AFTER_TOO_MANY),
+        }
+    })
 }
 
 #[cfg(test)]

@@ -40,3 +40,30 @@ async fn without_a_request_the_wait_has_no_deadline() {
     slots.close();
     assert_eq!(compute_slot(slots).await.err(), Some(SlotRefused::Closed));
 }
+
+/// What operations.md says `refused_total{limit="compute_queue"}` counts: a request whose wait
+/// for a compute slot outlasted its deadline, answered 504 `Timeout`; nothing else counted.
+#[tokio::test(start_paused = true)]
+async fn a_request_past_its_deadline_for_a_slot_is_counted_as_compute_queue() {
+    let registry = crate::metrics::Registry::default();
+    let metrics: Arc<ServingMetrics> = registry.register();
+    let slots = Arc::new(Semaphore::new(1));
+    let held = slots.clone().acquire_owned().await;
+    let answer = within(
+        Duration::from_secs(60),
+        request_slot(slots.clone(), &metrics),
+    )
+    .await;
+    let error = answer
+        .expect("the request's own timeout fired first")
+        .expect_err("a slot was had");
+    assert_eq!(error.code(), 504);
+    let text = String::from_utf8(registry.encode()).unwrap_or_default();
+    assert!(
+        text.contains(r#"elemental_changelog_refused_total{limit="compute_queue"} 1"#),
+        "{text}"
+    );
+    assert!(!text.contains(r#"limit="request_timeout""#), "{text}");
+    drop(held);
+    assert!(request_slot(slots, &metrics).await.is_ok());
+}
