@@ -5,12 +5,29 @@
 //! Requests proxied by kube-apiserver are in its audit log too; requests made to this
 //! server's port directly (a Pod, a port-forward) are only here. So refusals (401, 403, 429)
 //! are logged at `info` by default, and every request with `--access-log=all`.
+//!
+//! The log is bounded whatever a client sends: refusals are rate-limited per source address
+//! ([`limiter`]: a burst, then one line a second), those left out are counted and told in a
+//! summary line (`N more refusals from X`) every [`SUMMARY_PERIOD`]; every text field is
+//! escaped and cut ([`escape`]), so a line is short and one line, in either log format.
 
-use std::time::Duration;
+pub mod escape;
+pub mod limiter;
+
+use std::{sync::Mutex, time::Duration};
 
 use clap::ValueEnum;
 use elemental_changelog_auth::{Authentication, authn::UserInfo};
 use tracing::info;
+
+use self::limiter::{Limiter, Source};
+
+/// How often the refusals left out are told, per source.
+pub const SUMMARY_PERIOD: Duration = Duration::from_secs(10);
+/// Longest path written, in bytes (longer ones are cut and marked with their length).
+pub const MAX_PATH_BYTES: usize = 256;
+/// Longest user name written, in bytes.
+pub const MAX_USER_BYTES: usize = 256;
 
 /// Which requests the access log records (`--access-log`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -80,19 +97,43 @@ impl AccessLog {
             Self::Off => false,
         }
     }
+}
 
-    /// Records `entry` when [`Self::records`] its code: one `info` line, target
-    /// `elemental_changelog_apiserver::access_log`, message `access`. Returns whether it did.
-    pub fn record(self, entry: &Entry<'_>) -> bool {
-        if !self.records(entry.code) {
+/// The access log: which requests it records, and the refusals' rate limit.
+#[derive(Debug)]
+pub struct AccessLogger {
+    mode: AccessLog,
+    limiter: Mutex<Limiter>,
+}
+
+impl AccessLogger {
+    /// A log recording what `mode` says.
+    pub fn new(mode: AccessLog) -> Self {
+        Self {
+            mode,
+            limiter: Mutex::new(Limiter::default()),
+        }
+    }
+
+    /// Records `entry` when [`AccessLog::records`] its code and, for a refusal, its source is
+    /// within its rate: one `info` line, target `elemental_changelog_apiserver::access_log`,
+    /// message `access`. Returns whether it did.
+    pub fn record(&self, entry: &Entry<'_>) -> bool {
+        if !self.mode.records(entry.code) {
             return false;
         }
+        if is_refusal(entry.code) && !self.admit(Source::of(entry.addr)) {
+            return false;
+        }
+        // Escaped for either format; the verb and path as strings (quoted in text).
+        let verb = escape::field(entry.verb, MAX_PATH_BYTES);
+        let path = escape::field(entry.path, MAX_PATH_BYTES);
         info!(
-            user = %entry.requester.user,
+            user = %escape::field(&entry.requester.user, MAX_USER_BYTES),
             groups = entry.requester.groups,
             proxied = entry.requester.proxied,
-            verb = entry.verb,
-            path = entry.path,
+            verb = verb.as_ref(),
+            path = path.as_ref(),
             code = entry.code,
             bytes = entry.bytes,
             micros = u64::try_from(entry.latency.as_micros()).unwrap_or(u64::MAX),
@@ -101,38 +142,41 @@ impl AccessLog {
         );
         true
     }
+
+    fn admit(&self, source: Source) -> bool {
+        let mut limiter = self
+            .limiter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        limiter.admit(source, tokio::time::Instant::now())
+    }
+
+    /// The refusals left out since the last call, by source (each source once), and forgets
+    /// the sources that are quiet again.
+    pub fn left_out(&self) -> Vec<(Source, u64)> {
+        self.limiter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(tokio::time::Instant::now())
+    }
+
+    /// Every [`SUMMARY_PERIOD`], one line per source whose refusals were left out:
+    /// `access: N more refusals from X`. Never completes.
+    pub async fn summarize(&self) {
+        let mut tick = tokio::time::interval(SUMMARY_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for (source, refusals) in self.left_out() {
+                info!(
+                    %source,
+                    refusals,
+                    "access: {refusals} more refusals from {source}"
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refusals_are_recorded_by_default_and_the_rest_with_all() {
-        assert_eq!(AccessLog::default(), AccessLog::Refusals);
-        for code in [401, 403, 429] {
-            assert!(AccessLog::Refusals.records(code), "{code}");
-            assert!(AccessLog::All.records(code), "{code}");
-            assert!(!AccessLog::Off.records(code), "{code}");
-        }
-        for code in [200, 304, 400, 404, 405, 500, 503, 504] {
-            assert!(!AccessLog::Refusals.records(code), "{code}");
-            assert!(AccessLog::All.records(code), "{code}");
-            assert!(!AccessLog::Off.records(code), "{code}");
-        }
-    }
-
-    #[test]
-    fn the_front_proxy_is_told_apart() {
-        let user = UserInfo {
-            name: "alice".to_owned(),
-            groups: vec!["a".to_owned(), "system:authenticated".to_owned()],
-            ..UserInfo::default()
-        };
-        let proxied = Requester::new(&user, Authentication::RequestHeader);
-        assert!(proxied.proxied && proxied.groups == 2 && proxied.user == "alice");
-        for direct in [Authentication::Token, Authentication::X509] {
-            assert!(!Requester::new(&user, direct).proxied);
-        }
-    }
-}
+mod tests;

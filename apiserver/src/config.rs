@@ -198,3 +198,28 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub authz: elemental_changelog_auth::authz::AuthzArgs,
 }
+
+/// Where the elemental-operator keeps its channels: the namespace registry credentials that
+/// name none are granted to by default when every namespace is watched.
+pub const OPERATOR_NAMESPACE: &str = "fleet-default";
+
+impl ServeArgs {
+    /// The registry flags, with the namespaces granted the credentials that name none
+    /// resolved: `--registry-credential-namespace` when given, else the watched namespaces
+    /// (`--namespace`), else [`OPERATOR_NAMESPACE`]. Never every namespace unless `*` says so.
+    pub fn registry_args(&self) -> elemental_changelog_registry::RegistryArgs {
+        let mut registry = self.registry.clone();
+        let named = |names: &[String]| names.iter().any(|n| !n.trim().is_empty());
+        if !named(&registry.registry_credential_namespaces) {
+            registry.registry_credential_namespaces = if named(&self.namespaces) {
+                self.namespaces.clone()
+            } else {
+                vec![OPERATOR_NAMESPACE.to_owned()]
+            };
+        }
+        registry
+    }
+}
+
+#[cfg(test)]
+mod tests;

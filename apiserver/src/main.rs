@@ -6,6 +6,7 @@ use std::{path::Path, process::ExitCode, sync::Arc};
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use elemental_changelog_apiserver::{
+    access_log::AccessLogger,
     cache::Cache,
     channels::{
         self, RefreshSettings,
@@ -26,7 +27,7 @@ use elemental_changelog_apiserver::{
 };
 use elemental_changelog_auth::{authn::Authenticator, authz::Authorizer};
 use elemental_changelog_certs::{serving, tls};
-use elemental_changelog_registry::{ReloadingFetcher, reload};
+use elemental_changelog_registry::{Fetcher, ReloadingFetcher, reload};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Semaphore;
 use tracing::{error, info, warn};
@@ -72,9 +73,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
 
     let fetcher = Arc::new(ReloadingFetcher::new(
-        args.registry.clone(),
+        args.registry_args(),
         channels::CHANNEL_FILES,
     )?);
+    log_credential_grants(&fetcher.current());
     let registry_run = reload_registry_settings(fetcher.clone());
     let cache = Arc::new(Cache::default());
     let (channel_stores, channels_run) = channels::start(
@@ -148,6 +150,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let defaults_run = async move {
         futures::future::select(Box::pin(defaults), Box::pin(live_run)).await;
     };
+    let access_log = app.access_log.clone();
+    let access_log_run = async move { access_log.summarize().await };
     let server = server::serve(listener, tls_config, app, shutdown, &args.serving);
     let loops = Loops {
         channels_run,
@@ -155,6 +159,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         certs_run,
         registry_run,
         defaults_run,
+        access_log_run,
     };
     supervise(server, loops).await
 }
@@ -193,7 +198,7 @@ fn app(
             args.serving.max_compute_concurrency,
         ))),
         request_timeout: args.serving.request_timeout,
-        access_log: args.access_log,
+        access_log: Arc::new(AccessLogger::new(args.access_log)),
     })
 }
 
@@ -242,9 +247,9 @@ fn auth(
 
 /// Runs the server and the loops that keep its inputs current until the server
 /// stops; a loop that stops first is an error.
-async fn supervise<C, A, T, R, D>(
+async fn supervise<C, A, T, R, D, L>(
     server: impl Future<Output = ()>,
-    loops: Loops<C, A, T, R, D>,
+    loops: Loops<C, A, T, R, D, L>,
 ) -> Result<()>
 where
     C: Future<Output = ()>,
@@ -252,6 +257,7 @@ where
     T: Future<Output = ()>,
     R: Future<Output = ()>,
     D: Future<Output = ()>,
+    L: Future<Output = ()>,
 {
     let Loops {
         channels_run,
@@ -259,6 +265,7 @@ where
         certs_run,
         registry_run,
         defaults_run,
+        access_log_run,
     } = loops;
     tokio::select! {
         () = server => {
@@ -276,11 +283,12 @@ where
         () = certs_run => anyhow::bail!("the serving certificate reloader stopped"),
         () = registry_run => anyhow::bail!("the registry settings reloader stopped"),
         () = defaults_run => anyhow::bail!("the renderer of default answers stopped"),
+        () = access_log_run => anyhow::bail!("the access log's summaries stopped"),
     }
 }
 
 /// The loops that run next to the server for as long as it serves.
-struct Loops<C, A, T, R, D> {
+struct Loops<C, A, T, R, D, L> {
     /// Reflectors and channel workers.
     channels_run: C,
     /// The authentication configuration watch.
@@ -291,6 +299,8 @@ struct Loops<C, A, T, R, D> {
     registry_run: R,
     /// The renderer of default answers.
     defaults_run: D,
+    /// The access log's summaries of the refusals it left out.
+    access_log_run: L,
 }
 
 /// `--default-arch` must be one of `--architecture`.
@@ -424,12 +434,22 @@ async fn reload_registry_settings(fetcher: Arc<ReloadingFetcher>) {
     loop {
         tick.tick().await;
         match fetcher.reload() {
-            Ok(true) => info!("registry credentials or CA bundle changed: reloaded"),
+            Ok(true) => {
+                info!("registry credentials or CA bundle changed: reloaded");
+                log_credential_grants(&fetcher.current());
+            }
             Ok(false) => {}
             Err(error) => {
                 warn!(error = %telemetry::error_chain(&error), "registry settings changed but are unusable; keeping the current ones");
             }
         }
+    }
+}
+
+/// One line per registry credential: the namespaces whose channels may send it.
+fn log_credential_grants(fetcher: &Fetcher) {
+    for (registry, grant) in fetcher.config().credentials.grants() {
+        info!(registry, granted_to = %grant, "registry credential granted to {grant}");
     }
 }
 

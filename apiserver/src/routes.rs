@@ -4,6 +4,7 @@
 //!
 //! This API is read-only: any verb but GET (and HEAD) is a 405.
 
+pub mod deadline;
 pub mod fleet;
 pub mod list;
 pub mod metrics;
@@ -41,7 +42,7 @@ use self::{
     resources::{Answer, Answering, Cost, Job},
 };
 use crate::{
-    access_log::{AccessLog, Entry, Requester},
+    access_log::{AccessLogger, Entry, Requester},
     health::{self, Health},
     metrics::Registry,
     projectors::Resource as Kept,
@@ -84,8 +85,8 @@ pub struct App {
     pub watches: Arc<watch::WatchSlots>,
     /// Deadline of one request: `--request-timeout`.
     pub request_timeout: Duration,
-    /// Which requests are logged: `--access-log`.
-    pub access_log: AccessLog,
+    /// Which requests are logged (`--access-log`), refusals rate-limited per source.
+    pub access_log: Arc<AccessLogger>,
 }
 
 /// The response type of every handler.
@@ -282,14 +283,14 @@ impl App {
             self.metrics.request_refused(ServingLimit::Inflight);
             return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
         };
-        match tokio::time::timeout(
+        match deadline::within(
             self.request_timeout,
             self.respond(info, headers, peer, requester),
         )
         .await
         {
-            Ok(response) => response,
-            Err(_) => {
+            Some(response) => response,
+            None => {
                 self.metrics.request_refused(ServingLimit::Timeout);
                 status(&StatusError::timeout(
                     "request did not complete within the allotted timeout",
@@ -492,7 +493,7 @@ impl App {
             }
             Job::Run(job) => match self.off_the_reactor(render.cost, job).await? {
                 Answer::Ready(ready) => self.send(ready, headers).await,
-                Answer::Fresh(response) => Ok(response),
+                Answer::Fresh(ready) => Ok(ready.respond(headers)),
             },
         }
     }
@@ -522,13 +523,7 @@ impl App {
     ) -> Result<T, StatusError> {
         let permit = match cost {
             Cost::Light => None,
-            Cost::Heavy => {
-                let Ok(permit) = self.compute.clone().acquire_owned().await else {
-                    self.metrics.request_refused(ServingLimit::ComputeQueue);
-                    return Err(StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
-                };
-                Some(permit)
-            }
+            Cost::Heavy => Some(deadline::request_slot(self.compute.clone(), &self.metrics).await?),
         };
         tokio::task::spawn_blocking(move || {
             let _permit = permit;

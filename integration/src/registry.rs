@@ -41,6 +41,14 @@ pub struct RegistryOptions {
     pub tls: bool,
     /// Require basic auth with this user name and password (htpasswd, bcrypt).
     pub basic_auth: Option<(String, String)>,
+    /// Answer blob requests with a redirect to this base URL (`http://host:port`) followed by
+    /// the blob's storage path (`/docker/registry/v2/blobs/sha256/ab/ab…/data`): the
+    /// registry's `redirect` storage middleware, as registries that serve blobs from object
+    /// storage do.
+    pub blob_redirect: Option<String>,
+    /// Require Bearer tokens from this realm (the registry's `token` auth; it never issues a
+    /// token itself, so without a token server at the realm no pull gets through).
+    pub token_realm: Option<String>,
 }
 
 /// Material of a TLS registry.
@@ -71,6 +79,7 @@ impl Registry {
         Self::start(RegistryOptions {
             tls: true,
             basic_auth: Some((user.to_owned(), password.to_owned())),
+            ..RegistryOptions::default()
         })
         .await
     }
@@ -139,6 +148,22 @@ impl Registry {
                 "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}\n",
                 root.join("htpasswd").display()
             ));
+        } else if let Some(realm) = &options.token_realm {
+            let key = rcgen::KeyPair::generate()?;
+            let signer = rcgen::CertificateParams::new(vec!["token-signer".to_owned()])?
+                .self_signed(&key)?;
+            fs::write(root.join("token-signer.pem"), signer.pem())?;
+            config.push_str(&format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: test-registry\n    \
+                 issuer: test-issuer\n    rootcertbundle: {}\n",
+                root.join("token-signer.pem").display()
+            ));
+        }
+        if let Some(base) = &options.blob_redirect {
+            config.push_str(&format!(
+                "middleware:\n  storage:\n    - name: redirect\n      options:\n        \
+                 baseurl: {base}\n"
+            ));
         }
         let config_path = root.join("config.yml");
         fs::write(&config_path, config)?;
@@ -173,7 +198,7 @@ impl Registry {
             }
             if let Ok(response) = client.get(&url).send().await {
                 let status = response.status().as_u16();
-                if status == 200 || (status == 401 && self.basic_auth.is_some()) {
+                if status == 200 || status == 401 {
                     return Ok(());
                 }
             }
@@ -322,6 +347,17 @@ impl Registry {
             response.status()
         );
         Ok(())
+    }
+
+    /// The path of a blob in the registry's storage, as its `redirect` middleware appends it
+    /// to [`RegistryOptions::blob_redirect`].
+    pub fn blob_storage_path(digest: &str) -> Result<String> {
+        let (algorithm, hex) = digest.split_once(':').context("digest without algorithm")?;
+        ensure!(hex.len() > 2, "short digest {digest}");
+        Ok(format!(
+            "/docker/registry/v2/blobs/{algorithm}/{}/{hex}/data",
+            &hex[..2]
+        ))
     }
 
     /// Where the registry stores a blob's bytes.

@@ -13,6 +13,7 @@
 use std::path::Path;
 
 use anyhow::{Context as _, Result, ensure};
+use elemental_changelog_apiserver::access_log::limiter::{BURST, PER_SECOND};
 use elemental_changelog_apiservice::types::{Advisory, AdvisoryPackage, Reference, Severity};
 use elemental_changelog_integration::availability::AvailabilityWatch;
 use elemental_changelog_integration::fixtures::expect_status;
@@ -92,6 +93,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     client_certificates_authenticate_as_cn_and_o(bed).await?;
     invalid_credentials_are_refused(bed).await?;
     refusals_are_in_the_access_log(bed)?;
+    an_anonymous_flood_leaves_the_log_bounded(bed).await?;
     service_account_tokens_are_reviewed(bed).await?;
     metrics_require_authorization(bed).await?;
     phases.done("direct authentication and /metrics");
@@ -754,6 +756,81 @@ fn refusals_are_in_the_access_log(bed: &TestBed) -> Result<()> {
         "only refusals are logged by default:\n{}",
         access.join("\n")
     );
+    Ok(())
+}
+
+/// How long the anonymous flood lasts.
+const FLOOD: std::time::Duration = std::time::Duration::from_secs(5);
+/// Clients of the flood, each sending one request after the other.
+const FLOODERS: usize = 16;
+/// The flood's path: longer than the access log writes.
+const FLOOD_PATH_BYTES: usize = 8_000;
+
+/// Issue 32: anonymous requests on the server's own port as fast as 16 clients can send
+/// them for 5 s, each a 403 after a SubjectAccessReview with an 8,000-byte path: the access
+/// log writes what is left of that source's burst, then one line a second, each path cut to 256
+/// bytes; the rest is told in a summary line. The log's growth per second is printed (the
+/// figure in docs/reliability.md) and bounded: without the rate limit it is megabytes.
+async fn an_anonymous_flood_leaves_the_log_bounded(bed: &TestBed) -> Result<()> {
+    let log_path = bed.server_log()?;
+    let before = std::fs::metadata(&log_path)?.len();
+    let path = format!("/apis/{}", "a".repeat(FLOOD_PATH_BYTES - 6));
+    let url = format!("{}{path}", bed.server_url()?);
+    let http = bed.server_http(None)?;
+    let started = std::time::Instant::now();
+    let flooders = (0..FLOODERS).map(|_| {
+        let (http, url) = (http.clone(), url.clone());
+        tokio::spawn(async move {
+            let mut sent = 0u64;
+            while started.elapsed() < FLOOD {
+                let response = http.get(&url).send().await?;
+                ensure!(response.status() == 403, "anonymous: {}", response.status());
+                sent += 1;
+            }
+            anyhow::Ok(sent)
+        })
+    });
+    let mut sent = 0;
+    for flooder in futures::future::join_all(flooders).await {
+        sent += flooder??;
+    }
+    let took = started.elapsed();
+    let grown = std::fs::metadata(&log_path)?.len() - before;
+    let log = std::fs::read_to_string(&log_path)?;
+    let cut_mark = format!("…({FLOOD_PATH_BYTES} bytes)");
+    let lines = log.lines().filter(|l| l.contains(&cut_mark)).count();
+    let seconds = took.as_secs_f64();
+    eprintln!(
+        "anonymous flood: {sent} requests in {seconds:.1} s ({:.0}/s), {lines} access lines, \
+         log grew {grown} bytes ({:.0} bytes/s)",
+        sent as f64 / seconds,
+        grown as f64 / seconds
+    );
+    // The limiter's burst and its lines a second, rounded up.
+    let allowed = (BURST + PER_SECOND * (took.as_secs() as u32 + 1)) as usize;
+    ensure!(
+        lines <= allowed && lines > 0,
+        "{lines} access lines for {sent} refusals in {took:?} (at most {allowed})"
+    );
+    ensure!(
+        grown < 64 << 10,
+        "the log grew {grown} bytes in {took:?} for {sent} refusals"
+    );
+    ensure!(
+        log.lines()
+            .filter(|l| l.contains(&cut_mark))
+            .all(|l| l.len() < 1024 && l.contains(&format!("path=\"/apis/{}", "a".repeat(250)))),
+        "an access line was not cut"
+    );
+    let summary = soon("the summary of the refusals left out", async || {
+        let log = std::fs::read_to_string(&log_path)?;
+        Ok(log
+            .lines()
+            .find(|l| l.contains("more refusals from 127.0.0.1"))
+            .map(str::to_owned))
+    })
+    .await?;
+    eprintln!("summary: {summary}");
     Ok(())
 }
 

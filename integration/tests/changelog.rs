@@ -15,7 +15,7 @@ use elemental_changelog_integration::{
     generated::Listing,
     image::{self, Compression, Format, Image, Layer},
     paths::changelog_path,
-    registry::Registry,
+    registry::{Registry, RegistryOptions},
     testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, elemental::version_resource},
     timing::Phases,
     wait::{POLL, SOON, poll},
@@ -159,6 +159,14 @@ async fn wait_log(bed: &TestBed, needles: &[&str]) -> Result<String> {
 async fn changelogs_from_channel_images() -> Result<()> {
     let registry = Registry::start_plain().await?;
     let secure = Registry::start_tls_auth("elemental", "changelog-e2e-password").await?;
+    // Issue 32: an allowed registry that redirects its blobs to a host that is not.
+    let storage = std::net::TcpListener::bind("127.0.0.1:0")?;
+    storage.set_nonblocking(true)?;
+    let redirecting = Registry::start(RegistryOptions {
+        blob_redirect: Some(format!("http://{}", storage.local_addr()?)),
+        ..RegistryOptions::default()
+    })
+    .await?;
     let mut phases = Phases::start();
     let mut bed = TestBed::start(TestBedOptions {
         namespaces: vec![FLEET_NAMESPACE.to_owned(), TEAM_NAMESPACE.to_owned()],
@@ -170,10 +178,15 @@ async fn changelogs_from_channel_images() -> Result<()> {
     let mut extra: Vec<&str> = secure_flags.iter().map(String::as_str).collect();
     // Small enough that the bomb below is stopped quickly in a debug build.
     extra.extend(["--max-uncompressed-size", "64MiB"]);
-    // Issue 26: the secure registry's credential is for fleet-default's channels only, and
-    // only the test's two registries may be read.
-    extra.extend(["--registry-credential-namespace", FLEET_NAMESPACE]);
-    let allowed = [registry.host().to_owned(), secure.host().to_owned()];
+    // Issues 26 and 32: the secure registry's credential names no namespace and no flag
+    // grants it, so it serves fleet-default's channels only, the default (the server watches
+    // every namespace); only the test's two registries may be read.
+    let allowed = [
+        registry.host().to_owned(),
+        secure.host().to_owned(),
+        redirecting.host().to_owned(),
+    ];
+    extra.extend(["--insecure-registry", redirecting.host()]);
     for host in &allowed {
         extra.extend(["--allowed-registry", host]);
     }
@@ -190,6 +203,8 @@ async fn changelogs_from_channel_images() -> Result<()> {
         phases.done("multi-arch");
         json_channel_and_tls_registry(&bed, &secure).await?;
         phases.done("json channel and TLS registry");
+        redirect_not_allowed(&bed, &redirecting, &storage).await?;
+        phases.done("redirect to a host not allowed");
         resync_and_retained(&bed, &registry, &mut stable).await?;
         phases.done("re-sync and retained versions");
         broken_images(&bed, &registry).await?;
@@ -532,6 +547,16 @@ async fn credentials_stay_in_their_namespace(
     )
     .await?;
     eprintln!("scoped credential: {line}");
+    // The start said so (issue 32).
+    let line = wait_log(
+        bed,
+        &[
+            "registry credential granted to namespaces fleet-default",
+            secure.host(),
+        ],
+    )
+    .await?;
+    eprintln!("granted at start: {line}");
     // fleet-default's channel, on the same image, is served throughout.
     let (served, _) = wait_changelog(bed, FLEET_NAMESPACE, newest, "", |_| true).await?;
     data.check(&served, newest)?;
@@ -565,6 +590,54 @@ async fn credentials_stay_in_their_namespace(
     ensure!(
         elsewhere.accept().map_err(|e| e.kind()).err() == Some(std::io::ErrorKind::WouldBlock),
         "the server connected to a registry that is not allowed"
+    );
+    Ok(())
+}
+
+/// Issue 32: a channel on an allowed registry that redirects its blobs to a host that is not
+/// allowed: 503 `FetchFailed` naming the kind `registry_not_allowed`, counted, logged with the
+/// redirect's target; the target saw no connection.
+async fn redirect_not_allowed(
+    bed: &TestBed,
+    redirecting: &Registry,
+    storage: &std::net::TcpListener,
+) -> Result<()> {
+    let data = Listing::generate("redirected", 7, [1]);
+    image::push(
+        redirecting,
+        "elemental/redirected:v1",
+        &data.image(Format::Oci, Compression::Gzip, "amd64"),
+    )
+    .await?;
+    let mut channel = OperatorChannel::custom(
+        &bed.client(),
+        FLEET_NAMESPACE,
+        "redirected",
+        &redirecting.image("elemental/redirected:v1"),
+    )
+    .await?;
+    channel.sync(&data.entries()).await?;
+    let status = wait_status(
+        bed,
+        FLEET_NAMESPACE,
+        &data.newest()?.name,
+        503,
+        "FetchFailed",
+    )
+    .await?;
+    ensure!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("(registry_not_allowed)")),
+        "{status}"
+    );
+    wait_metric(bed, FETCHES, &[("result", "registry_not_allowed")], 2.0).await?;
+    let storage_host = storage.local_addr()?.to_string();
+    let line = wait_log(bed, &["redirect to http://", &storage_host, "refused"]).await?;
+    eprintln!("redirect refused: {line}");
+    ensure!(
+        storage.accept().map_err(|e| e.kind()).err() == Some(std::io::ErrorKind::WouldBlock),
+        "the server followed a redirect to a host that is not allowed"
     );
     Ok(())
 }

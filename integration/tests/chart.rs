@@ -520,6 +520,11 @@ async fn rancher_chart_lints_and_renders() -> Result<()> {
         let flag = format!("--namespace={}", namespace.trim());
         ensure!(args.contains(&flag.as_str()), "{flag} not in {args:?}");
     }
+    let watched: Vec<String> = string(&rancher_values["server"]["namespaces"], "namespaces")?
+        .split(',')
+        .map(|n| n.trim().to_owned())
+        .collect();
+    credentials_granted_narrowly(&render, &watched).await?;
     ensure!(
         pod["tolerations"]
             .as_sequence()
@@ -862,6 +867,43 @@ async fn pods_and_peers_are_narrow(
             == Some("cattle-system"),
         "{extension:?}"
     );
+    Ok(())
+}
+
+/// The `--registry-credential-namespace` flags of the Deployment `render` gives with `extra`.
+async fn credential_namespaces(
+    render: &impl AsyncFn(&[&str]) -> Result<Vec<Value>>,
+    extra: &[&str],
+) -> Result<Vec<String>> {
+    let docs = render(extra).await?;
+    let deployment = find(&docs, "Deployment", SERVICE_NAME)?;
+    Ok(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter_map(|arg| arg.strip_prefix("--registry-credential-namespace="))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// Issue 32: credentials that name no namespace go to the watched namespaces, else to
+/// `fleet-default` only; every namespace only when asked for.
+async fn credentials_granted_narrowly(
+    render: &impl AsyncFn(&[&str]) -> Result<Vec<Value>>,
+    watched: &[String],
+) -> Result<()> {
+    let secret = ["--set", "registry.configSecret=registry-credentials"];
+    let granted = credential_namespaces(render, &secret).await?;
+    ensure!(granted == watched, "{granted:?}, watched {watched:?}");
+    let all = [&secret[..], &["--set", "server.namespaces="]].concat();
+    let granted = credential_namespaces(render, &all).await?;
+    ensure!(granted == ["fleet-default"], "{granted:?}");
+    let wide = [&all[..], &["--set", "registry.credentialNamespaces={*}"]].concat();
+    let granted = credential_namespaces(render, &wide).await?;
+    ensure!(granted == ["*"], "{granted:?}");
     Ok(())
 }
 

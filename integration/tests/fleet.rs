@@ -57,6 +57,41 @@ async fn wait_machine(
     .await
 }
 
+/// GETs `path` through the aggregator as admin: an `ETag`, `Cache-Control: no-cache, private`
+/// and `Vary: Accept, Accept-Encoding`, and a 304 without a body to `If-None-Match` naming it.
+async fn validated(bed: &TestBed, path: &str) -> Result<()> {
+    let url = format!("{}{path}", bed.apiserver_url());
+    let http = bed.apiserver_http(Some(&bed.pki().admin))?;
+    let answer = http.get(&url).send().await?;
+    ensure!(answer.status() == 200, "{path}: {}", answer.status());
+    let header = |name: &str| {
+        answer
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let etag = header("etag").with_context(|| format!("{path}: no ETag"))?;
+    ensure!(
+        header("cache-control").as_deref() == Some("no-cache, private"),
+        "{path}: Cache-Control {:?}",
+        header("cache-control")
+    );
+    ensure!(
+        header("vary").as_deref() == Some("Accept, Accept-Encoding"),
+        "{path}: Vary {:?}",
+        header("vary")
+    );
+    let conditional = http.get(&url).header("if-none-match", &etag).send().await?;
+    ensure!(
+        conditional.status() == 304,
+        "{path}: If-None-Match {etag}: {}",
+        conditional.status()
+    );
+    ensure!(conditional.bytes().await?.is_empty());
+    Ok(())
+}
+
 fn entries(data: &Listing, os: &str) -> Vec<VersionEntry> {
     data.entries()
         .into_iter()
@@ -621,6 +656,19 @@ spec:
         )))
         .await?;
     ensure!(status == 404, "missing ManagedOSImage: {status}");
+    // Issue 32: one machine and a plan carry the validators api.md promises every answer.
+    validated(
+        bed,
+        &api(&format!(
+            "/namespaces/{LOCAL}/managedosimages/pin/changelog"
+        )),
+    )
+    .await?;
+    validated(
+        bed,
+        &api(&format!("/namespaces/{LOCAL}/machineinventories/l-pinned")),
+    )
+    .await?;
     eprintln!("machine changelogs and plans: ok");
 
     // Tables through kubectl.

@@ -12,7 +12,7 @@ use elemental_changelog_apiservice::Arch;
 use elemental_changelog_integration::{
     hostile::{self, Answer, HostileRegistry},
     image::{self, Compression, Format, Image, Layer},
-    registry::Registry,
+    registry::{Registry, RegistryOptions},
 };
 use elemental_changelog_registry::{
     Digest, FetchConfig, FetchError, FetchErrorKind, FetchLimits, Fetched, Fetcher, ImageRef,
@@ -989,8 +989,8 @@ fn scoped_config(path: &std::path::Path, namespaces: &[&str]) -> Result<PathBuf>
     Ok(scoped)
 }
 
-/// Issue 26: a credential is sent only for the namespaces it is granted to (its entry's
-/// `"namespaces"`, else `--registry-credential-namespace`); a pull for another namespace goes
+/// Issues 26 and 32: a credential is sent only for the namespaces it is granted to (its entry's
+/// `"namespaces"`, else `--registry-credential-namespace`, else none); a pull for another namespace goes
 /// anonymously, and the TLS + htpasswd registry refuses it with an `auth` error that names the
 /// namespace and the registry, nothing else. `--allowed-registry` refuses other registries
 /// before connecting to them.
@@ -1059,8 +1059,27 @@ async fn credentials_are_scoped_by_namespace_and_registries_allowed() -> Result<
     refused_for_other(&fetcher).await;
     assert!(fetcher.fetch(&image, "amd64", None, granted).await.is_ok());
 
-    // Neither: any namespace.
+    // Neither (issue 32): no namespace. The operator's own commands (`PullFor::Anyone`) may
+    // still use it.
     let fetcher = Fetcher::new(args(Some(config.clone()), ca.clone()).to_config(CHANNEL_FILES)?)?;
+    refused_for_other(&fetcher).await;
+    expect_err(
+        fetcher.fetch(&image, "amd64", None, granted).await,
+        FetchErrorKind::Auth,
+    );
+    assert!(
+        fetcher
+            .fetch(&image, "amd64", None, PullFor::Anyone)
+            .await
+            .is_ok()
+    );
+    // A wider grant is explicit: `*`, in the entry or in the flag.
+    let wide = scoped_config(&config, &["*"])?;
+    let fetcher = Fetcher::new(args(Some(wide), ca.clone()).to_config(CHANNEL_FILES)?)?;
+    assert!(fetcher.fetch(&image, "amd64", None, other).await.is_ok());
+    let mut every = args(Some(config.clone()), ca.clone());
+    every.registry_credential_namespaces = vec!["*".to_owned()];
+    let fetcher = Fetcher::new(every.to_config(CHANNEL_FILES)?)?;
     assert!(fetcher.fetch(&image, "amd64", None, other).await.is_ok());
 
     // An empty list is a mistake, said at load.
@@ -1075,6 +1094,7 @@ async fn credentials_are_scoped_by_namespace_and_registries_allowed() -> Result<
 
     // Allowed registries: the registry itself may be read; another is never connected to.
     let mut allowed = args(Some(config), ca);
+    allowed.registry_credential_namespaces = vec!["fleet-default".to_owned()];
     allowed.allowed_registries = vec![registry.host().to_owned()];
     let fetcher = Fetcher::new(allowed.to_config(CHANNEL_FILES)?)?;
     assert!(fetcher.fetch(&image, "amd64", None, granted).await.is_ok());
@@ -1090,6 +1110,189 @@ async fn credentials_are_scoped_by_namespace_and_registries_allowed() -> Result<
         elsewhere.accept().map_err(|e| e.kind()).err(),
         Some(std::io::ErrorKind::WouldBlock),
         "the server connected to a registry that is not allowed"
+    );
+    Ok(())
+}
+
+/// A listener that must see no connection: nothing accepts, so a connection waits in its
+/// backlog, where [`Silent::reached`] finds it.
+struct Silent(std::net::TcpListener);
+
+impl Silent {
+    fn bind() -> Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        Ok(Self(listener))
+    }
+
+    fn host(&self) -> Result<String> {
+        Ok(self.0.local_addr()?.to_string())
+    }
+
+    /// Whether anything connected since the last call.
+    fn reached(&self) -> bool {
+        self.0.accept().is_ok()
+    }
+}
+
+/// Settings for `registry` (plain or TLS with its credentials) with `allowed` registries and a
+/// short read timeout, so that a hop that is taken fails soon.
+fn hop_config(registry: &Registry, allowed: &[&str]) -> Result<FetchConfig> {
+    let mut args = RegistryArgs {
+        registry_config: match registry.basic_auth() {
+            Some((user, password)) => Some(registry.write_docker_config(user, password)?),
+            None => None,
+        },
+        registry_ca_file: registry.ca_file().map(PathBuf::from),
+        allowed_registries: allowed.iter().map(|host| (*host).to_owned()).collect(),
+        registry_read_timeout: Duration::from_secs(2),
+        ..RegistryArgs::default()
+    };
+    if !registry.is_tls() {
+        args.insecure_registries = vec![registry.host().to_owned()];
+    }
+    Ok(args.to_config(CHANNEL_FILES)?)
+}
+
+/// A hop refused: kind `registry_not_allowed`, the chain naming the hop, its target and why.
+async fn refused_hop(fetcher: &Fetcher, image: &str, hop: &str, why: &str) -> Result<()> {
+    let error = expect_err(
+        fetcher
+            .fetch(&img(image), "amd64", None, PullFor::Anyone)
+            .await,
+        FetchErrorKind::RegistryNotAllowed,
+    );
+    assert!(
+        matches!(error, FetchError::HopNotAllowed { .. }),
+        "{error:?}"
+    );
+    let chain = elemental_changelog_apiserver::telemetry::error_chain(&error);
+    assert!(chain.contains(hop) && chain.contains(why), "{chain}");
+    Ok(())
+}
+
+/// Issue 32: a registry that redirects blobs (the real registry's `redirect` storage
+/// middleware) is followed only to a host on `--allowed-registry`, and never from HTTPS to
+/// plain HTTP; a registry whose token realm points elsewhere has its realm refused. Each
+/// refused target is a listener that must see no connection, and does see one without the
+/// allow-list, so the test fails when the check is removed.
+#[tokio::test]
+async fn redirects_and_token_realms_reach_only_allowed_hosts() -> Result<()> {
+    let image = channel_image(Format::Oci, Compression::Gzip);
+    // Blobs redirected to a host outside the allow-list.
+    let storage = Silent::bind()?;
+    let redirecting = Registry::start(RegistryOptions {
+        blob_redirect: Some(format!("http://{}", storage.host()?)),
+        ..RegistryOptions::default()
+    })
+    .await?;
+    let pushed = image::push(&redirecting, "channel:v1", &image).await?;
+    let reference = redirecting.image("channel:v1");
+    let fetcher = Fetcher::new(hop_config(&redirecting, &[redirecting.host()])?)?;
+    refused_hop(
+        &fetcher,
+        &reference,
+        "redirect to http://",
+        "not an allowed registry",
+    )
+    .await?;
+    assert!(!storage.reached(), "a redirect reached a host not allowed");
+    let open = Fetcher::new(hop_config(&redirecting, &[])?)?;
+    assert!(
+        open.fetch(&img(&reference), "amd64", None, PullFor::Anyone)
+            .await
+            .is_err()
+    );
+    assert!(
+        storage.reached(),
+        "the registry did not redirect: the test proves nothing"
+    );
+
+    // The same redirect to an allowed host that serves the blobs: followed.
+    let serving = HostileRegistry::start().await?;
+    for digest in &pushed.layer_digests {
+        serving.route(
+            &Registry::blob_storage_path(digest)?,
+            Answer::Ok {
+                content_type: "application/octet-stream".to_owned(),
+                body: std::fs::read(redirecting.blob_path(digest)?)?,
+            },
+        );
+    }
+    let to_serving = Registry::start(RegistryOptions {
+        blob_redirect: Some(format!("http://{}", serving.host())),
+        ..RegistryOptions::default()
+    })
+    .await?;
+    image::push(&to_serving, "channel:v1", &image).await?;
+    let serving_host = serving.host();
+    let both = [to_serving.host(), serving_host.as_str()];
+    let fetched = Fetcher::new(hop_config(&to_serving, &both)?)?
+        .fetch(
+            &img(&to_serving.image("channel:v1")),
+            "amd64",
+            None,
+            PullFor::Anyone,
+        )
+        .await?;
+    assert_eq!(fetched.file("channel.json"), Some(CHANNEL));
+    assert!(
+        serving.bytes_sent() > 0,
+        "the blobs did not come from the redirect"
+    );
+
+    // From the TLS + htpasswd registry to plain HTTP on an allowed host that is not an
+    // --insecure-registry: refused.
+    let plain_storage = Silent::bind()?;
+    let secure = Registry::start(RegistryOptions {
+        tls: true,
+        basic_auth: Some(("puller".to_owned(), "s3cret".to_owned())),
+        blob_redirect: Some(format!("http://{}", plain_storage.host()?)),
+        ..RegistryOptions::default()
+    })
+    .await?;
+    image::push(&secure, "private/channel:v1", &image).await?;
+    let storage_host = plain_storage.host()?;
+    let fetcher = Fetcher::new(hop_config(&secure, &[secure.host(), &storage_host])?)?;
+    let reference = secure.image("private/channel:v1");
+    refused_hop(
+        &fetcher,
+        &reference,
+        "redirect to http://",
+        "--insecure-registry",
+    )
+    .await?;
+    assert!(!plain_storage.reached(), "HTTPS was left for plain HTTP");
+
+    // A token realm outside the allow-list: never asked.
+    let token_server = Silent::bind()?;
+    let tokened = Registry::start(RegistryOptions {
+        token_realm: Some(format!("http://{}/token", token_server.host()?)),
+        ..RegistryOptions::default()
+    })
+    .await?;
+    let reference = tokened.image("channel:v1");
+    let fetcher = Fetcher::new(hop_config(&tokened, &[tokened.host()])?)?;
+    refused_hop(
+        &fetcher,
+        &reference,
+        "token realm to http://",
+        "not an allowed registry",
+    )
+    .await?;
+    assert!(
+        !token_server.reached(),
+        "a token realm not allowed was asked"
+    );
+    let open = Fetcher::new(hop_config(&tokened, &[])?)?;
+    assert!(
+        open.fetch(&img(&reference), "amd64", None, PullFor::Anyone)
+            .await
+            .is_err()
+    );
+    assert!(
+        token_server.reached(),
+        "the registry named no realm: the test proves nothing"
     );
     Ok(())
 }

@@ -10,9 +10,10 @@
 //! a bounded amount of memory and time. Blobs are streamed by the caller
 //! (see `stream`), which applies the image limits.
 //!
-//! Token realms on another host than the registry are logged; credentials
-//! are sent to a realm only over HTTPS (or to a registry configured as plain
-//! HTTP).
+//! Every redirect and token realm is checked before it is followed (see
+//! [`crate::hop`]). Token realms on another host than the registry are
+//! logged; credentials are sent to a realm only over HTTPS (or to a registry
+//! configured as plain HTTP).
 
 use std::{
     collections::HashMap,
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 use crate::{
     config::{Access, Credential, FetchConfig, PullFor},
     digest::Hasher,
+    hop::{Hop, HopRefused, Hops, host_port, refused_redirect, without_query},
 };
 
 /// Largest manifest or index read (the OCI distribution spec asks registries
@@ -166,6 +168,9 @@ pub enum RegistryError {
         /// The realm as given.
         realm: String,
     },
+    /// A redirect or token realm to a host the pull may not reach: nothing was sent there.
+    #[error(transparent)]
+    Hop(HopRefused),
     /// A 200 to a digest query without a usable `Docker-Content-Digest`.
     #[error("{url} sent no content digest")]
     NoDigest {
@@ -259,6 +264,7 @@ type TokenKey = (String, String, Access);
 pub struct RegistryClient {
     http: reqwest::Client,
     config: FetchConfig,
+    hops: Hops,
     limits: ResponseLimits,
     /// By registry, repository and the credential the token was asked for with: a token
     /// got with a credential is never used by a pull that may not send it.
@@ -286,7 +292,9 @@ impl RegistryClient {
     /// A client with the fetcher's TLS settings and timeouts. A rustls
     /// `CryptoProvider` must be installed as the process default first.
     pub fn new(config: FetchConfig, limits: ResponseLimits) -> Result<Self, RegistryError> {
+        let hops = Hops::new(&config);
         let mut builder = reqwest::Client::builder()
+            .redirect(hops.clone().redirect_policy())
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.read_timeout)
             .user_agent(concat!("elemental-changelog/", env!("CARGO_PKG_VERSION")));
@@ -304,6 +312,7 @@ impl RegistryClient {
         Ok(Self {
             http,
             config,
+            hops,
             limits,
             tokens: Mutex::new(HashMap::new()),
         })
@@ -437,10 +446,7 @@ impl RegistryClient {
                     url: url.to_owned(),
                     after: self.config.read_timeout,
                 })?
-                .map_err(|source| RegistryError::Transport {
-                    url: url.to_owned(),
-                    source: Arc::new(source),
-                })?;
+                .map_err(|source| transport(url, source))?;
             if response.status() == StatusCode::UNAUTHORIZED && !challenged {
                 challenged = true;
                 let challenge = response
@@ -499,6 +505,9 @@ impl RegistryClient {
             .ok_or_else(|| RegistryError::Realm {
                 realm: shorten(realm),
             })?;
+        self.hops
+            .check(Hop::TokenRealm, self.scheme(registry), &parsed)
+            .map_err(RegistryError::Hop)?;
         let realm_host = host_port(&parsed);
         let registry_host = registry.to_ascii_lowercase();
         if realm_host != registry_host {
@@ -534,10 +543,7 @@ impl RegistryClient {
                 url: realm_url.clone(),
                 after: self.config.read_timeout,
             })?
-            .map_err(|source| RegistryError::Transport {
-                url: realm_url.clone(),
-                source: Arc::new(source),
-            })?;
+            .map_err(|source| transport(&realm_url, source))?;
         if !response.status().is_success() {
             return Err(self.status_error(response, &realm_url).await);
         }
@@ -674,21 +680,16 @@ fn content_digest(response: &reqwest::Response) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn host_port(url: &reqwest::Url) -> String {
-    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-    match url.port() {
-        Some(port) => format!("{host}:{port}"),
-        None => host,
+/// A failed request as [`RegistryError::Transport`], or [`RegistryError::Hop`] when a
+/// redirect was refused.
+fn transport(url: &str, source: reqwest::Error) -> RegistryError {
+    match refused_redirect(&source) {
+        Some(refused) => RegistryError::Hop(refused),
+        None => RegistryError::Transport {
+            url: url.to_owned(),
+            source: Arc::new(source),
+        },
     }
-}
-
-fn without_query(url: &reqwest::Url) -> String {
-    let mut url = url.clone();
-    url.set_query(None);
-    url.set_fragment(None);
-    let _ = url.set_password(None);
-    let _ = url.set_username("");
-    url.to_string()
 }
 
 /// At most [`MAX_MESSAGE_CHARS`] characters, control characters replaced.

@@ -24,8 +24,9 @@ pub struct RegistryArgs {
     #[arg(long, env = "ELEMENTAL_CHANGELOG_REGISTRY_CA_FILE")]
     pub registry_ca_file: Option<PathBuf>,
     /// Namespaces whose channels may use a credential of `--registry-config` that names none
-    /// itself (its entry's `"namespaces"`); repeat or separate with commas. Empty: any
-    /// namespace. A channel elsewhere pulls anonymously.
+    /// itself (its entry's `"namespaces"`); repeat or separate with commas; `*`: every
+    /// namespace. A channel elsewhere pulls anonymously. Default: the watched namespaces
+    /// (`--namespace`), or `fleet-default` when every namespace is watched.
     #[arg(
         long = "registry-credential-namespace",
         env = "ELEMENTAL_CHANGELOG_REGISTRY_CREDENTIAL_NAMESPACES",
@@ -324,21 +325,78 @@ impl fmt::Debug for Credential {
     }
 }
 
+/// The namespaces whose pulls may send a credential.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// Every namespace: `"*"`, an explicit choice.
+    Any,
+    /// These namespaces only (sorted, without duplicates); none: no namespace's pull, only
+    /// [`PullFor::Anyone`].
+    Namespaces(Vec<String>),
+}
+
+impl Default for Grant {
+    /// No namespace.
+    fn default() -> Self {
+        Self::Namespaces(Vec::new())
+    }
+}
+
+impl Grant {
+    /// The grant a list of namespaces names: `*` among them is every namespace; blank
+    /// entries are skipped.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Self {
+        let mut namespaces: Vec<String> = names
+            .iter()
+            .map(|n| n.as_ref().trim())
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if namespaces.iter().any(|n| n == "*") {
+            return Self::Any;
+        }
+        namespaces.sort();
+        namespaces.dedup();
+        Self::Namespaces(namespaces)
+    }
+
+    /// Whether a pull for `pull_for` may send the credential.
+    pub fn allows(&self, pull_for: PullFor<'_>) -> bool {
+        match (self, pull_for) {
+            (_, PullFor::Anyone) | (Self::Any, _) => true,
+            (Self::Namespaces(names), PullFor::Namespace(namespace)) => {
+                names.iter().any(|n| n == namespace)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Any => f.write_str("every namespace"),
+            Self::Namespaces(names) if names.is_empty() => f.write_str("no namespace"),
+            Self::Namespaces(names) => write!(f, "namespaces {}", names.join(", ")),
+        }
+    }
+}
+
 /// A credential and the namespaces whose pulls may send it.
 #[derive(Clone, Debug)]
 struct Scoped {
     credential: Arc<Credential>,
-    /// The entry's own `"namespaces"`; `None`: the default namespaces.
-    namespaces: Option<Vec<String>>,
+    /// The entry's own `"namespaces"`; `None`: the default grant.
+    grant: Option<Grant>,
 }
 
 /// Credentials by registry host, from a Docker config JSON, each for the namespaces its entry
-/// names (`"namespaces": [...]`, this server's addition to the format) or, when it names none,
-/// the default ones ([`RegistryCredentials::with_default_namespaces`]; none: any namespace).
+/// names (`"namespaces": [...]`, this server's addition to the format; `["*"]`: every
+/// namespace) or, when it names none, the default ones
+/// ([`RegistryCredentials::with_default_namespaces`]; none: no namespace).
 #[derive(Clone, Debug, Default)]
 pub struct RegistryCredentials {
     by_registry: HashMap<String, Scoped>,
-    default_namespaces: Vec<String>,
+    default_grant: Grant,
 }
 
 #[derive(Deserialize)]
@@ -424,25 +482,37 @@ impl RegistryCredentials {
                 registry_host(&key),
                 Scoped {
                     credential: Arc::new(credential),
-                    namespaces: auth.namespaces,
+                    grant: auth.namespaces.as_deref().map(Grant::from_names),
                 },
             );
         }
         Ok(Self {
             by_registry,
-            default_namespaces: Vec::new(),
+            default_grant: Grant::default(),
         })
     }
 
-    /// These credentials, those that name no namespaces granted to `namespaces` (none: any
-    /// namespace).
+    /// These credentials, those that name no namespaces granted to `namespaces` (`*`: every
+    /// namespace; none: no namespace).
     pub fn with_default_namespaces(mut self, namespaces: &[String]) -> Self {
-        self.default_namespaces = namespaces
-            .iter()
-            .map(|n| n.trim().to_owned())
-            .filter(|n| !n.is_empty())
-            .collect();
+        self.default_grant = Grant::from_names(namespaces);
         self
+    }
+
+    /// Each registry that has a credential (`host[:port]`, sorted) and the namespaces whose
+    /// pulls may send it.
+    pub fn grants(&self) -> Vec<(&str, &Grant)> {
+        let mut grants: Vec<(&str, &Grant)> = self
+            .by_registry
+            .iter()
+            .map(|(registry, scoped)| (registry.as_str(), self.grant_of(scoped)))
+            .collect();
+        grants.sort_by_key(|(registry, _)| *registry);
+        grants
+    }
+
+    fn grant_of<'a>(&'a self, scoped: &'a Scoped) -> &'a Grant {
+        scoped.grant.as_ref().unwrap_or(&self.default_grant)
     }
 
     /// Adds (or replaces) the credential of one registry (`host[:port]`), for the default
@@ -452,7 +522,7 @@ impl RegistryCredentials {
             registry_host(registry),
             Scoped {
                 credential: Arc::new(credential),
-                namespaces: None,
+                grant: None,
             },
         );
     }
@@ -469,17 +539,9 @@ impl RegistryCredentials {
     /// none, or when it is not granted to that namespace.
     pub fn for_pull(&self, registry: &str, pull_for: PullFor<'_>) -> Option<&Credential> {
         let scoped = self.by_registry.get(&registry_host(registry))?;
-        let granted = match pull_for {
-            PullFor::Anyone => true,
-            PullFor::Namespace(namespace) => {
-                let namespaces = scoped
-                    .namespaces
-                    .as_deref()
-                    .unwrap_or(&self.default_namespaces);
-                namespaces.is_empty() || namespaces.iter().any(|n| n == namespace)
-            }
-        };
-        granted.then_some(scoped.credential.as_ref())
+        self.grant_of(scoped)
+            .allows(pull_for)
+            .then_some(scoped.credential.as_ref())
     }
 
     /// Whether `registry` has a credential that `pull_for` may not send.
@@ -503,7 +565,7 @@ impl RegistryCredentials {
 
 /// Reduces a Docker config key or a reference's registry to `host[:port]`,
 /// lower-cased, with Docker Hub's names folded into `index.docker.io`.
-fn registry_host(key: &str) -> String {
+pub(crate) fn registry_host(key: &str) -> String {
     let key = key.trim();
     let key = key
         .strip_prefix("https://")
@@ -635,6 +697,44 @@ mod tests {
             RegistryCredentials::from_docker_config(br#"{"auths":{"r":{"username":"u"}}}"#),
             Err(CredentialsError::MissingCredentials { .. })
         ));
+    }
+
+    /// An entry without `"namespaces"` gets the default grant, which is no namespace until
+    /// one is named; `*` is every namespace; `PullFor::Anyone` may use every credential.
+    #[test]
+    fn credentials_are_narrow_by_default() {
+        let json = br#"{"auths":{
+            "plain.example":{"auth":"dTpw"},
+            "wide.example":{"auth":"dTpw","namespaces":["*"]},
+            "team.example":{"auth":"dTpw","namespaces":["team-b"," team-a","team-b"]}
+        }}"#;
+        let team = PullFor::Namespace("team-a");
+        let fleet = PullFor::Namespace("fleet-default");
+        let creds = RegistryCredentials::from_docker_config(json).unwrap();
+        assert!(creds.for_pull("plain.example", fleet).is_none());
+        assert!(creds.for_pull("plain.example", PullFor::Anyone).is_some());
+        assert!(creds.for_pull("wide.example", fleet).is_some());
+        assert!(creds.for_pull("team.example", team).is_some());
+        assert!(creds.for_pull("team.example", fleet).is_none());
+        assert_eq!(
+            creds
+                .grants()
+                .iter()
+                .map(|(registry, grant)| format!("{registry}: {grant}"))
+                .collect::<Vec<_>>(),
+            [
+                "plain.example: no namespace",
+                "team.example: namespaces team-a, team-b",
+                "wide.example: every namespace",
+            ]
+        );
+        let creds = creds.with_default_namespaces(&["fleet-default".to_owned()]);
+        assert!(creds.for_pull("plain.example", fleet).is_some());
+        assert!(creds.for_pull("plain.example", team).is_none());
+        assert!(creds.for_pull("team.example", fleet).is_none());
+        let creds = creds.with_default_namespaces(&["*".to_owned(), "x".to_owned()]);
+        assert!(creds.for_pull("plain.example", team).is_some());
+        assert_eq!(creds.grants()[0].1, &Grant::Any);
     }
 
     #[test]

@@ -60,6 +60,17 @@ pub enum FetchError {
         /// `host[:port]`.
         registry: String,
     },
+    /// The registry sent the pull on (a redirect, a token realm) to a host outside
+    /// `--allowed-registry`, or from HTTPS to plain HTTP on a host that is not an
+    /// `--insecure-registry`: nothing was sent there.
+    #[error("registry {registry} sent the pull to a host it may not reach")]
+    HopNotAllowed {
+        /// `host[:port]`.
+        registry: String,
+        /// The hop refused.
+        #[source]
+        source: Arc<RegistryError>,
+    },
     /// The registry has no such repository, tag, manifest or blob.
     #[error("{reference} not found")]
     NotFound {
@@ -187,7 +198,7 @@ pub enum FetchErrorKind {
     InvalidReference,
     /// [`FetchError::Auth`] and [`FetchError::CredentialNotGranted`].
     Auth,
-    /// [`FetchError::RegistryNotAllowed`].
+    /// [`FetchError::RegistryNotAllowed`] and [`FetchError::HopNotAllowed`].
     RegistryNotAllowed,
     /// [`FetchError::NotFound`].
     NotFound,
@@ -238,7 +249,10 @@ impl FetchErrorKind {
         let what = match self {
             Self::InvalidReference => "the image reference is invalid",
             Self::Auth => "the registry refused access",
-            Self::RegistryNotAllowed => "the image's registry is not one the server may read from",
+            Self::RegistryNotAllowed => {
+                "the image's registry, or a host it sends the server to, is not one the server \
+                 may read from"
+            }
             Self::NotFound => "image not found in the registry",
             Self::Registry => "registry unreachable",
             Self::Timeout => "timed out",
@@ -288,7 +302,9 @@ impl FetchError {
             Self::InvalidReference { .. } => FetchErrorKind::InvalidReference,
             Self::Client { .. } | Self::Task { .. } => FetchErrorKind::Internal,
             Self::Auth { .. } | Self::CredentialNotGranted { .. } => FetchErrorKind::Auth,
-            Self::RegistryNotAllowed { .. } => FetchErrorKind::RegistryNotAllowed,
+            Self::RegistryNotAllowed { .. } | Self::HopNotAllowed { .. } => {
+                FetchErrorKind::RegistryNotAllowed
+            }
             Self::NotFound { .. } => FetchErrorKind::NotFound,
             Self::Registry { .. } => FetchErrorKind::Registry,
             Self::Timeout { .. } => FetchErrorKind::Timeout,
@@ -309,6 +325,10 @@ impl FetchError {
                 which: Limit::ResponseBytes,
             },
             RegistryError::Timeout { after, .. } => Self::Timeout { after },
+            error @ RegistryError::Hop(_) => Self::HopNotAllowed {
+                registry: registry.to_owned(),
+                source: Arc::new(error),
+            },
             error if error.is_auth() => Self::Auth {
                 registry: registry.to_owned(),
                 source: Arc::new(error),

@@ -20,9 +20,10 @@
 //! | [`platform`] | choosing the `linux/<arch>` entry of an index | |
 //! | [`digest`] | content digests computed as content arrives | |
 //! | [`config`] | registry flags and settings | `budget`, `limits` |
-//! | [`client`] | the registry's HTTP API and token authentication, every response read under a size and time limit | `config`, `digest` |
+//! | [`hop`] | every redirect and token realm checked against the allowed registries and plain-HTTP ones | `config` |
+//! | [`client`] | the registry's HTTP API and token authentication, every response read under a size and time limit | `config`, `digest`, `hop` |
 //! | [`layer`] | the layer reader: decompression, tar, whiteouts, limits | `budget`, `limits` |
-//! | [`error`] | [`FetchError`] and its bounded [`FetchErrorKind`] | `budget`, `client`, `image`, `layer`, `limits` |
+//! | [`error`] | [`FetchError`] and its bounded [`FetchErrorKind`] | `budget`, `client`, `hop`, `image`, `layer`, `limits` |
 //! | [`stream`] | a layer blob streamed, counted and hashed into the blocking layer reader | `client`, `digest`, `error`, `limits` |
 //! | [`fetcher`] | [`Fetcher`]: resolve, pull (under the memory budget; one pull per call: coalescing is the caller's), manifest checks | all the above |
 //! | [`reload`] | settings reloaded without a restart | `budget`, `config`, `error`, `fetcher` |
@@ -37,6 +38,7 @@ pub mod config;
 pub mod digest;
 pub mod error;
 pub mod fetcher;
+pub mod hop;
 pub mod image;
 pub mod layer;
 pub mod limits;
@@ -46,7 +48,7 @@ pub mod stream;
 
 pub use self::{
     budget::{Budget, BudgetError, PullMemory, Reservation},
-    config::{Access, FetchConfig, PullFor, RegistryArgs},
+    config::{Access, FetchConfig, Grant, PullFor, RegistryArgs},
     error::{FetchError, FetchErrorKind, ManifestError},
     fetcher::{Fetched, Fetcher, ParseAllowance, PulledMemory, Resolved},
     image::{

@@ -25,7 +25,6 @@ use elemental_changelog_apiservice::{
 use elemental_changelog_hub::{Item, Reader};
 
 use super::{
-    ok,
     ready::Ready,
     resources::{Answer, AnswerKey, Answering, Cost, Job, Render, VersionSide, selects_item},
 };
@@ -152,7 +151,7 @@ impl FleetView {
                 Ok(run(Cost::Heavy, move || {
                     let plan = this.image_plan(&namespace, &name, &arch)?;
                     let body = serde_json::to_vec(&plan).map_err(|e| StatusError::internal(&e))?;
-                    Ok(Answer::Fresh(ok(body, content::JSON)))
+                    Ok(Answer::fresh(body, content::JSON))
                 }))
             }
         }
@@ -188,7 +187,7 @@ impl FleetView {
                     render(representation, vec![object], cve.is_some(), false)?
                 }
             };
-            Ok(Answer::Fresh(ok(body, representation.content_type())))
+            Ok(Answer::fresh(body, representation.content_type()))
         }))
     }
 

@@ -23,7 +23,7 @@ use elemental_changelog_hub::{Item, Object, Reader, ResourceVersion};
 use kube::ResourceExt;
 
 use super::{
-    HttpResponse, ok,
+    HttpResponse,
     ready::{AnswerKeyBytes, Ready, ReadyCache},
 };
 use crate::versions::{Lookup, VersionData, not_found_because, object_meta, source, summary};
@@ -263,21 +263,27 @@ impl ObjectVersion {
     }
 }
 
-/// An answer: ready bytes (kept or just rendered), or a response made for this request
-/// alone (a `Table`, whose ages change with the clock).
+/// An answer: ready bytes kept (or just rendered to keep), or made for this request alone
+/// (a `Table`, one machine, a plan). Either way it carries the headers every answer has
+/// (`ETag`, `Cache-Control: no-cache, private`, `Vary`) and is 304 to its `If-None-Match`.
 pub enum Answer {
     /// Rendered once, kept in the ready-bytes cache.
     Ready(Arc<Ready>),
-    /// Made for this request.
-    Fresh(HttpResponse),
+    /// Made for this request, not kept.
+    Fresh(Box<Ready>),
 }
 
 impl Answer {
+    /// A private answer made for this request.
+    pub fn fresh(body: Vec<u8>, content_type: &'static str) -> Self {
+        Self::Fresh(Box::new(Ready::answer(body, content_type)))
+    }
+
     /// The response to a request with these headers (`If-None-Match`, `Accept-Encoding`).
     pub fn respond(self, request: &HeaderMap) -> HttpResponse {
         match self {
             Self::Ready(ready) => ready.respond(request),
-            Self::Fresh(response) => response,
+            Self::Fresh(ready) => ready.respond(request),
         }
     }
 }
@@ -644,7 +650,7 @@ impl Resources {
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =
                         render_summaries(matched, cve.as_deref(), representation, list)?;
-                    Ok(Answer::Fresh(ok(body, content_type)))
+                    Ok(Answer::fresh(body, content_type))
                 })),
             }));
         }
@@ -865,7 +871,7 @@ fn kept_summary(
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =
                         respond_summaries(representation, vec![object], false, None)?;
-                    Ok(Answer::Fresh(ok(body, content_type)))
+                    Ok(Answer::fresh(body, content_type))
                 })),
             })
         }
@@ -910,7 +916,7 @@ fn summaries_table(
         .map(|i| i.object())
         .collect();
     let (body, content_type) = respond_summaries(representation, objects, true, Some(version))?;
-    Ok(Answer::Fresh(ok(body, content_type)))
+    Ok(Answer::fresh(body, content_type))
 }
 
 /// Whether `params`' label and field selectors select an object with `meta`.
