@@ -261,6 +261,7 @@ pub fn watch<T: Object>(
             }))
         }
     };
+    let timeout = timeout(&options);
     let body = stream::stream(
         watcher,
         Options {
@@ -270,12 +271,14 @@ pub fn watch<T: Object>(
             encoding,
             bookmarks: options.bookmarks,
             initial_events_end: options.send_initial_events,
-            timeout: timeout(&options),
+            timeout,
             api_version: API_VERSION,
             kind: kind.kind,
         },
         slot,
     );
+    // Ended at its timeout (plus a grace) even when its client stops reading.
+    let body: WatchStream = Box::pin(crate::deadline::bound(body, timeout));
     Ok(streaming(body, representation))
 }
 
