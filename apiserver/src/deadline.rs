@@ -135,6 +135,7 @@ impl<F: Future> Future for Bounded<F> {
             sleep.as_mut().reset(at);
         }
         if sleep.as_mut().poll(cx).is_ready() {
+            tracing::debug!("a response not written by its deadline was dropped");
             this.future = None;
             return Poll::Ready(None);
         }
