@@ -24,6 +24,7 @@ pub mod cache;
 pub mod channels;
 pub mod cli;
 pub mod config;
+pub mod deadline;
 pub mod fleet;
 pub mod health;
 pub mod metrics;

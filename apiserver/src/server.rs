@@ -39,7 +39,7 @@ use elemental_changelog_certs::serving::{self, ReloadingResolver};
 use http::Request;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
+    rt::{TokioIo, TokioTimer},
     server::conn::auto,
 };
 use prometheus::IntCounterVec;
@@ -57,7 +57,13 @@ use self::{
     io::Guarded,
     lifetime::{Activity, Next, Timeouts},
 };
-use crate::{metrics::family, request::Peer, routes::App, telemetry::error_chain};
+use crate::{
+    deadline::{self, Bounded},
+    metrics::family,
+    request::Peer,
+    routes::App,
+    telemetry::error_chain,
+};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -263,7 +269,7 @@ struct Gate {
 
 /// What a connection of one pool is allowed.
 struct Admitted {
-    builder: auto::Builder<TokioExecutor>,
+    builder: auto::Builder<deadline::Executor>,
     handshake_timeout: Duration,
     timeouts: Timeouts,
     write_timeout: Duration,
@@ -412,7 +418,10 @@ impl Connection {
             }
         });
         let io = Guarded::new(tls, activity.clone(), pool.write_timeout);
-        let mut conn = pin!(pool.builder.serve_connection(TokioIo::new(io), service));
+        // An HTTP/1 response is served by the connection's future: past a deadline its
+        // request set (a watch's), the connection is dropped (see [`deadline`]). HTTP/2
+        // streams are bounded each in its own task (`deadline::Executor`).
+        let mut conn = Bounded::new(pool.builder.serve_connection(TokioIo::new(io), service));
         let end_of_life = pool.lifetime.map(|lifetime| accepted + lifetime);
         // Set once the connection was shut down for being idle: past it, it is dropped.
         let mut closing: Option<Instant> = None;
@@ -431,7 +440,9 @@ impl Connection {
                     Next::At(at) => Some(at),
                     Next::Close(reason) if reason.graceful() => {
                         debug!(%addr, ?reason, "closing the connection gracefully");
-                        conn.as_mut().graceful_shutdown();
+                        if let Some(conn) = conn.get_mut() {
+                            conn.graceful_shutdown();
+                        }
                         let deadline = Instant::now() + pool.write_timeout;
                         closing = Some(deadline);
                         Some(deadline)
@@ -453,7 +464,13 @@ impl Connection {
                 }
             };
             tokio::select! {
-                served = conn.as_mut() => break served,
+                served = &mut conn => match served {
+                    Some(served) => break served,
+                    None => {
+                        debug!(%addr, "response not written by its deadline; connection dropped");
+                        return;
+                    }
+                },
                 () = woken => {
                     let now = Instant::now();
                     if end_of_life.is_some_and(|end| now >= end) {
@@ -475,8 +492,8 @@ impl Connection {
                 changed = stop.changed(), if !stopping => {
                     if changed.is_err() || *stop.borrow() {
                         stopping = true;
-                        if closing.is_none() {
-                            conn.as_mut().graceful_shutdown();
+                        if let (None, Some(conn)) = (closing, conn.get_mut()) {
+                            conn.graceful_shutdown();
                         }
                     }
                 }
@@ -499,8 +516,8 @@ fn peer_chain(tls: &TlsStream<TcpStream>) -> Option<Arc<[CertificateDer<'static>
 
 /// The HTTP/1.1 and HTTP/2 settings. hyper applies its header read timeout only when
 /// it has a timer, so one is always given.
-fn builder(header_read_timeout: Duration, keep_alive: bool) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+fn builder(header_read_timeout: Duration, keep_alive: bool) -> auto::Builder<deadline::Executor> {
+    let mut builder = auto::Builder::new(deadline::Executor);
     builder
         .http1()
         .timer(TokioTimer::new())

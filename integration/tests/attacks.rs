@@ -2,13 +2,15 @@
 //! requests, connection floods and a flood of expensive requests; then (issue 17,
 //! "Connections that never become requests") connections that stay silent after the
 //! handshake, idle HTTP/2 connections, answers nobody reads and unfinished heads, first
-//! kind by kind against short timeouts, then all at once against the memory limit. Each
+//! kind by kind against short timeouts, then all at once against the memory limit; then
+//! (issue 35) watches whose client never reads, ended at their `timeoutSeconds`. Each
 //! attack is bounded in count and time, on loopback, and measured; `docs/reliability.md`
 //! lists the figures.
 //!
 //! The server runs with small limits so that the attacks reach them quickly: first
 //! `--header-read-timeout 2s`, `--max-connections 40`, `--max-compute-concurrency 1`; then
-//! `--header-read-timeout 2s`, `--idle-connection-timeout 3s`, `--write-timeout 2s`.
+//! `--header-read-timeout 2s`, `--idle-connection-timeout 3s`, `--write-timeout 2s`; the
+//! watches with `--max-watches 100` and idle and write timeouts of 60 s.
 
 #[path = "attacks/clients.rs"]
 mod clients;
@@ -56,7 +58,8 @@ async fn hostile_clients_are_bounded() -> Result<()> {
         expensive_floods_leave_health_and_cheap_requests_answering(&bed, &registry).await?;
         connections::kind_by_kind(&mut bed, &registry).await?;
         connections::under_pressure(&mut bed, &registry).await?;
-        connections::all_at_once(&mut bed, &registry).await
+        connections::all_at_once(&mut bed, &registry).await?;
+        connections::zero_window_watchers_end_at_their_deadline(&mut bed, &registry).await
     }
     .await;
     bed.finish(result)

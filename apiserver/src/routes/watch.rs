@@ -260,6 +260,7 @@ pub fn watch<T: Object>(
             }))
         }
     };
+    let timeout = timeout(&options);
     let body = stream::stream(
         watcher,
         Options {
@@ -269,13 +270,15 @@ pub fn watch<T: Object>(
             encoding,
             bookmarks: options.bookmarks,
             initial_events_end: options.send_initial_events,
-            timeout: timeout(&options),
+            timeout,
             api_version: API_VERSION,
             kind: kind.kind,
         },
         slot,
         move |end| open.ended(end),
     );
+    // Ended at its timeout (plus a grace) even when its client stops reading.
+    let body: WatchStream = Box::pin(crate::deadline::bound(body, timeout));
     Ok(streaming(body, representation))
 }
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_integration::testbed::CertPair;
 use elemental_changelog_integration::testbed::TestBed;
+use elemental_changelog_integration::testbed::{Ca, CertPair};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
@@ -40,8 +40,25 @@ pub struct Dialer {
 impl Dialer {
     /// Connections without a client certificate, or with `identity`'s.
     pub fn new(bed: &TestBed, identity: Option<&CertPair>) -> Result<Self> {
+        let port = bed.server().context("server")?.port();
+        Self::to(&bed.pki().server_ca, port, identity, &[b"h2", b"http/1.1"])
+    }
+
+    /// Connections to kube-apiserver (its aggregator), with `identity`'s certificate.
+    pub fn apiserver(bed: &TestBed, identity: &CertPair) -> Result<Self> {
+        let port = bed.apiserver_addr().port();
+        Self::to(&bed.pki().cluster_ca, port, Some(identity), &[b"h2"])
+    }
+
+    /// Connections to the server that offer HTTP/1.1 alone.
+    pub fn http1(bed: &TestBed, identity: &CertPair) -> Result<Self> {
+        let port = bed.server().context("server")?.port();
+        Self::to(&bed.pki().server_ca, port, Some(identity), &[b"http/1.1"])
+    }
+
+    fn to(ca: &Ca, port: u16, identity: Option<&CertPair>, alpn: &[&[u8]]) -> Result<Self> {
         let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(bed.pki().server_ca.cert_pem().as_bytes()) {
+        for cert in CertificateDer::pem_slice_iter(ca.cert_pem().as_bytes()) {
             roots.add(cert?)?;
         }
         let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
@@ -53,10 +70,10 @@ impl Dialer {
                 PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())?,
             )?,
         };
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Self {
             connector: TlsConnector::from(Arc::new(config)),
-            port: bed.server().context("server")?.port(),
+            port,
         })
     }
 

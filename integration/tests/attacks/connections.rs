@@ -1,14 +1,19 @@
 //! Issue 17, "Connections that never become requests": each kind is closed within its
 //! timeout plus a margin while discovery on a new connection answers; all kinds at once
-//! leave the server's RSS under the chart's memory limit.
+//! leave the server's RSS under the chart's memory limit. Issue 35: watches whose client
+//! never reads end at their deadline.
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
+use bytes::Bytes;
+use elemental_changelog_apiserver::deadline::GRACE;
 use elemental_changelog_integration::bench::rss;
 use elemental_changelog_integration::registry::Registry;
-use elemental_changelog_integration::testbed::{FLEET_NAMESPACE, TestBed};
+use elemental_changelog_integration::testbed::{CertPair, FLEET_NAMESPACE, TestBed};
+use elemental_changelog_integration::wait::{POLL, SERVED, poll};
 use futures::{StreamExt as _, stream};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::StatusCode;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
@@ -571,4 +576,322 @@ async fn open_connections(bed: &TestBed) -> Result<usize> {
         .nth(1)
         .context("gauge without a value")?
         .parse::<f64>()? as usize)
+}
+
+/// Watches of `zero_window_watchers_end_at_their_deadline`: as many as `--max-watches`, over
+/// a few HTTP/2 connections.
+const WATCHERS: usize = 100;
+const WATCH_CONNECTIONS: usize = 4;
+/// `timeoutSeconds` of those watches.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(3);
+/// HTTP/1.1 watches whose client reads nothing.
+const H1_WATCHERS: usize = 10;
+/// Machines of the HTTP/1.1 watches, each with about 7 KB of labels: their events (4 MB)
+/// are more than loopback's socket buffers take (about 3 MB), so the server's writes stall.
+const BIG_MACHINES: usize = 600;
+
+/// Issue 35: a watch whose client reads nothing is ended at its `timeoutSeconds` (plus the
+/// server's grace), its stream reset and its slot given back. 100 HTTP/2 watches of the 40
+/// versions' summaries whose client never opens its window (the whole `--max-watches`, so
+/// one more is refused while they are held), straight to the server; then as many through
+/// kube-apiserver's aggregator (all served: the slots came back), whose proxy reads on its
+/// client's behalf; then HTTP/1.1 watches of 4 MB of machines that are never read.
+pub async fn zero_window_watchers_end_at_their_deadline(
+    bed: &mut TestBed,
+    registry: &Registry,
+) -> Result<()> {
+    bed.start_server_reading(
+        registry,
+        &[
+            &format!("--max-watches={WATCHERS}"),
+            &format!("--max-watches-per-user={WATCHERS}"),
+            // Only the watch's deadline ends what follows.
+            "--idle-connection-timeout=60s",
+            "--write-timeout=60s",
+            "--max-connections=2000",
+        ],
+    )
+    .await?;
+    let admin = bed.pki().admin.clone();
+    let pid = bed
+        .server()
+        .and_then(|s| s.process().pid())
+        .context("server pid")?;
+    let limit = WATCH_TIMEOUT + GRACE + MARGIN;
+    let versions = |timeout: Duration| {
+        format!(
+            "{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/managedosversions?watch=true&resourceVersion=0&timeoutSeconds={}",
+            timeout.as_secs()
+        )
+    };
+    let before = rss(pid)?;
+    let direct = Dialer::new(bed, Some(&admin))?;
+    let watches = zero_window_watches(&direct, &versions(WATCH_TIMEOUT), limit).await?;
+    let one_more = bed
+        .server_http(Some(&admin))?
+        .get(format!("{}{}", bed.server_url()?, versions(WATCH_TIMEOUT)))
+        .send()
+        .await?
+        .status();
+    let during = rss(pid)?;
+    let ends = watches.ends().await?;
+    let after = rss(pid)?;
+    eprintln!(
+        "{WATCHERS} HTTP/2 watches with no window, timeoutSeconds {}, straight to the server: {}; one more meanwhile {one_more}; RSS {} MiB before, {} MiB held, {} MiB after",
+        WATCH_TIMEOUT.as_secs(),
+        ends.summary(),
+        before.rss_kib / 1024,
+        during.rss_kib / 1024,
+        after.rss_kib / 1024,
+    );
+    ensure!(
+        one_more == StatusCode::TOO_MANY_REQUESTS,
+        "a watch past the {WATCHERS} held: {one_more}"
+    );
+    ends.all_reset_between(WATCH_TIMEOUT, limit)?;
+
+    // Through the aggregator: all served (every slot came back), then what the client sees.
+    let aggregator = Dialer::apiserver(bed, &admin)?;
+    let watches = zero_window_watches(&aggregator, &versions(WATCH_TIMEOUT), limit).await?;
+    let ends = watches.ends().await?;
+    eprintln!(
+        "{WATCHERS} HTTP/2 watches with no window through kube-apiserver's aggregator: {}",
+        ends.summary()
+    );
+    // What reached the server was read: its watches ended, and their slots came back.
+    let again = zero_window_watches(&direct, &versions(Duration::from_secs(1)), limit).await?;
+    let ends = again.ends().await?;
+    eprintln!(
+        "{WATCHERS} more HTTP/2 watches with no window, timeoutSeconds 1: {}",
+        ends.summary()
+    );
+    ends.all_reset_between(
+        Duration::from_secs(1),
+        Duration::from_secs(1) + GRACE + MARGIN,
+    )?;
+    unread_h1_watches_end_their_connections(bed, &admin).await
+}
+
+/// HTTP/1.1 watches of [`BIG_MACHINES`] machines that are never read: the server's writes
+/// stall, and the watch's deadline ends the connection (the write timeout is 60 s).
+async fn unread_h1_watches_end_their_connections(bed: &TestBed, admin: &CertPair) -> Result<()> {
+    create_big_machines(bed).await?;
+    let path = format!(
+        "{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/machineinventories?watch=true&resourceVersion=0&timeoutSeconds={}",
+        WATCH_TIMEOUT.as_secs()
+    );
+    let dialer = Dialer::http1(bed, admin)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let conns = open(&dialer, H1_WATCHERS, Some(4096), |mut tls| {
+        let request = request.clone();
+        async move {
+            tls.write_all(request.as_bytes()).await?;
+            Ok(tls)
+        }
+    })
+    .await?;
+    let last = conns.iter().map(|(_, at)| *at).max().context("none")?;
+    tokio::time::sleep_until(last + WATCH_TIMEOUT + GRACE + MARGIN).await;
+    // Now read: a connection the server dropped ends with what its buffers held; one it kept
+    // would send the rest of its watch and stay open (keep-alive).
+    let mut kept = 0;
+    let mut read = Vec::new();
+    for (mut tls, _) in conns {
+        let mut answer = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut answer))
+            .await
+            .is_ok();
+        kept += usize::from(!ended || answer.ends_with(b"\r\n0\r\n\r\n"));
+        read.push(answer.len());
+    }
+    eprintln!(
+        "{H1_WATCHERS} HTTP/1.1 watches of {BIG_MACHINES} machines never read, timeoutSeconds {}: {} closed by {:?} after their request ({kept} kept or finished), {:?} bytes read after",
+        WATCH_TIMEOUT.as_secs(),
+        H1_WATCHERS - kept,
+        WATCH_TIMEOUT + GRACE + MARGIN,
+        read
+    );
+    ensure!(
+        kept == 0,
+        "{kept} of {H1_WATCHERS} unread HTTP/1.1 watches were not cut"
+    );
+    Ok(())
+}
+
+/// [`BIG_MACHINES`] MachineInventories, each with 60 labels of about 115 bytes, served.
+async fn create_big_machines(bed: &TestBed) -> Result<()> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("elemental.cattle.io", "v1beta1", "MachineInventory"),
+        "machineinventories",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(bed.client(), FLEET_NAMESPACE, &resource);
+    let labels: serde_json::Map<String, serde_json::Value> = (0..60)
+        .map(|i| {
+            (
+                format!("example.com/label-{i:02}-{}", "k".repeat(30)),
+                "v".repeat(63).into(),
+            )
+        })
+        .collect();
+    stream::iter(0..BIG_MACHINES)
+        .map(|i| {
+            let api = api.clone();
+            let object = serde_json::from_value::<DynamicObject>(serde_json::json!({
+                "apiVersion": "elemental.cattle.io/v1beta1",
+                "kind": "MachineInventory",
+                "metadata": {"name": format!("big-{i:04}"), "labels": labels},
+                "spec": {},
+            }));
+            async move {
+                api.create(&PostParams::default(), &object?).await?;
+                Ok::<_, anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(DIALS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    let path = format!("{GROUP_VERSION}/namespaces/{FLEET_NAMESPACE}/machineinventories");
+    poll("the big machines served", SERVED, POLL, || async {
+        let list: serde_json::Value = bed.admin_get_json(&path).await?;
+        let served = list["items"].as_array().map_or(0, Vec::len);
+        Ok((served >= BIG_MACHINES).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// How one watch ended, as its client saw it, counted from its response's headers.
+#[derive(Debug)]
+enum End {
+    /// `RST_STREAM`.
+    Reset(Duration),
+    /// `END_STREAM`: the server finished it.
+    Finished(Duration),
+    /// Data came, though the window was never opened.
+    Data,
+    /// Still open at the limit.
+    Open,
+}
+
+/// Watches in flight, each read by a task until it ends or its limit.
+struct Watches {
+    ends: Vec<tokio::task::JoinHandle<End>>,
+    /// The HTTP/2 connections' tasks, ended when `Watches` is dropped.
+    conns: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for conn in &self.conns {
+            conn.abort();
+        }
+    }
+}
+
+impl Watches {
+    async fn ends(mut self) -> Result<Ends> {
+        let mut ends = Vec::new();
+        for end in std::mem::take(&mut self.ends) {
+            ends.push(end.await?);
+        }
+        Ok(Ends(ends))
+    }
+}
+
+struct Ends(Vec<End>);
+
+impl Ends {
+    fn summary(&self) -> String {
+        let resets: Vec<Duration> = self
+            .0
+            .iter()
+            .filter_map(|e| match e {
+                End::Reset(after) => Some(*after),
+                _ => None,
+            })
+            .collect();
+        let finished: Vec<Duration> = self
+            .0
+            .iter()
+            .filter_map(|e| match e {
+                End::Finished(after) => Some(*after),
+                _ => None,
+            })
+            .collect();
+        let count = |f: fn(&End) -> bool| self.0.iter().filter(|e| f(e)).count();
+        format!(
+            "{} reset ({:?} to {:?} after their headers), {} finished (the last {:?} after), {} sent data, {} still open",
+            resets.len(),
+            resets.iter().min().copied().unwrap_or_default(),
+            resets.iter().max().copied().unwrap_or_default(),
+            finished.len(),
+            finished.iter().max().copied().unwrap_or_default(),
+            count(|e| matches!(e, End::Data)),
+            count(|e| matches!(e, End::Open)),
+        )
+    }
+
+    /// Every watch reset, none before `from` nor after `to`.
+    fn all_reset_between(&self, from: Duration, to: Duration) -> Result<()> {
+        for end in &self.0 {
+            match end {
+                End::Reset(after) => ensure!(
+                    *after >= from && *after <= to,
+                    "a watch was reset {after:?} after its headers, not within {from:?}..{to:?}: {}",
+                    self.summary()
+                ),
+                other => bail!("a watch ended {other:?}: {}", self.summary()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`WATCHERS`] watches of `path` on [`WATCH_CONNECTIONS`] HTTP/2 connections whose
+/// streams' flow-control window is 0 and never opened; each must be answered 200.
+async fn zero_window_watches(dialer: &Dialer, path: &str, limit: Duration) -> Result<Watches> {
+    let mut watches = Watches {
+        ends: Vec::new(),
+        conns: Vec::new(),
+    };
+    let mut responses = Vec::new();
+    for _ in 0..WATCH_CONNECTIONS {
+        let tls = dialer.connect(None).await?;
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, Bytes>(tls)
+            .await?;
+        watches.conns.push(tokio::spawn(async move {
+            let _ = conn.await;
+        }));
+        for _ in 0..WATCHERS / WATCH_CONNECTIONS {
+            let mut send = send.clone().ready().await?;
+            let request = http::Request::get(format!("https://localhost{path}")).body(())?;
+            responses.push(send.send_request(request, true)?.0);
+        }
+    }
+    for response in responses {
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
+            .await
+            .context("no answer's headers")??;
+        ensure!(
+            response.status() == StatusCode::OK.as_u16(),
+            "watch answered {}",
+            response.status()
+        );
+        let since = Instant::now();
+        let mut body = response.into_body();
+        watches.ends.push(tokio::spawn(async move {
+            match tokio::time::timeout_at(since + limit, body.data()).await {
+                Err(_) => End::Open,
+                Ok(None) => End::Finished(since.elapsed()),
+                Ok(Some(Err(error))) if error.is_reset() => End::Reset(since.elapsed()),
+                Ok(Some(Err(_))) => End::Finished(since.elapsed()),
+                Ok(Some(Ok(_))) => End::Data,
+            }
+        }));
+    }
+    Ok(watches)
 }

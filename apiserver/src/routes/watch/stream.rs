@@ -58,7 +58,9 @@ pub struct Options<T: Object> {
 pub type WatchStream = BoxStream<'static, Result<Frame<Bytes>, Infallible>>;
 
 /// Streams `watcher` with `options`; `keep` (e.g. a slot of the watch limit) lives as long
-/// as the stream; `ended` is told why it ended.
+/// as the stream: until the server lets go of the response, whose queued chunks it counts
+/// for (a client that does not read holds them past the watch's end, up to its deadline:
+/// `crate::deadline`); `ended` is told why the watch ended.
 pub fn stream<T: Object, K: Send + 'static>(
     watcher: Watcher<T>,
     options: Options<T>,
@@ -66,13 +68,10 @@ pub fn stream<T: Object, K: Send + 'static>(
     ended: impl FnOnce(End) + Send + 'static,
 ) -> WatchStream {
     let (tx, rx) = mpsc::channel::<Bytes>(BODY_CHUNKS);
-    tokio::spawn(async move {
-        let _keep = keep;
-        ended(run(watcher, options, tx).await);
-    });
-    futures::stream::unfold(rx, |mut rx| async move {
+    tokio::spawn(async move { ended(run(watcher, options, tx).await) });
+    futures::stream::unfold((rx, keep), |(mut rx, keep)| async move {
         let chunk = rx.recv().await?;
-        Some((Ok(Frame::data(chunk)), rx))
+        Some((Ok(Frame::data(chunk)), (rx, keep)))
     })
     .boxed()
 }
