@@ -15,6 +15,9 @@ use super::{Event, EventType, Item, Message, Object, ResourceVersion, Watcher};
 
 /// How often a watch that asked for bookmarks gets one (kube-apiserver: about every minute).
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
+/// The deadline of a watch whose timeout the clock cannot hold (30 years, as tokio's own
+/// far future).
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
 /// Chunks the stream holds before the watcher's own queue takes the wait.
 const BODY_CHUNKS: usize = 16;
 
@@ -75,7 +78,12 @@ pub fn stream<T: Object, K: Send + 'static>(
 }
 
 async fn run<T: Object>(mut watcher: Watcher<T>, options: Options<T>, tx: mpsc::Sender<Bytes>) {
-    let deadline = tokio::time::Instant::now() + options.timeout;
+    // Checked: `Instant + Duration` panics past what the clock holds (the routes cap the
+    // timeout; this holds whatever a caller passes).
+    let now = tokio::time::Instant::now();
+    let deadline = now
+        .checked_add(options.timeout)
+        .unwrap_or_else(|| now + FAR_FUTURE);
     let mut writer = Writer {
         options,
         tx,
