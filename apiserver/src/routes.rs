@@ -183,6 +183,12 @@ impl App {
         keep: Box<dyn Send>,
         requester: &mut Requester,
     ) -> HttpResponse {
+        // A connection admitted past the connection limit is for health probes only: a watch
+        // there gets the 429 every other request gets (`limited`), before authentication.
+        if peer.probe_only {
+            self.metrics.request_refused(ServingLimit::Inflight);
+            return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+        }
         let user = match self.admit(info, headers, peer, requester).await {
             Ok(user) => user,
             Err(refused) => return refused,
