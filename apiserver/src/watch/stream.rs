@@ -78,6 +78,11 @@ pub fn stream<T: Object, K: Send + 'static>(
 }
 
 async fn run<T: Object>(mut watcher: Watcher<T>, options: Options<T>, tx: mpsc::Sender<Bytes>) {
+    // Over before it starts (a negative `timeoutSeconds`): no event, as kube-apiserver, whose
+    // timer has fired already, sends none.
+    if options.timeout.is_zero() {
+        return;
+    }
     // Checked: `Instant + Duration` panics past what the clock holds (the routes cap the
     // timeout; this holds whatever a caller passes).
     let now = tokio::time::Instant::now();
