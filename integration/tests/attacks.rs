@@ -2,7 +2,8 @@
 //! requests, connection floods and a flood of expensive requests; then (issue 17,
 //! "Connections that never become requests") connections that stay silent after the
 //! handshake, idle HTTP/2 connections, answers nobody reads and unfinished heads, first
-//! kind by kind against short timeouts, then all at once against the memory limit. Each
+//! kind by kind against short timeouts, then all at once against the memory limit; last
+//! (issue 35), ten identities asking 100 watches each under the default limits. Each
 //! attack is bounded in count and time, on loopback, and measured; `docs/reliability.md`
 //! lists the figures.
 //!
@@ -56,7 +57,8 @@ async fn hostile_clients_are_bounded() -> Result<()> {
         expensive_floods_leave_health_and_cheap_requests_answering(&bed, &registry).await?;
         connections::kind_by_kind(&mut bed, &registry).await?;
         connections::under_pressure(&mut bed, &registry).await?;
-        connections::all_at_once(&mut bed, &registry).await
+        connections::all_at_once(&mut bed, &registry).await?;
+        watches::few_users_cannot_take_every_watch(&mut bed, &registry).await
     }
     .await;
     bed.finish(result)
@@ -64,6 +66,8 @@ async fn hostile_clients_are_bounded() -> Result<()> {
 
 #[path = "attacks/connections.rs"]
 mod connections;
+#[path = "attacks/watches.rs"]
+mod watches;
 
 fn connector(bed: &TestBed) -> Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
