@@ -8,7 +8,6 @@
 //!
 //! The heap held is what the allocator was asked for and not given back (requested sizes).
 
-
 use elemental_changelog_apiserver::routes::ready::{INFLATE_CHUNK, Ready};
 use http::HeaderMap;
 use http_body_util::BodyExt as _;
