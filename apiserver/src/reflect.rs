@@ -3,8 +3,10 @@
 //!
 //! A kind is watched with one watch for all namespaces, or one per watched namespace, each
 //! feeding its own store (one store fed by several watches would be wiped by each watch's
-//! re-list). Each watch is renewed every [`WATCH_TIMEOUT_SECONDS`], retried with kube-runtime's
-//! default backoff, counted in the watch metrics, and its objects may be trimmed before they
+//! re-list). Each watch is renewed every [`WATCH_TIMEOUT_SECONDS`], retried after an error as
+//! `reflect/retry.rs` says (kube-runtime's default backoff, except that a `410` lists again at
+//! once and an unavailable kube-apiserver is tried again within about a second), counted in
+//! the watch metrics, and its objects may be trimmed before they
 //! are stored. A kind marked [`Kind::optional`] whose CRD is not installed (its list answers
 //! 404) counts as empty and synced, and is listed again every [`CRD_RECHECK`], so its objects
 //! appear once the CRD does; any other kind stays unsynced until its list succeeds.
@@ -27,18 +29,17 @@ use std::{
 };
 
 use futures::{StreamExt, TryStreamExt as _, future::BoxFuture};
-use kube::{
-    Api, Client,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, Client, runtime::watcher};
 use prometheus::{IntCounterVec, IntGaugeVec};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::metrics::family;
 
+mod retry;
 mod store;
 
+use retry::{Cause, Retry};
 use store::{Store, Writer};
 
 /// Seconds a watch lasts before it is renewed. kube-rs ends a watch whose connection
@@ -425,8 +426,8 @@ where
             resource = resource.as_str(),
             namespace = namespace.as_deref().unwrap_or("*")
         );
+        // No `default_backoff()`: `drive` waits after each error by its cause.
         let stream = watcher(api, watch_config().page_size(page_size))
-            .default_backoff()
             .map_ok(move |event| event.modify(trim));
         drivers.push(Box::pin(
             drive(stream, feeder, resource, optional, metrics, on_event).instrument(span),
@@ -437,7 +438,8 @@ where
 
 /// Feeds `feeder` from one watch `stream` of `resource`, counting in the watch metrics and
 /// telling `on_event` of every event once it is stored, until the stream ends (it does not:
-/// it retries with backoff). An `optional` kind whose CRD is missing is synced and empty.
+/// after an error it waits as [`Retry`] says, then goes on). An `optional` kind whose CRD is
+/// missing is synced and empty.
 async fn drive<K>(
     stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     mut feeder: Feeder<K>,
@@ -450,10 +452,12 @@ async fn drive<K>(
 {
     metrics.watch_synced(resource, false);
     let mut missing_logged = false;
+    let mut retry = Retry::default();
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
+                retry.reset();
                 feeder.apply_watcher_event(&event);
                 if matches!(event, watcher::Event::InitDone) {
                     metrics.watch_synced(resource, true);
@@ -477,7 +481,10 @@ async fn drive<K>(
             }
             Err(error) => {
                 metrics.watch_error(resource);
-                warn!(%error, "watch failed; retrying with backoff");
+                let cause = Cause::of(&error);
+                let wait = retry.after(cause);
+                warn!(error = %crate::telemetry::error_chain(&error), ?cause, ?wait, "watch failed; going on after the wait");
+                tokio::time::sleep(wait).await;
             }
         }
     }

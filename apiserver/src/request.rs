@@ -229,8 +229,9 @@ pub struct WatchParams {
     pub resource_version: Option<String>,
     /// `allowWatchBookmarks`.
     pub bookmarks: bool,
-    /// `timeoutSeconds`.
-    pub timeout_seconds: Option<u64>,
+    /// `timeoutSeconds`, any 64-bit integer as kube-apiserver reads it (`0`: the default
+    /// length; negative: the watch ends at once; see `routes::watch::timeout`).
+    pub timeout_seconds: Option<i64>,
     /// `sendInitialEvents=true` (with `resourceVersionMatch=NotOlderThan`): every object
     /// present as ADDED, then a bookmark annotated `k8s.io/initial-events-end`.
     pub send_initial_events: bool,
@@ -515,11 +516,12 @@ impl WatchParams {
                 "sendInitialEvents requires setting allowWatchBookmarks to true",
             ));
         }
+        // Any 64-bit integer, as kube-apiserver decodes it (`strconv.ParseInt`); what does not
+        // decode is refused by `ListParams::parse` already, with the same message.
         let timeout_seconds = non_empty(query, "timeoutSeconds")
             .map(|v| {
-                v.parse::<u64>().map_err(|_| {
-                    invalid_value("timeoutSeconds", v, "must be a non-negative integer")
-                })
+                v.parse::<i64>()
+                    .map_err(|_| invalid_value("timeoutSeconds", v, "must be an integer"))
             })
             .transpose()?;
         Ok(Self {

@@ -26,7 +26,7 @@ use elemental_changelog_apiservice::{
     status::{Denied, StatusError},
 };
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
@@ -89,8 +89,9 @@ pub struct App {
     pub access_log: Arc<AccessLogger>,
 }
 
-/// The response type of every handler.
-pub type HttpResponse = Response<Full<Bytes>>;
+/// The response type of every handler: a whole body, or a stream (a watch; a list kept
+/// gzipped, decompressed as it is read).
+pub type HttpResponse = Response<watch::Body>;
 
 impl App {
     /// Answers one request. Never fails: every error is a `Status` response. `keep` (the
@@ -101,7 +102,7 @@ impl App {
         req: Request<Incoming>,
         peer: &Peer,
         keep: Box<dyn Send>,
-    ) -> Response<watch::Body> {
+    ) -> HttpResponse {
         let (mut parts, _body) = req.into_parts();
         let started = std::time::Instant::now();
         let info = match RequestInfo::parse(&parts.method, &parts.uri) {
@@ -119,7 +120,7 @@ impl App {
                     latency: started.elapsed(),
                     addr: peer.addr,
                 });
-                return whole(response);
+                return response;
             }
         };
         let timer = self.metrics.request(info.verb(), info.metric());
@@ -168,7 +169,6 @@ impl App {
                 "request"
             );
         }
-        let response = whole(response);
         timer.finish(code);
         if *info.method() == http::Method::HEAD {
             return without_body(response);
@@ -184,10 +184,16 @@ impl App {
         peer: &Peer,
         keep: Box<dyn Send>,
         requester: &mut Requester,
-    ) -> Response<watch::Body> {
+    ) -> HttpResponse {
+        // A connection admitted past the connection limit is for health probes only: a watch
+        // there gets the 429 every other request gets (`limited`), before authentication.
+        if peer.probe_only {
+            self.metrics.request_refused(ServingLimit::Inflight);
+            return status(&StatusError::too_many_requests(RETRY_AFTER_TOO_MANY));
+        }
         let user = match self.admit(info, headers, peer, requester).await {
             Ok(user) => user,
-            Err(refused) => return whole(refused),
+            Err(refused) => return refused,
         };
         let accept = header_str(headers, header::ACCEPT);
         let slot = || {
@@ -258,7 +264,7 @@ impl App {
             Target::Invalid { error, .. } => Err(error.clone()),
             _ => Err(StatusError::method_not_allowed(info.verb())),
         };
-        served.unwrap_or_else(|error| whole(status(&error)))
+        served.unwrap_or_else(|error| status(&error))
     }
 
     /// Applies the serving limits: health probes always pass; a connection admitted
@@ -499,19 +505,19 @@ impl App {
     }
 
     /// Sends ready bytes. A large answer kept gzipped only, to a client that does not accept
-    /// gzip (the aggregator always does), is decompressed off the async threads, as heavy
-    /// work (`--max-compute-concurrency` at once).
+    /// gzip (the aggregator always does), is decompressed as the client reads it, a step of
+    /// [`ready::INFLATE_CHUNK`] bytes at a time off the async threads, each holding a compute
+    /// slot (`--max-compute-concurrency`): the memory of such a request is one step and the
+    /// decoder's state, not the body (it was the whole body, 46 MB for 50,000 machines).
     async fn send(
         &self,
         ready: Arc<Ready>,
         headers: &HeaderMap,
     ) -> Result<HttpResponse, StatusError> {
-        if !ready.decompresses_for(headers) {
-            return Ok(ready.respond(headers));
-        }
-        let headers = headers.clone();
-        self.off_the_reactor(Cost::Heavy, Box::new(move || Ok(ready.respond(&headers))))
-            .await
+        let compute = ready
+            .decompresses_for(headers)
+            .then(|| self.compute.clone());
+        Ok(ready.respond_inflating(headers, compute))
     }
 
     /// Runs `job` on the blocking pool, holding a compute slot when it is heavy. Waiting for
@@ -575,19 +581,25 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The size of a response's body, when known before it is sent.
+/// The size of a response's body, when known before it is sent (a streamed body's from its
+/// `Content-Length`).
 fn body_size(response: &HttpResponse) -> Option<u64> {
-    hyper::body::Body::size_hint(response.body()).exact()
-}
-
-/// A whole (not streamed) response as the body type every response has.
-pub fn whole(response: HttpResponse) -> Response<watch::Body> {
-    response.map(http_body_util::Either::Left)
+    hyper::body::Body::size_hint(response.body())
+        .exact()
+        .or_else(|| {
+            response
+                .headers()
+                .get(header::CONTENT_LENGTH)?
+                .to_str()
+                .ok()?
+                .parse()
+                .ok()
+        })
 }
 
 /// A `Status` error response.
 pub fn status(error: &StatusError) -> HttpResponse {
-    let mut response = Response::new(Full::new(Bytes::from(error.to_json())));
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(error.to_json()))));
     *response.status_mut() =
         StatusCode::from_u16(error.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
@@ -603,7 +615,7 @@ pub fn status(error: &StatusError) -> HttpResponse {
 
 /// A 200 with a body and content type.
 pub fn ok(body: impl Into<Bytes>, content_type: &'static str) -> HttpResponse {
-    let mut response = Response::new(Full::new(body.into()));
+    let mut response = Response::new(Either::Left(Full::new(body.into())));
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -671,7 +683,7 @@ fn forbidden(user: &UserInfo, attributes: &Attributes, reason: &str) -> StatusEr
 /// body. hyper leaves out the body of a HEAD answer over HTTP/1.1 but sends it over HTTP/2,
 /// where DATA frames on a HEAD stream are a protocol error: Go's HTTP/2 client (kube-apiserver's
 /// proxy) resets the stream with `PROTOCOL_ERROR` and logs "received DATA on a HEAD request".
-fn without_body(response: Response<watch::Body>) -> Response<watch::Body> {
+fn without_body(response: HttpResponse) -> HttpResponse {
     let (mut parts, body) = response.into_parts();
     if let Some(length) = hyper::body::Body::size_hint(&body).exact() {
         parts
@@ -679,7 +691,7 @@ fn without_body(response: Response<watch::Body>) -> Response<watch::Body> {
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(length));
     }
-    whole(Response::from_parts(parts, Full::new(Bytes::new())))
+    Response::from_parts(parts, Either::Left(Full::new(Bytes::new())))
 }
 
 #[cfg(test)]

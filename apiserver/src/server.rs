@@ -127,7 +127,7 @@ pub struct ServingLimits {
     )]
     pub max_requests_inflight: usize,
     /// Watches served at once (they do not count as requests in flight); past it, 429 with
-    /// Retry-After.
+    /// Retry-After. Its last tenth is kept for users holding fewer than 4 watches.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_MAX_WATCHES", default_value_t = 1000)]
     pub max_watches: usize,
     /// Watches one user may hold at once; past it, 429 with Retry-After.

@@ -3,7 +3,8 @@
 //! "Connections that never become requests") connections that stay silent after the
 //! handshake, idle HTTP/2 connections, answers nobody reads and unfinished heads, first
 //! kind by kind against short timeouts, then all at once against the memory limit; then
-//! (issue 35) watches whose client never reads, ended at their `timeoutSeconds`. Each
+//! (issue 35) ten identities asking 100 watches each under the default limits, and watches
+//! whose client never reads, ended at their `timeoutSeconds`. Each
 //! attack is bounded in count and time, on loopback, and measured; `docs/reliability.md`
 //! lists the figures.
 //!
@@ -59,6 +60,7 @@ async fn hostile_clients_are_bounded() -> Result<()> {
         connections::kind_by_kind(&mut bed, &registry).await?;
         connections::under_pressure(&mut bed, &registry).await?;
         connections::all_at_once(&mut bed, &registry).await?;
+        watches::few_users_cannot_take_every_watch(&mut bed, &registry).await?;
         connections::zero_window_watchers_end_at_their_deadline(&mut bed, &registry).await
     }
     .await;
@@ -67,6 +69,8 @@ async fn hostile_clients_are_bounded() -> Result<()> {
 
 #[path = "attacks/connections.rs"]
 mod connections;
+#[path = "attacks/watches.rs"]
+mod watches;
 
 fn connector(bed: &TestBed) -> Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();

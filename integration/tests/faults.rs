@@ -897,3 +897,116 @@ fn failures_by_kind_ignore_successes() -> Result<()> {
     }
     Ok(())
 }
+
+/// Longest wait, once kube-apiserver is back from a restart, for a MachineInventory created
+/// then to be served (issue 35: it was 24.2 s; the goal is 5 s). A poll deadline with room
+/// for a loaded machine, well under what the old backoff took.
+const RELISTED: Duration = Duration::from_secs(10);
+/// How long kube-apiserver and etcd stay down once our watch has failed: long enough for
+/// kube-runtime's default backoff to grow past [`RELISTED`] (0.8 s doubling: 12.8 s after
+/// 12 s of errors), as in an outage of a real control plane.
+const OUTAGE: Duration = Duration::from_secs(15);
+
+/// kube-apiserver and etcd killed for [`OUTAGE`] and started again (issue 35): our
+/// reflectors retry within about a second while kube-apiserver is unavailable, resume with a
+/// resourceVersion its new watch cache no longer serves (a 410), list again at once, and a
+/// MachineInventory created as soon as kube-apiserver is ready is served, by our server and
+/// through the aggregator, within [`RELISTED`]; the times are printed.
+#[tokio::test]
+async fn after_a_restart_the_reflectors_list_again_at_once() -> Result<()> {
+    let mut bed = TestBed::start(TestBedOptions {
+        namespaces: vec![FLEET_NAMESPACE.to_owned()],
+        ..TestBedOptions::default()
+    })
+    .await?;
+    let result = async {
+        bed.start_server(&[]).await?;
+        restart_rounds(&mut bed).await
+    }
+    .await;
+    bed.finish(result)
+}
+
+async fn restart_rounds(bed: &mut TestBed) -> Result<()> {
+    let requests = Requests::new(bed)?;
+    bed.kubectl_stdin(&["apply", "-f", "-"], &machine("m-before"))
+        .await?;
+    machine_served(&requests, "m-before", false, SERVED).await?;
+    let errors = machine_watch_errors(&requests).await?;
+    let stopped = Instant::now();
+    bed.stop_control_plane();
+    poll("the machine watch failed", SERVED, POLL, async || {
+        Ok((machine_watch_errors(&requests).await? > errors).then_some(()))
+    })
+    .await?;
+    // The fault's length, not a wait for an event.
+    tokio::time::sleep(OUTAGE).await;
+    bed.start_control_plane().await?;
+    let down = stopped.elapsed();
+    let ready = Instant::now();
+    bed.kubectl_stdin(&["apply", "-f", "-"], &machine("m-after"))
+        .await?;
+    machine_served(&requests, "m-after", true, RELISTED).await?;
+    let direct = ready.elapsed();
+    machine_served(&requests, "m-after", false, RELISTED).await?;
+    let aggregated = ready.elapsed();
+    eprintln!(
+        "kube-apiserver and etcd restarted (down {down:.1?}): a MachineInventory created once \
+         it was ready is served {direct:.1?} after by our server, {aggregated:.1?} after \
+         through the aggregator"
+    );
+    let log = bed.server_log()?;
+    ensure!(
+        log_lines(&log, &["panicked"])?.is_empty(),
+        "the server panicked"
+    );
+    Ok(())
+}
+
+fn machine(name: &str) -> String {
+    format!(
+        "apiVersion: elemental.cattle.io/v1beta1\nkind: MachineInventory\nmetadata:\n  name: {name}\n  namespace: {FLEET_NAMESPACE}\nspec: {{}}\n"
+    )
+}
+
+/// Waits at most `within` until our list of machines (straight from our server when
+/// `direct`, else through the aggregator) names `name`.
+async fn machine_served(
+    requests: &Requests,
+    name: &str,
+    direct: bool,
+    within: Duration,
+) -> Result<()> {
+    let (client, base) = if direct {
+        (&requests.direct, &requests.server)
+    } else {
+        (&requests.aggregator, &requests.apiserver)
+    };
+    let url = format!(
+        "{base}/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/machineinventories"
+    );
+    poll(&format!("{name} served"), within, POLL, async || {
+        let (status, body) = Requests::get(client, url.clone()).await?;
+        let list: serde_json::Value = if status == 200 {
+            serde_json::from_slice(&body)?
+        } else {
+            serde_json::Value::Null
+        };
+        let named = list["items"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|m| m["metadata"]["name"] == name));
+        Ok(named.then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// The error count of our MachineInventory watch.
+async fn machine_watch_errors(requests: &Requests) -> Result<f64> {
+    let text = requests.metrics().await?;
+    Ok(metric(
+        &text,
+        WATCH_ERRORS,
+        &[("resource", "machineinventories")],
+    ))
+}

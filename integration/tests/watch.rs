@@ -2,7 +2,7 @@
 //! of this API watched as kube-apiserver serves watch, next to kube-apiserver's own watch of
 //! the operator's MachineInventory CRD doing the same steps: events only when an answer
 //! changes, from a list's resourceVersion without a loss or a repeat, selectors' transitions,
-//! bookmarks, `sendInitialEvents`, `timeoutSeconds`, a resume this replica cannot serve
+//! bookmarks, `sendInitialEvents`, `timeoutSeconds` (any int64, none panicking), a resume this replica cannot serve
 //! (410 `Expired`), `kubectl get -w`, and the per-user watch limit (429).
 
 use std::{
@@ -379,6 +379,59 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "timeoutSeconds=1 ended after {:?}",
         started.elapsed()
     );
+
+    // timeoutSeconds as kube-apiserver reads it, no value panicking the watch: the longest
+    // serves the watch (it was an empty 200 and a panic in the log), a negative one ends it
+    // at once without an event (an empty 200, as kube-apiserver), one past int64 is a 400.
+    let mut longest = Events::open(
+        bed,
+        &ours(&format!(
+            "{MACHINES}?watch=true&timeoutSeconds={}",
+            i64::MAX
+        )),
+    )
+    .await?;
+    let event = longest.next("timeoutSeconds=i64::MAX").await?;
+    ensure!(event["type"] == "ADDED", "{event}");
+    drop(longest);
+    let mut negative = Events::open(
+        bed,
+        &ours(&format!("{MACHINES}?watch=true&timeoutSeconds=-1")),
+    )
+    .await?;
+    let started = Instant::now();
+    let none = negative.next_within(EVENT).await?;
+    ensure!(
+        none.is_none() && started.elapsed() < Duration::from_secs(10),
+        "timeoutSeconds=-1: {none:?} after {:?} (kube-apiserver ends it at once, no event)",
+        started.elapsed()
+    );
+    // kube-apiserver's own watch of the CRD with the same values, for the record
+    // (docs/api.md): a request that has not ended after the client's 10 s is "not ended".
+    for value in ["-1", "9223372036854775807"] {
+        let started = Instant::now();
+        let outcome = match bed
+            .admin_get(&crd(&format!(
+                "{MACHINES}?watch=true&timeoutSeconds={value}"
+            )))
+            .await
+        {
+            Ok((status, body)) => format!("{status}, {} bytes: {body:.300}", body.len()),
+            Err(error) => format!("not ended ({error:#})"),
+        };
+        eprintln!(
+            "kube-apiserver's CRD watch with timeoutSeconds={value}: {outcome} after {:?}",
+            started.elapsed()
+        );
+    }
+    let (status, body) = bed
+        .admin_get(&ours(&format!(
+            "{MACHINES}?watch=true&timeoutSeconds=9223372036854775808"
+        )))
+        .await?;
+    ensure!(status == 400, "timeoutSeconds past int64: {status} {body}");
+    let log = std::fs::read_to_string(bed.server_log()?)?;
+    ensure!(!log.contains("panicked"), "the server panicked");
 
     // Version summaries: a new version of the channel is ADDED when its data arrives.
     let summaries: Value = bed.admin_get_json(&ours("managedosversions")).await?;

@@ -421,3 +421,43 @@ proptest! {
         }
     }
 }
+
+/// `timeoutSeconds` of a watch is any 64-bit integer, as kube-apiserver decodes it
+/// (`strconv.ParseInt`): negative and huge values are options, not errors (what they do is
+/// `routes::watch`'s); what is no such integer is a 400 naming the parameter.
+#[test]
+fn watch_timeout_seconds_is_any_64_bit_integer() {
+    let timeout = |value: &str| {
+        let info = parse(&format!(
+            "{BASE}/managedosversions?watch=true&timeoutSeconds={value}"
+        ));
+        list_params(&info)
+            .watch
+            .as_ref()
+            .unwrap_or_else(|| panic!("{value}: not a watch"))
+            .timeout_seconds
+    };
+    for (value, seconds) in [
+        ("1", Some(1)),
+        ("0", Some(0)),
+        ("-1", Some(-1)),
+        ("9223372036854775807", Some(i64::MAX)),
+        ("-9223372036854775808", Some(i64::MIN)),
+        ("", None),
+    ] {
+        assert_eq!(timeout(value), seconds, "{value}");
+    }
+    for value in ["9223372036854775808", "1.5", "1e3", "x", "%2B"] {
+        let info = parse(&format!(
+            "{BASE}/managedosversions?watch=true&timeoutSeconds={value}"
+        ));
+        let error = invalid(&info);
+        assert_eq!(error.code(), 400, "{value}");
+        assert!(
+            error.message.starts_with("timeoutSeconds: Invalid value: ")
+                && error.message.ends_with("must be an integer"),
+            "{value}: {}",
+            error.message
+        );
+    }
+}

@@ -4,17 +4,27 @@
 //! [`Ready`] is one rendered answer; [`ReadyCache`] keeps them, bounded in bytes
 //! (`--answer-cache-size`), with concurrent misses of one answer rendered once.
 
-use std::{future::Future, hash::Hash, io::Write, mem::size_of, sync::Arc};
+use std::{
+    future::Future,
+    hash::Hash,
+    io::{Read as _, Write},
+    mem::size_of,
+    sync::Arc,
+};
 
-use bytes::Bytes;
-use flate2::{Compression, write::GzEncoder};
+use bytes::{Buf as _, Bytes, buf::Reader};
+use flate2::{Compression, bufread::GzDecoder, write::GzEncoder};
+use futures::StreamExt as _;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::{Either, Full, StreamBody};
+use hyper::body::Frame;
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use quick_cache::{OptionsBuilder, Weighter, sync::Cache};
 use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use tracing::warn;
 
-use super::HttpResponse;
+use super::{HttpResponse, watch::stream::WatchStream};
 use crate::metrics::{Family, Registry, family, gauge_value};
 
 /// Bodies smaller than this are not compressed, as k8s.io/apiserver compresses none under
@@ -31,6 +41,8 @@ use crate::metrics::{Family, Registry, family, gauge_value};
 pub const GZIP_MIN_BYTES: usize = 128 * 1024;
 /// What a kept answer costs besides its bytes (the entry, its key, header values).
 const ENTRY_OVERHEAD: u64 = 512;
+/// Most bytes of a body kept gzipped that one step of its decompression makes ([`Inflate`]).
+pub const INFLATE_CHUNK: usize = 64 * 1024;
 /// Smallest part of the cache's bytes one of its shards holds: quick_cache splits its capacity
 /// among shards (4 per CPU by default) and never keeps an item larger than a shard, so with
 /// the default 32 MiB on 2 CPUs no answer of 4 MiB or more (the list of 5,000 machines) was
@@ -47,8 +59,11 @@ pub struct Ready {
     /// Empty when only the gzip form is kept ([`Ready::written`]).
     body: Bytes,
     gzip: Option<Bytes>,
-    /// Only the gzip form is kept: a client that does not accept it gets it decompressed.
+    /// Only the gzip form is kept: a client that does not accept it gets it decompressed as
+    /// it reads ([`Inflate`]).
     gzip_only: bool,
+    /// The body's length (also when only its gzip form is kept).
+    length: u64,
     etag: HeaderValue,
     gzip_etag: HeaderValue,
     content_type: HeaderValue,
@@ -84,6 +99,7 @@ impl Ready {
         let tag: String = hash[..12].iter().map(|b| format!("{b:02x}")).collect();
         let gzip = compress(&body);
         Self {
+            length: body.len() as u64,
             body: Bytes::from(body),
             gzip,
             gzip_only: false,
@@ -100,7 +116,7 @@ impl Ready {
     /// is, else kept in its gzip form only, compressed as it is written (fast level), so that
     /// the uncompressed bytes of a large list (40 MB for 50,000 machines) are never held; a
     /// client that does not accept gzip (the aggregator always does) gets them decompressed
-    /// for its request.
+    /// as it reads them ([`Inflate`]), never whole.
     pub fn written(
         size: usize,
         content_type: &'static str,
@@ -111,15 +127,19 @@ impl Ready {
             write(&mut body)?;
             return Ok(Self::answer(body, content_type));
         }
-        let mut encoder = GzEncoder::new(Vec::with_capacity(size / 8), Compression::fast());
-        write(&mut encoder)?;
-        let gzip = encoder.finish()?;
+        let mut counted = Counted {
+            inner: GzEncoder::new(Vec::with_capacity(size / 8), Compression::fast()),
+            written: 0,
+        };
+        write(&mut counted)?;
+        let gzip = counted.inner.finish()?;
         let hash = Sha256::digest(&gzip);
         let tag: String = hash[..12].iter().map(|b| format!("{b:02x}")).collect();
         Ok(Self {
             body: Bytes::new(),
             gzip: Some(Bytes::from(gzip)),
             gzip_only: true,
+            length: counted.written,
             etag: HeaderValue::from_str(&format!("\"{tag}\"")).unwrap_or(PRIVATE),
             gzip_etag: gzip_etag(&tag),
             content_type: HeaderValue::from_static(content_type),
@@ -143,9 +163,21 @@ impl Ready {
     }
 
     /// The response to a request with these headers: `304 Not Modified` when `If-None-Match`
-    /// names this answer, the gzip form when `Accept-Encoding` allows it, else the body.
-    /// Nothing is formatted or copied: the header values and bytes are shared.
+    /// names this answer, the gzip form when `Accept-Encoding` allows it, else the body (a
+    /// body kept gzipped only decompressed as it is read, each step on the blocking pool:
+    /// see [`Ready::respond_inflating`]). Nothing is formatted or copied: the header values
+    /// and bytes are shared.
     pub fn respond(&self, request: &HeaderMap) -> HttpResponse {
+        self.respond_inflating(request, None)
+    }
+
+    /// As [`Ready::respond`], each step of a decompression holding one of `compute`'s
+    /// permits when given (`--max-compute-concurrency`).
+    pub fn respond_inflating(
+        &self,
+        request: &HeaderMap,
+        compute: Option<Arc<Semaphore>>,
+    ) -> HttpResponse {
         let gzip = self
             .gzip
             .as_ref()
@@ -160,15 +192,18 @@ impl Ready {
             .iter()
             .any(|v| self.matches(v));
         let mut response = if not_modified {
-            let mut r = Response::new(Full::new(Bytes::new()));
+            let mut r = Response::new(Either::Left(Full::new(Bytes::new())));
             *r.status_mut() = StatusCode::NOT_MODIFIED;
             r
         } else {
-            let body = match gzip {
-                Some(gzip) => gzip.clone(),
-                None => self.body(),
-            };
-            Response::new(Full::new(body))
+            Response::new(match (gzip, &self.gzip) {
+                (Some(gzip), _) => Either::Left(Full::new(gzip.clone())),
+                (None, Some(kept)) if self.gzip_only => {
+                    let stream = Inflate::new(kept.clone()).stream(compute);
+                    Either::Right(StreamBody::new(stream))
+                }
+                (None, _) => Either::Left(Full::new(self.body.clone())),
+            })
         };
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, self.content_type.clone());
@@ -177,6 +212,11 @@ impl Ready {
         headers.insert(header::VARY, self.vary.clone());
         if gzip.is_some() && !not_modified {
             headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        if gzip.is_none() && !not_modified && self.gzip_only {
+            // Streamed: its length said ahead, so that a client (and a HEAD) knows it, and a
+            // body cut short is an error, not a shorter answer.
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(self.length));
         }
         for warning in &self.warnings {
             headers.append(header::WARNING, warning.clone());
@@ -198,33 +238,106 @@ impl Ready {
     }
 
     /// Whether answering a request with these headers decompresses the body (only its gzip
-    /// form is kept and the client does not accept it): work to do off the async threads.
+    /// form is kept and the client does not accept it): work done as the client reads.
     pub fn decompresses_for(&self, request: &HeaderMap) -> bool {
         self.gzip_only && !accepts_gzip(request.get(header::ACCEPT_ENCODING))
     }
 
-    /// The body (uncompressed; decompressed when only its gzip form is kept).
+    /// The body, decompressed whole when only its gzip form is kept (tests compare with it).
+    #[cfg(test)]
     pub fn body(&self) -> Bytes {
         match &self.gzip {
             Some(gzip) if self.gzip_only => {
-                // The gzip trailer's last four bytes: the body's length (mod 2^32; a kept
-                // answer is far smaller), so the body is allocated once, at its size.
-                let size = gzip
-                    .len()
-                    .checked_sub(4)
-                    .and_then(|at| gzip.get(at..))
-                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                    .map_or(0, |b| u32::from_le_bytes(b) as usize);
-                let mut body = Vec::with_capacity(size);
-                // The server compressed these bytes itself; a failure would be a bug.
-                let _ = std::io::Read::read_to_end(
-                    &mut flate2::read::GzDecoder::new(gzip.as_ref()),
-                    &mut body,
-                );
+                let mut body = Vec::new();
+                let _ = GzDecoder::new(gzip.as_ref()).read_to_end(&mut body);
                 Bytes::from(body)
             }
             _ => self.body.clone(),
         }
+    }
+}
+
+/// Counts the bytes written through it.
+struct Counted<W> {
+    inner: W,
+    written: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A body kept gzipped, decompressed one step of at most [`INFLATE_CHUNK`] bytes at a time:
+/// what a request holds is the decoder's state (its 32 KiB window and tables) and one step,
+/// whatever the body's size, next to the kept bytes it shares. Before, each such request
+/// decompressed the whole body (46 MB for 50,000 machines) into memory of its own.
+pub struct Inflate {
+    decoder: GzDecoder<Reader<Bytes>>,
+}
+
+impl Inflate {
+    /// Decompresses `gzip` (bytes this server compressed).
+    pub fn new(gzip: Bytes) -> Self {
+        Self {
+            decoder: GzDecoder::new(gzip.reader()),
+        }
+    }
+
+    /// The next at most [`INFLATE_CHUNK`] bytes of the body; `None` at its end.
+    pub fn step(&mut self) -> std::io::Result<Option<Bytes>> {
+        let mut chunk = vec![0; INFLATE_CHUNK];
+        let mut filled = 0;
+        while filled < INFLATE_CHUNK {
+            match self.decoder.read(&mut chunk[filled..])? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        if filled == 0 {
+            return Ok(None);
+        }
+        chunk.truncate(filled);
+        Ok(Some(Bytes::from(chunk)))
+    }
+
+    /// The body as a stream: each step made when the client has read the last one (hyper
+    /// polls a body only when it can send), on the blocking pool, holding one of `compute`'s
+    /// permits when given. A step that fails (the server compressed these bytes itself: a
+    /// bug) ends the stream short of its `Content-Length`, which the client sees as an error.
+    pub fn stream(self, compute: Option<Arc<Semaphore>>) -> WatchStream {
+        futures::stream::unfold(self, move |mut inflate| {
+            let compute = compute.clone();
+            async move {
+                let permit = match compute {
+                    Some(compute) => Some(compute.acquire_owned().await.ok()?),
+                    None => None,
+                };
+                let (inflate, step) = tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    let step = inflate.step();
+                    (inflate, step)
+                })
+                .await
+                .ok()?;
+                match step {
+                    Ok(Some(chunk)) => Some((Ok(Frame::data(chunk)), inflate)),
+                    Ok(None) => None,
+                    Err(error) => {
+                        warn!(%error, "a kept answer did not decompress");
+                        None
+                    }
+                }
+            }
+        })
+        .boxed()
     }
 }
 
@@ -519,6 +632,53 @@ mod tests {
         assert!(!small.gzip_only && small.gzip.is_none());
         assert!(!small.decompresses_for(&request(&[])));
         assert_eq!(small.body().as_ref(), b"{}");
+    }
+
+    /// A client that does not accept gzip gets a body kept gzipped decompressed as it reads:
+    /// the same bytes, with their length said ahead, in steps of at most [`INFLATE_CHUNK`]
+    /// (the memory of such a request: `apiserver/tests/inflate_bytes.rs`), each holding a
+    /// compute permit when given.
+    #[tokio::test]
+    async fn a_body_kept_gzipped_is_streamed_decompressed() {
+        use http_body_util::BodyExt as _;
+        let body = json(20 * INFLATE_CHUNK + 123);
+        let ready =
+            Ready::written(body.len(), "application/json", |out| out.write_all(&body)).unwrap();
+        assert!(ready.gzip_only);
+        let compute = Arc::new(Semaphore::new(1));
+        let response = ready.respond_inflating(&request(&[]), Some(compute.clone()));
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get(header::CONTENT_ENCODING).is_none());
+        assert_eq!(
+            response.headers()[header::CONTENT_LENGTH],
+            body.len().to_string().as_str()
+        );
+        let mut streamed = Vec::new();
+        let mut steps = 0;
+        let mut frames = response.into_body();
+        // Each step waits for a compute permit.
+        let held = compute.clone().acquire_owned().await.unwrap();
+        let blocked =
+            tokio::time::timeout(std::time::Duration::from_millis(50), frames.frame()).await;
+        assert!(blocked.is_err(), "a step ran without a compute permit");
+        drop(held);
+        while let Some(frame) = frames.frame().await {
+            let chunk = frame.unwrap().into_data().unwrap();
+            assert!(chunk.len() <= INFLATE_CHUNK, "{}", chunk.len());
+            streamed.extend_from_slice(&chunk);
+            steps += 1;
+        }
+        assert_eq!(streamed, body);
+        assert!(steps >= 20, "{steps} steps");
+        // Accepted gzip, or a 304: nothing to decompress, no length said for it.
+        let gzip = ready.respond_inflating(&request(&[("accept-encoding", "gzip")]), None);
+        assert_eq!(gzip.headers()[header::CONTENT_ENCODING], "gzip");
+        let etag = ready.etag.clone();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::IF_NONE_MATCH, etag);
+        let not_modified = ready.respond(&headers);
+        assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
+        assert!(not_modified.headers().get(header::CONTENT_LENGTH).is_none());
     }
 
     #[test]

@@ -33,17 +33,43 @@ use stream::{Encoding, Options, Visible, WatchStream};
 /// opened together do not all end together.
 pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
-/// Watches open, in all and by user.
+/// Watches a user may hold and still take a reserved slot ([`WatchSlots`]): enough for a
+/// dashboard (machines and versions, in two tabs) or a few `kubectl get -w`.
+pub const RESERVED_PER_USER: usize = 4;
+
+/// Watches open, in all and by user, under `--max-watches` and `--max-watches-per-user`,
+/// with a reserve so that no small set of users can take every slot: the last tenth of
+/// `--max-watches` (rounded down) is kept for users who hold fewer than
+/// [`RESERVED_PER_USER`] watches. Ten users with 100 watches each reach the reserve after
+/// nine of them; what is left serves others, each up to [`RESERVED_PER_USER`], so at least
+/// a tenth of `--max-watches` divided by four more users (25 of the default 1,000) watch
+/// whatever the first hold.
+///
+/// Why a reserve: a per-user share that shrinks as more users hold watches cannot take back
+/// what the first users already hold (a watch lasts 30 to 60 minutes), so they could still
+/// fill every slot before anyone else came; kube's priority-and-fairness seats bound
+/// requests in flight, and a watch holds one only while its initial events are sent, so
+/// they do not bound how many watches one identity holds; ending another user's watch to
+/// make room would turn one user's excess into everyone's re-lists.
 pub struct WatchSlots {
     max: usize,
     max_per_user: usize,
-    open: Mutex<(usize, HashMap<String, usize>)>,
+    /// Slots of `max` only users below [`RESERVED_PER_USER`] take.
+    reserve: usize,
+    open: Mutex<Open>,
+}
+
+/// The watches open.
+#[derive(Default)]
+struct Open {
+    total: usize,
+    by_user: HashMap<String, usize>,
 }
 
 /// Which limit refused a watch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WatchLimit {
-    /// `--max-watches`.
+    /// `--max-watches` (or its reserve, for a user holding [`RESERVED_PER_USER`] or more).
     Total,
     /// `--max-watches-per-user`.
     PerUser,
@@ -60,27 +86,29 @@ pub struct WatchSlot {
 impl Drop for WatchSlot {
     fn drop(&mut self) {
         let mut open = self.slots.lock();
-        open.0 = open.0.saturating_sub(1);
-        if let Some(n) = open.1.get_mut(&self.user) {
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.by_user.get_mut(&self.user) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                open.1.remove(&self.user);
+                open.by_user.remove(&self.user);
             }
         }
     }
 }
 
 impl WatchSlots {
-    /// At most `max` watches, `max_per_user` of one user.
+    /// At most `max` watches, `max_per_user` of one user, the last tenth of `max` for users
+    /// holding fewer than [`RESERVED_PER_USER`].
     pub fn new(max: usize, max_per_user: usize) -> Arc<Self> {
         Arc::new(Self {
             max,
             max_per_user,
+            reserve: max / 10,
             open: Mutex::default(),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<String, usize>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -91,15 +119,19 @@ impl WatchSlots {
         keep: Box<dyn Send>,
     ) -> Result<WatchSlot, WatchLimit> {
         let mut open = self.lock();
-        if open.0 >= self.max {
+        let mine = open.by_user.get(user).copied().unwrap_or(0);
+        if open.total >= self.max {
             return Err(WatchLimit::Total);
         }
-        let mine = open.1.get(user).copied().unwrap_or(0);
         if mine >= self.max_per_user {
             return Err(WatchLimit::PerUser);
         }
-        open.0 += 1;
-        open.1.insert(user.to_owned(), mine + 1);
+        let reserved = open.total >= self.max - self.reserve;
+        if reserved && mine >= RESERVED_PER_USER {
+            return Err(WatchLimit::Total);
+        }
+        open.total += 1;
+        open.by_user.insert(user.to_owned(), mine + 1);
         Ok(WatchSlot {
             slots: self.clone(),
             user: user.to_owned(),
@@ -109,7 +141,7 @@ impl WatchSlots {
 
     /// Watches open.
     pub fn open(&self) -> usize {
-        self.lock().0
+        self.lock().total
     }
 }
 
@@ -293,11 +325,24 @@ fn start<T: Object>(hub: &Reader<T>, options: &WatchParams) -> Result<Start, Exp
     }
 }
 
-/// `timeoutSeconds`, or between [`MIN_WATCH_TIMEOUT`] and twice it.
+/// The longest watch: kube-apiserver's longest `timeoutSeconds`, as many seconds as Go's
+/// `time.Duration` (int64 nanoseconds) holds, about 292 years. Past it kube-apiserver's
+/// `time.Duration(timeoutSeconds) * time.Second` wraps around (`9223372036854775807` becomes
+/// -1 s there, and the watch ends at once); here it is this.
+pub const MAX_WATCH_TIMEOUT: Duration =
+    Duration::from_secs(i64::MAX.unsigned_abs() / 1_000_000_000);
+
+/// How long a watch lasts, as kube-apiserver reads `timeoutSeconds` (`handlers/get.go`): none
+/// or `0`, between [`MIN_WATCH_TIMEOUT`] and twice it; negative, not at all (its timer has
+/// fired already: the watch ends at once, with no events); else that many seconds, at most
+/// [`MAX_WATCH_TIMEOUT`]. No value panics: the deadline is `now` plus at most that.
 fn timeout(options: &WatchParams) -> Duration {
     match options.timeout_seconds {
-        Some(seconds) => Duration::from_secs(seconds),
-        None => {
+        Some(seconds) if seconds < 0 => Duration::ZERO,
+        Some(seconds) if seconds > 0 => {
+            Duration::from_secs(seconds.unsigned_abs()).min(MAX_WATCH_TIMEOUT)
+        }
+        _ => {
             let spread = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
@@ -335,3 +380,6 @@ fn streaming(body: WatchStream, representation: Representation) -> Response<Body
     );
     response
 }
+
+#[cfg(test)]
+mod tests;

@@ -116,6 +116,20 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
         mib(end.peak_kib),
         f.machines
     );
+    let (plain_before, plain_after) = f.plain_lists.rss;
+    let _ = writeln!(
+        w,
+        "{} lists of all machines at once, straight to the server, by clients that do not accept \
+         gzip ({} bytes each; the list is kept gzipped and streamed to them decompressed, 64 KiB at \
+         a time): VmRSS {:.1} MiB before, {:.1} MiB after; VmHWM {:.1} MiB before, {:.1} MiB \
+         after.\n",
+        super::fleet::PLAIN_CLIENTS,
+        f.plain_lists.bytes,
+        mib(plain_before.rss_kib),
+        mib(plain_after.rss_kib),
+        mib(plain_before.peak_kib),
+        mib(plain_after.peak_kib)
+    );
     let _ = writeln!(
         w,
         "Watch event latency: {} watchers on each side, all open at once, from the list's \

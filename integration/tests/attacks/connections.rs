@@ -490,7 +490,7 @@ const PRESSURED_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle HTTP/2 connections taking every slot of `--max-connections` (40) under a long
 /// idle timeout (60 s): the server, short of slots, closes those idle for 5 s, so that
 /// discovery on a new connection is served from a full slot (200) instead of the
-/// probe-only pool (429).
+/// probe-only pool (429). Meanwhile a watch on a probe-only connection is a 429 too.
 pub async fn under_pressure(bed: &mut TestBed, registry: &Registry) -> Result<()> {
     bed.start_server_reading(
         registry,
@@ -518,6 +518,24 @@ pub async fn under_pressure(bed: &mut TestBed, registry: &Registry) -> Result<()
             })
         })
         .collect();
+    // A watch on a new connection while every slot is taken (a probe-only connection):
+    // the 429 every other request gets there, not a stream holding the connection.
+    let watch = bed
+        .server_http(Some(&bed.pki().admin))?
+        .get(format!(
+            "{}{GROUP_VERSION}/managedosversions?watch=true&timeoutSeconds=5",
+            bed.server().context("server")?.url()
+        ))
+        .send()
+        .await?;
+    ensure!(
+        watch.status() == StatusCode::TOO_MANY_REQUESTS
+            && watch.headers().get("retry-after").is_some(),
+        "a watch on a probe-only connection: {} {:?}",
+        watch.status(),
+        watch.headers()
+    );
+    drop(watch);
     // Discovery from kube-apiserver's point of view: a new connection, until it is
     // served from a full slot.
     let deadline = last_answer + PRESSURED_IDLE_TIMEOUT + MARGIN;

@@ -119,6 +119,11 @@ async fn run<T: Object>(
     options: Options<T>,
     tx: mpsc::Sender<Bytes>,
 ) -> End {
+    // Over before it starts (a negative `timeoutSeconds`): no event, as kube-apiserver, whose
+    // timer has fired already, sends none.
+    if options.timeout.is_zero() {
+        return End::Timeout;
+    }
     let deadline = deadline(options.timeout);
     let mut writer = Writer {
         options,
