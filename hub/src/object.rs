@@ -15,7 +15,7 @@ pub trait Object: Serialize + DeserializeOwned + Default + Send + Sync + 'static
     /// See [`Object::Facts`].
     fn facts(&self) -> Self::Facts;
     /// Which bytes of `json` (its JSON) are its own; those before and after are what many
-    /// objects share, kept once in the hub ([`Item`]). Default: all of them.
+    /// objects share, kept once in the hub ([`crate::Item`]). Default: all of them.
     fn own_range(&self, json: &[u8]) -> std::ops::Range<usize> {
         0..json.len()
     }

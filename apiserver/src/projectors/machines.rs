@@ -35,7 +35,8 @@ use crate::{
 /// Machine answers, as the hub keeps them.
 pub type Machine = MachineInventoryChangelogSummary;
 
-/// Pending summaries kept across requests: see [`FleetView`].
+/// Pending changelog summaries by snapshot generation, `from` and `to`, kept across passes
+/// and requests (the machines' projector and the upgrade plans share one).
 pub type SummaryCache = quick_cache::sync::Cache<(u64, String, String), Option<ChangelogSummary>>;
 
 /// The channel data a resolution reads: each channel's snapshot for one architecture.
