@@ -231,7 +231,11 @@ impl App {
                         params,
                         accept,
                         fixing,
-                        (slot()?, self.metrics.watch_opened()),
+                        watch::Held {
+                            slot: slot()?,
+                            open: self.metrics.watch_opened(),
+                            compute: self.compute.clone(),
+                        },
                     )
                 }),
             Target::Fleet(FleetResource::Machines { namespace, params }) => self
@@ -258,7 +262,11 @@ impl App {
                         params,
                         accept,
                         exposure,
-                        (slot()?, self.metrics.watch_opened()),
+                        watch::Held {
+                            slot: slot()?,
+                            open: self.metrics.watch_opened(),
+                            compute: self.compute.clone(),
+                        },
                     )
                 }),
             Target::Invalid { error, .. } => Err(error.clone()),

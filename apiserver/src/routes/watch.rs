@@ -238,9 +238,20 @@ fn one_row<C>(columns: &mut Vec<C>, first: bool) {
     }
 }
 
+/// What a watch holds while it lasts: its place under the limits, its count in the metrics,
+/// and the compute slots (`--max-compute-concurrency`) its heavy batches are written under.
+pub struct Held {
+    /// Its place under `--max-watches` and `--max-watches-per-user`.
+    pub slot: WatchSlot,
+    /// Counted in `watches_open` until it ends, then in `watches_ended_total`.
+    pub open: OpenWatch,
+    /// The compute slots.
+    pub compute: Arc<tokio::sync::Semaphore>,
+}
+
 /// Starts the watch `params` ask of `hub`, for the objects of `namespace` (or all), in the
 /// representation `accept` asks, with what `?cve=` asks when given; `slot` is held until it
-/// ends, and `open` counts it until then.
+/// ends (see [`Held`]).
 pub fn watch<T: Object>(
     hub: &Reader<T>,
     kind: &Kind<T>,
@@ -248,8 +259,13 @@ pub fn watch<T: Object>(
     params: &ListParams,
     accept: Option<&str>,
     cve: Option<CveWatch<T>>,
-    (slot, open): (WatchSlot, OpenWatch),
+    held: Held,
 ) -> Result<Response<Body>, StatusError> {
+    let Held {
+        slot,
+        open,
+        compute,
+    } = held;
     let (transform, fixing) = match cve {
         None => (None, None),
         Some(CveWatch::Exposure(transform)) => (Some(transform), None),
@@ -271,6 +287,12 @@ pub fn watch<T: Object>(
         Ok(watcher) => watcher,
         Err(error) => return Ok(error_stream(&error, representation)),
     };
+    // What makes the watch parse each object it sends: its batches are then written off the
+    // async threads, under the compute bound.
+    let parses = transform.is_some()
+        || fixing.is_some()
+        || !params.labels.is_empty()
+        || matches!(representation, Representation::Table { .. });
     let selection = params.clone();
     let table = kind.table;
     let cve = transform.is_some();
@@ -305,6 +327,7 @@ pub fn watch<T: Object>(
             timeout,
             api_version: API_VERSION,
             kind: kind.kind,
+            compute: parses.then_some(compute),
         },
         slot,
         move |end| open.ended(end),

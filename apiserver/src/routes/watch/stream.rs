@@ -52,6 +52,11 @@ pub struct Options<T: Object> {
     pub api_version: &'static str,
     /// See `api_version`.
     pub kind: &'static str,
+    /// When the watch parses what it sends (a Table, an exposure, a label selector): the
+    /// compute slots (`--max-compute-concurrency`) its batches are written under, on the
+    /// blocking pool, as other heavy work. `None`: the kept bytes are copied on the async
+    /// threads.
+    pub compute: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// The body of a watch response: a stream that ends with the watch.
@@ -125,12 +130,12 @@ async fn run<T: Object>(
         return End::Timeout;
     }
     let deadline = deadline(options.timeout);
-    let mut writer = Writer {
+    let (bookmarks, initial_events_end) = (options.bookmarks, options.initial_events_end);
+    let mut writer = Some(Writer {
         options,
         first: true,
-    };
+    });
     let mut tick = tokio::time::interval_at(Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
-    let bookmarks = writer.options.bookmarks;
     loop {
         let step = tokio::select! {
             batch = watcher.next(CHUNK_BYTES) => Step::Read(batch),
@@ -138,17 +143,25 @@ async fn run<T: Object>(
             () = tx.closed() => Step::End(End::Client),
             () = tokio::time::sleep_until(deadline) => Step::End(End::Timeout),
         };
-        let chunk = match step {
-            Step::Read(Batch::Initial(items)) => writer.objects(&items),
-            Step::Read(Batch::InitialEnd(version)) if writer.options.initial_events_end => {
-                writer.bookmark(version, true)
+        let work = match step {
+            Step::Read(Batch::Initial(items)) => Work::Objects(items),
+            Step::Read(Batch::InitialEnd(version)) if initial_events_end => {
+                Work::Bookmark(version, true)
             }
             Step::Read(Batch::InitialEnd(_)) => continue,
-            Step::Read(Batch::Events(events)) => writer.events(&events),
-            Step::Bookmark => writer.bookmark(watcher.position(), false),
+            Step::Read(Batch::Events(events)) => Work::Events(events),
+            Step::Bookmark => Work::Bookmark(watcher.position(), false),
             // Fell behind the hub's ring (it did not read): it ends, its client watches again.
             Step::Read(Batch::Behind) => return End::Behind,
             Step::End(end) => return end,
+        };
+        let chunk = tokio::select! {
+            chunk = write(&mut writer, work) => chunk,
+            () = tokio::time::sleep_until(deadline) => return End::Timeout,
+        };
+        let Some(chunk) = chunk else {
+            // The writer was lost with a failed blocking task: nothing more can be written.
+            return End::Client;
         };
         if chunk.is_empty() {
             continue;
@@ -160,12 +173,56 @@ async fn run<T: Object>(
     }
 }
 
+/// What a step writes.
+enum Work<T: Object> {
+    Objects(Vec<Arc<Item<T>>>),
+    Events(Vec<Arc<Event<T>>>),
+    Bookmark(ResourceVersion, bool),
+}
+
+/// Writes `work` with `writer`: on the blocking pool under a compute slot when the watch
+/// parses what it sends (see [`Options::compute`]), else here. `None` when the writer is lost
+/// (its blocking task failed).
+async fn write<T: Object>(writer: &mut Option<Writer<T>>, work: Work<T>) -> Option<Vec<u8>> {
+    let mut w = writer.take()?;
+    let compute = match &work {
+        Work::Bookmark(..) => None,
+        Work::Objects(_) | Work::Events(_) => w.options.compute.clone(),
+    };
+    let (w, chunk) = match compute {
+        None => {
+            let chunk = w.write(&work);
+            (w, chunk)
+        }
+        Some(compute) => {
+            let permit = compute.acquire_owned().await.ok()?;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                let chunk = w.write(&work);
+                (w, chunk)
+            })
+            .await
+            .ok()?
+        }
+    };
+    *writer = Some(w);
+    Some(chunk)
+}
+
 struct Writer<T: Object> {
     options: Options<T>,
     first: bool,
 }
 
 impl<T: Object> Writer<T> {
+    fn write(&mut self, work: &Work<T>) -> Vec<u8> {
+        match work {
+            Work::Objects(items) => self.objects(items),
+            Work::Events(events) => self.events(events),
+            Work::Bookmark(version, end) => self.bookmark(*version, *end),
+        }
+    }
+
     /// The initial objects as ADDED events, as this watch sees them.
     fn objects(&mut self, items: &[Arc<Item<T>>]) -> Vec<u8> {
         let mut out = Vec::new();
