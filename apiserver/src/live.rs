@@ -18,7 +18,8 @@
 use std::{collections::BTreeMap, io::Write, sync::Arc, time::Duration};
 
 use elemental_changelog_apiservice::{
-    Arch, fleet::MachineInventoryChangelogSummary, types::ManagedOSVersionChangelogSummary,
+    Arch, MACHINE_RESOURCE, fleet::MachineInventoryChangelogSummary, identity,
+    types::ManagedOSVersionChangelogSummary,
 };
 use tokio::sync::watch;
 use tracing::debug;
@@ -295,7 +296,12 @@ fn changed_and_gone(
         while let Some(item) = kept.next_if(|item| item.key() < key) {
             gone.push((item.namespace().to_owned(), item.name().to_owned()));
         }
-        let source = source_of(meta.uid.as_deref(), meta.resource_version.as_deref());
+        // The answer's metadata carries a uid of its own, derived from the machine's.
+        let uid = meta
+            .uid
+            .as_deref()
+            .map(|uid| identity::uid(MACHINE_RESOURCE, uid));
+        let source = source_of(uid.as_deref(), meta.resource_version.as_deref());
         match kept.next_if(|item| item.key() == key) {
             Some(item) if item.source == source => {}
             _ => changed.push(machine.clone()),
@@ -399,7 +405,11 @@ mod tests {
         let mut a = MachineInventoryChangelogSummary::new();
         a.metadata.namespace = m.metadata.namespace.clone().unwrap_or_default();
         a.metadata.name = m.metadata.name.clone().unwrap_or_default();
-        a.metadata.uid = m.metadata.uid.clone();
+        a.metadata.uid = m
+            .metadata
+            .uid
+            .as_deref()
+            .map(|uid| identity::uid(MACHINE_RESOURCE, uid));
         a.metadata.resource_version = m.metadata.resource_version.clone();
         a
     }

@@ -632,12 +632,18 @@ fn json(items: Vec<MachineInventoryChangelogSummary>, list: bool) -> Result<Vec<
     .map_err(|e| StatusError::internal(&e))
 }
 
-fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
+/// The metadata of the object of `resource` that describes `object`: its name, namespace,
+/// resourceVersion, creation time and labels, and a uid of its own
+/// ([`identity::uid`](elemental_changelog_apiservice::identity::uid)).
+fn meta_of<K: kube::Resource>(resource: &str, object: &K) -> ObjectMeta {
     let meta = object.meta();
     ObjectMeta {
         name: meta.name.clone().unwrap_or_default(),
         namespace: meta.namespace.clone().unwrap_or_default(),
-        uid: meta.uid.clone(),
+        uid: meta
+            .uid
+            .as_deref()
+            .map(|uid| elemental_changelog_apiservice::identity::uid(resource, uid)),
         resource_version: meta.resource_version.clone(),
         creation_timestamp: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
         labels: meta.labels.clone().unwrap_or_default(),
@@ -649,12 +655,12 @@ fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
 fn machine_meta(machine: &MachineInventory) -> ObjectMeta {
     ObjectMeta {
         labels: machine.spec.labels.to_map(),
-        ..meta_of(machine)
+        ..meta_of(elemental_changelog_apiservice::MACHINE_RESOURCE, machine)
     }
 }
 
 fn image_meta(image: &ManagedOSImage) -> ObjectMeta {
-    meta_of(image)
+    meta_of(elemental_changelog_apiservice::IMAGE_RESOURCE, image)
 }
 
 /// A 4xx/5xx with a cause naming the machine reason.
@@ -696,7 +702,15 @@ mod tests {
         crate::fleet::reflect::trim_machine(&mut m);
         let meta = machine_meta(&m);
         assert_eq!(meta.labels, labels);
-        assert_eq!((meta.name.as_str(), meta.uid.as_deref()), ("m", Some("u")));
+        // A uid of its own, derived from the MachineInventory's.
+        let uid = elemental_changelog_apiservice::identity::uid(
+            elemental_changelog_apiservice::MACHINE_RESOURCE,
+            "u",
+        );
+        assert_eq!(
+            (meta.name.as_str(), meta.uid.as_deref()),
+            ("m", Some(uid.as_str()))
+        );
         assert_eq!(
             serde_json::to_string(&meta.labels).unwrap(),
             r#"{"a/b":"","machineUUID":"6f1c","zone":"b"}"#

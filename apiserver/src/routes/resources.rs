@@ -1126,7 +1126,7 @@ fn summary(version: &ManagedOSVersion, lookup: &Lookup) -> ManagedOSVersionChang
             summary.channel.image = image.clone();
             summary.reason = Some(*reason);
             summary.message = Some(error.message.clone());
-            summary
+            summary.with_status()
         }
     }
 }
@@ -1288,13 +1288,7 @@ fn respond_summaries(
             version,
             include_object,
         } => {
-            let mut table = table::summaries_table_version(
-                &items,
-                true,
-                version,
-                include_object,
-                jiff::Timestamp::now(),
-            );
+            let mut table = table::summaries_table_version(&items, true, version, include_object);
             if let Some(rv) = resource_version {
                 table.metadata.resource_version = rv.text();
             }
@@ -1320,7 +1314,9 @@ fn object_meta(version: &ManagedOSVersion) -> ObjectMeta {
     ObjectMeta {
         name: version.name_any(),
         namespace: version.namespace().unwrap_or_default(),
-        uid: version.uid(),
+        uid: version
+            .uid()
+            .map(|uid| elemental_changelog_apiservice::identity::uid(RESOURCE, &uid)),
         resource_version: version.resource_version(),
         creation_timestamp: version.creation_timestamp().map(|t| t.0.to_string()),
         labels: version.labels().clone(),
