@@ -841,9 +841,7 @@ async fn sql_cache(steve: &Steve) -> Result<()> {
         })
         .collect();
     // Steve's SQL cache compares text without case (SQLite's NOCASE).
-    expected.sort_by(|a, b| {
-        (b.0.to_lowercase().cmp(&a.0.to_lowercase())).then(a.1.cmp(&b.1))
-    });
+    expected.sort_by(|a, b| (b.0.to_lowercase().cmp(&a.0.to_lowercase())).then(a.1.cmp(&b.1)));
     ensure!(
         order == expected,
         "sorted by State descending: {order:?}, expected {expected:?}"
