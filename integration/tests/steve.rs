@@ -388,6 +388,9 @@ struct Dashboard {
     objects: BTreeMap<String, f64>,
     rewatches: usize,
     resyncs: usize,
+    /// Steve said "failed to find schema": its discovery of our group went stale (our server
+    /// restarting). The dashboard marks the type in error and re-watches once it is back.
+    schema_missing: bool,
 }
 
 /// `parseInt(revision, 10)`: a JavaScript Number, exact only below 2^53.
@@ -413,6 +416,7 @@ impl Dashboard {
             objects: BTreeMap::new(),
             rewatches: 0,
             resyncs: 0,
+            schema_missing: false,
         };
         dashboard.resync(steve).await?;
         Ok(dashboard)
@@ -534,11 +538,20 @@ impl Dashboard {
                     self.resyncs += 1;
                     self.resync(steve).await?;
                 }
+                self.schema_missing |= error.contains("failed to find schema");
                 Ok(false)
             }
             "resource.stop" => {
                 self.rewatches += 1;
                 tokio::time::sleep(REWATCH_DELAY).await;
+                if self.schema_missing {
+                    let path = format!("/v1/schemas/{}", self.schema);
+                    poll("the type back in Steve", SOON, POLL, async || {
+                        Ok((steve.get(None, &path).await?.0 == 200).then_some(()))
+                    })
+                    .await?;
+                    self.schema_missing = false;
+                }
                 self.watch().await?;
                 Ok(false)
             }
