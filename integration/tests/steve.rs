@@ -25,10 +25,7 @@ use elemental_changelog_integration::{
     image::{self, Compression, Format},
     paths::GROUP_VERSION,
     registry::Registry,
-    testbed::{
-        FLEET_NAMESPACE, ServerIdentity, ServerOptions, Steve, SteveCache, Subscription, TestBed,
-        TestBedOptions,
-    },
+    testbed::{FLEET_NAMESPACE, Steve, SteveCache, Subscription, TestBed, TestBedOptions},
     wait::{POLL, SERVED, SOON, poll},
 };
 use serde_json::{Value, json};
@@ -68,7 +65,7 @@ async fn steve_end_to_end() -> Result<()> {
             events(&bed, &steve, &entries).await?;
             javascript_revisions(&bed, &steve, &entries).await?;
             readers(&bed, &steve).await?;
-            restart(&mut bed, &registry, &steve, &entries).await
+            restart(&mut bed, &steve, &entries).await
         }
         .await;
         with_log(checked, &steve)?;
@@ -80,17 +77,10 @@ async fn steve_end_to_end() -> Result<()> {
     bed.finish(result)
 }
 
-/// Starts (or restarts) our server reading `registry`, as admin: what Steve shows is the point
-/// here, not the chart's RBAC (`chart.rs` and `auth.rs` prove that).
+/// Starts our server as the chart runs it: two replicas (its default `replicaCount`) behind one
+/// Service address, as the chart's ServiceAccount, reading `registry`.
 async fn start_server(bed: &mut TestBed, registry: &Registry) -> Result<()> {
-    let flags = registry.server_flags()?;
-    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
-    bed.start_server_with(ServerOptions {
-        args: &args,
-        identity: ServerIdentity::Admin,
-    })
-    .await?;
-    Ok(())
+    bed.start_replicas(2, &registry.server_flags()?).await
 }
 
 /// `result`, with the end of Steve's log when it is an error.
@@ -757,16 +747,12 @@ async fn readers(bed: &TestBed, steve: &Steve) -> Result<()> {
     Ok(())
 }
 
-/// Our server restarts: its watch ends, the dashboard re-watches from its revision, which the
-/// new process cannot serve (410 "too old resource version"), resyncs, and events flow again:
-/// m-b is re-annotated (back and forth, until an event shows it) and the time from the restart
-/// to its first event is printed.
-async fn restart(
-    bed: &mut TestBed,
-    registry: &Registry,
-    steve: &Steve,
-    versions: &[String],
-) -> Result<()> {
+/// Our server restarts as a rolling update restarts it, one replica after the other (the
+/// APIService stays available, so Steve keeps the type): the watch ends, the dashboard
+/// re-watches from its revision, which no running process can serve (410 "too old resource
+/// version"), resyncs, and events flow again: m-b is re-annotated (back and forth, until an
+/// event shows it) and the time from the first restart to its first event is printed.
+async fn restart(bed: &mut TestBed, steve: &Steve, versions: &[String]) -> Result<()> {
     let mut dashboard = Dashboard::open(steve, MACHINES, FLEET_NAMESPACE).await?;
     let start = dashboard
         .socket
@@ -775,7 +761,10 @@ async fn restart(
         .context("no resource.start")?;
     ensure!(start["name"] == "resource.start", "{start}");
     let started = Instant::now();
-    start_server(bed, registry).await?;
+    for replica in 0..2 {
+        bed.stop_replica(replica).await?;
+        bed.start_replica(replica).await?;
+    }
     let newest = versions.last().context("no version")?;
     let mut round = 0;
     let event = loop {
