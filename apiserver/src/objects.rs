@@ -111,7 +111,7 @@ pub fn summary(
             summary.message = Some(no_data_message(source, name, &error));
         }
     }
-    summary
+    summary.with_status()
 }
 
 /// The changelog of version `name` compared with `from` (default: the previous version)

@@ -409,7 +409,7 @@ pub(crate) fn summary(
             summary.channel.image = image.clone();
             summary.reason = Some(*reason);
             summary.message = Some(error.message.clone());
-            summary
+            summary.with_status()
         }
     }
 }
@@ -418,7 +418,9 @@ pub(crate) fn object_meta(version: &ManagedOSVersion) -> ObjectMeta {
     ObjectMeta {
         name: version.name_any(),
         namespace: version.namespace().unwrap_or_default(),
-        uid: version.uid(),
+        uid: version
+            .uid()
+            .map(|uid| elemental_changelog_apiservice::identity::uid(RESOURCE, &uid)),
         resource_version: version.resource_version(),
         creation_timestamp: version.creation_timestamp().map(|t| t.0.to_string()),
         labels: version.labels().clone(),

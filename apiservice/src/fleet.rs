@@ -9,7 +9,9 @@ pub mod table;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{ChangelogSummary, ListMeta, ObjectMeta, VersionRef};
+use crate::types::{
+    ChangelogSummary, Display, DisplayState, ListMeta, ObjectMeta, SummaryStatus, VersionRef,
+};
 use crate::{API_VERSION, IMAGE_CHANGELOG_KIND, MACHINE_SUMMARY_KIND, MACHINE_SUMMARY_LIST_KIND};
 
 /// A ManagedOSVersion and its channel.
@@ -194,6 +196,10 @@ pub struct MachineInventoryChangelogSummary {
     /// Exposure to the CVE asked for with `?cve=`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cve: Option<MachineCve>,
+    /// `state`, `reason` and `message` as Rancher's state badge shows them
+    /// ([`MachineInventoryChangelogSummary::with_status`] sets it).
+    #[serde(default)]
+    pub status: SummaryStatus,
 }
 
 impl MachineInventoryChangelogSummary {
@@ -203,6 +209,40 @@ impl MachineInventoryChangelogSummary {
             api_version: API_VERSION.to_owned(),
             kind: MACHINE_SUMMARY_KIND.to_owned(),
             ..Self::default()
+        }
+    }
+
+    /// Sets `status` from `state`, `reason` and `message`, once they are final.
+    pub fn with_status(mut self) -> Self {
+        self.status = SummaryStatus::of_machine(self.state, self.reason, self.message.as_deref());
+        self
+    }
+}
+
+impl SummaryStatus {
+    /// The status of a machine: its state; an `Unknown` one is an error with its reason,
+    /// unless only its channel's data is missing yet (then it is on its way).
+    pub fn of_machine(
+        state: MachineState,
+        reason: Option<MachineReason>,
+        message: Option<&str>,
+    ) -> Self {
+        let unknown = state == MachineState::Unknown;
+        let fetching = reason == Some(MachineReason::ChannelNotFetched);
+        let message = message.map(str::to_owned).or_else(|| {
+            reason.and_then(|r| serde_json::to_value(r).ok()?.as_str().map(str::to_owned))
+        });
+        Self {
+            display: Display {
+                state: match state {
+                    MachineState::UpToDate => DisplayState::UpToDate,
+                    MachineState::UpdatesAvailable => DisplayState::UpdatesAvailable,
+                    MachineState::Unknown => DisplayState::Unknown,
+                },
+                error: unknown && !fetching,
+                transitioning: unknown && fetching,
+                message,
+            },
         }
     }
 }
@@ -398,6 +438,7 @@ mod tests {
                 version: "v2.1".into(),
             }),
         });
+        let m = m.with_status();
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(
             v,
@@ -410,11 +451,79 @@ mod tests {
                 "target": {"name": "v2-1", "version": "v2.1", "channel": "c", "source": "NewestInChannel"},
                 "state": "UpdatesAvailable",
                 "summary": {"advisories": 1, "byType": {}, "cves": 2, "highestSeverity": "Critical"},
-                "cve": {"id": "CVE-2024-1", "state": "Exposed", "fixedIn": {"name": "v2-1", "version": "v2.1"}}
+                "cve": {"id": "CVE-2024-1", "state": "Exposed", "fixedIn": {"name": "v2-1", "version": "v2.1"}},
+                "status": {"display": {"state": "updates-available", "error": false, "transitioning": false}}
             })
         );
         let back: MachineInventoryChangelogSummary = serde_json::from_value(v).unwrap();
         assert_eq!(back, m);
+    }
+
+    /// What Rancher's summarizer reads: an Unknown machine is an error with its reason, unless
+    /// only its channel's data is missing yet.
+    #[test]
+    fn machine_status_as_rancher_shows_it() {
+        let display = |state, reason, message: Option<&str>| {
+            serde_json::to_value(SummaryStatus::of_machine(state, reason, message).display).unwrap()
+        };
+        assert_eq!(
+            display(MachineState::UpToDate, None, None),
+            json!({"state": "up-to-date", "error": false, "transitioning": false})
+        );
+        assert_eq!(
+            display(MachineState::UpdatesAvailable, None, None),
+            json!({"state": "updates-available", "error": false, "transitioning": false})
+        );
+        assert_eq!(
+            display(
+                MachineState::Unknown,
+                Some(MachineReason::NoAnnotation),
+                Some("no os.* annotation")
+            ),
+            json!({"state": "unknown", "error": true, "transitioning": false, "message": "no os.* annotation"})
+        );
+        assert_eq!(
+            display(MachineState::Unknown, Some(MachineReason::Ambiguous), None),
+            json!({"state": "unknown", "error": true, "transitioning": false, "message": "Ambiguous"})
+        );
+        assert_eq!(
+            display(
+                MachineState::Unknown,
+                Some(MachineReason::ChannelNotFetched),
+                Some("not fetched")
+            ),
+            json!({"state": "unknown", "error": false, "transitioning": true, "message": "not fetched"})
+        );
+    }
+
+    #[test]
+    fn version_status_as_rancher_shows_it() {
+        use crate::types::UnavailableReason;
+        let display = |reason, message: Option<&str>| {
+            serde_json::to_value(SummaryStatus::of_version(reason, message).display).unwrap()
+        };
+        assert_eq!(
+            display(None, Some("ignored")),
+            json!({"state": "available", "error": false, "transitioning": false})
+        );
+        assert_eq!(
+            display(Some(UnavailableReason::NotFetched), Some("m")),
+            json!({"state": "not-fetched", "error": false, "transitioning": true, "message": "m"})
+        );
+        assert_eq!(
+            display(Some(UnavailableReason::FetchFailed), Some("m")),
+            json!({"state": "fetch-failed", "error": true, "transitioning": false, "message": "m"})
+        );
+        for (reason, state) in [
+            (UnavailableReason::NoChannel, "no-channel"),
+            (UnavailableReason::ChannelHasNoImage, "channel-has-no-image"),
+            (UnavailableReason::NoChangelogData, "no-changelog-data"),
+        ] {
+            assert_eq!(
+                display(Some(reason), None),
+                json!({"state": state, "error": false, "transitioning": false})
+            );
+        }
     }
 
     #[test]

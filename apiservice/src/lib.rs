@@ -6,6 +6,7 @@ pub mod arch;
 pub mod content;
 pub mod discovery;
 pub mod fleet;
+pub mod identity;
 pub mod openapi;
 pub mod render;
 pub mod status;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::discovery::{Document, hex_upper};
-use crate::types::{Severity, Source, UnavailableReason};
+use crate::types::{DisplayState, Severity, Source, UnavailableReason};
 use crate::{API_VERSION, CHANGELOG_KIND, GROUP, SUMMARY_KIND, SUMMARY_LIST_KIND, VERSION};
 
 /// Path of the group-version document under `/openapi/v3/`, as it appears in
@@ -298,7 +298,8 @@ fn schemas(spec: Spec) -> Map<String, Value> {
             ]), "Why no changelog is available, when not."),
             "message": string("Human-readable detail for reason."),
             "from": described_ref(spec, &p("VersionRef"), "The version compared against."),
-            "summary": described_ref(spec, &p("ChangelogSummary"), "Counts, when available.")
+            "summary": described_ref(spec, &p("ChangelogSummary"), "Counts, when available."),
+            "status": described_ref(spec, &p("SummaryStatus"), "available, reason and message as Rancher's state badge shows them.")
         }),
     );
     summary["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, SUMMARY_KIND);
@@ -318,9 +319,48 @@ fn schemas(spec: Spec) -> Map<String, Value> {
     list["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, SUMMARY_LIST_KIND);
     m.insert(p(SUMMARY_LIST_KIND), list);
 
+    status_display_schemas(spec, &mut m);
     fleet::schemas(spec, &mut m);
     meta_schemas(spec, &mut m);
     m
+}
+
+/// `SummaryStatus` and its `Display`: the state badge Rancher shows.
+fn status_display_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
+    m.insert(
+        p("SummaryStatus"),
+        object(
+            "The state of the object as Rancher shows it.",
+            &["display"],
+            json!({
+                "display": described_ref(spec, &p("Display"), "The state, read by Rancher's summarizer before anything else.")
+            }),
+        ),
+    );
+    m.insert(
+        p("Display"),
+        object(
+            "The state Rancher's state badge shows, and whether it is an error or on its way to another state.",
+            &["state", "error", "transitioning"],
+            json!({
+                "state": enumeration(enum_values(&[
+                    DisplayState::Available,
+                    DisplayState::NoChannel,
+                    DisplayState::ChannelHasNoImage,
+                    DisplayState::NotFetched,
+                    DisplayState::NoChangelogData,
+                    DisplayState::FetchFailed,
+                    DisplayState::UpToDate,
+                    DisplayState::UpdatesAvailable,
+                    DisplayState::Unknown,
+                ]), "The state, lower-case and hyphenated as Rancher spells states."),
+                "error": {"type": "boolean", "description": "Whether the state is an error."},
+                "transitioning": {"type": "boolean", "description": "Whether the state will change by itself (data not fetched yet)."},
+                "message": string("Why, when the state needs explaining.")
+            }),
+        ),
+    );
 }
 
 /// The apimachinery schemas referenced, as k8s.io/apimachinery defines them.
@@ -1116,6 +1156,7 @@ mod tests {
             summary: Some(c.summary),
             ..ManagedOSVersionChangelogSummary::new()
         }
+        .with_status()
     }
 
     /// A machine list and a plan with every field set.
@@ -1160,7 +1201,7 @@ mod tests {
             }),
         });
         let machines = MachineInventoryChangelogSummaryList::new(vec![
-            m,
+            m.with_status(),
             MachineInventoryChangelogSummary::new(),
         ]);
         let mut plan = ManagedOSImageChangelog::new();

@@ -3,8 +3,12 @@
 //! Column names are written as kube-apiserver writes them (`Name`, `Age`);
 //! kubectl prints them upper-cased. Columns with `priority: 1` are shown by
 //! `kubectl get -o wide` only.
+//!
+//! `Age` is typed `date`, as CRDs type it, and its cell is the creation timestamp itself, not
+//! a duration since: a Table is cached by clients (Steve's SQL cache keeps the cells of every
+//! row it lists), and a duration computed when the Table was made stays what it was, while a
+//! timestamp stays true. kubectl prints the cell as it is.
 
-use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -77,6 +81,15 @@ pub(crate) const fn column(
     }
 }
 
+/// The `Age` column: typed `date` as CRDs type it; its cell is the creation timestamp ([`age`]).
+pub(crate) const AGE: ColumnDefinition = column(
+    "Age",
+    "date",
+    "",
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    0,
+);
+
 const COLUMNS: [ColumnDefinition; 13] = [
     column("Name", "string", "name", "Name of the ManagedOSVersion.", 0),
     column(
@@ -103,13 +116,7 @@ const COLUMNS: [ColumnDefinition; 13] = [
     ),
     column("CVEs", "integer", "", "Distinct CVEs fixed.", 0),
     column("Severity", "string", "", "Highest advisory severity.", 0),
-    column(
-        "Age",
-        "string",
-        "",
-        "CreationTimestamp is a timestamp representing the server time when this object was created.",
-        0,
-    ),
+    AGE,
     column("From", "string", "", "The version compared against.", 1),
     column(
         "Packages",
@@ -135,70 +142,9 @@ const COLUMNS: [ColumnDefinition; 13] = [
     ),
 ];
 
-/// kubectl's `translateTimestampSince`: `<unknown>` without a time, else
-/// apimachinery's `duration.HumanDuration` of the time since.
-pub fn age(creation_timestamp: Option<&str>, now: Timestamp) -> String {
-    match creation_timestamp.and_then(|t| t.parse::<Timestamp>().ok()) {
-        Some(t) => human_duration(now.as_second() - t.as_second()),
-        None => "<unknown>".to_owned(),
-    }
-}
-
-/// apimachinery `duration.HumanDuration`, on whole seconds.
-pub fn human_duration(seconds: i64) -> String {
-    if seconds < -1 {
-        return "<invalid>".to_owned();
-    }
-    if seconds < 0 {
-        return "0s".to_owned();
-    }
-    if seconds < 60 * 2 {
-        return format!("{seconds}s");
-    }
-    let minutes = seconds / 60;
-    if minutes < 10 {
-        let s = seconds % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
-    }
-    if minutes < 60 * 3 {
-        return format!("{minutes}m");
-    }
-    let hours = seconds / 3600;
-    if hours < 8 {
-        let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    if hours < 24 * 8 {
-        let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
-    }
-    if hours < 24 * 365 * 2 {
-        return format!("{}d", hours / 24);
-    }
-    if hours < 24 * 365 * 8 {
-        let dy = (hours / 24) % 365;
-        return if dy == 0 {
-            format!("{}y", hours / 24 / 365)
-        } else {
-            format!("{}y{dy}d", hours / 24 / 365)
-        };
-    }
-    format!("{}y", hours / 24 / 365)
+/// The `Age` cell: the creation timestamp (RFC 3339), `null` when unknown.
+pub(crate) fn age(creation_timestamp: Option<&str>) -> Value {
+    creation_timestamp.map_or(Value::Null, |t| json!(t))
 }
 
 /// `sha256:0123456789abcdef...` → `sha256:0123456789ab`.
@@ -222,7 +168,6 @@ fn row(
     wide: bool,
     version: TableVersion,
     include_object: IncludeObject,
-    now: Timestamp,
 ) -> Row {
     let summary = item.summary.as_ref();
     let count = |f: fn(&crate::types::ChangelogSummary) -> usize| {
@@ -238,7 +183,7 @@ fn row(
         count(|s| s.by_type.get("security").copied().unwrap_or_default()),
         count(|s| s.cves),
         summary.map_or(Value::Null, |s| json!(s.highest_severity.as_str())),
-        json!(age(item.metadata.creation_timestamp.as_deref(), now)),
+        age(item.metadata.creation_timestamp.as_deref()),
     ];
     if wide {
         let packages = summary.and_then(|s| {
@@ -287,9 +232,8 @@ pub fn summaries_table(
     items: &[ManagedOSVersionChangelogSummary],
     wide: bool,
     include_object: IncludeObject,
-    now: Timestamp,
 ) -> Table {
-    summaries_table_version(items, wide, TableVersion::V1, include_object, now)
+    summaries_table_version(items, wide, TableVersion::V1, include_object)
 }
 
 /// [`summaries_table`] in a chosen `meta.k8s.io` version.
@@ -298,7 +242,6 @@ pub fn summaries_table_version(
     wide: bool,
     version: TableVersion,
     include_object: IncludeObject,
-    now: Timestamp,
 ) -> Table {
     Table {
         kind: "Table",
@@ -311,7 +254,7 @@ pub fn summaries_table_version(
             .collect(),
         rows: items
             .iter()
-            .map(|i| row(i, wide, version, include_object, now))
+            .map(|i| row(i, wide, version, include_object))
             .collect(),
     }
 }
@@ -321,10 +264,6 @@ pub fn summaries_table_version(
 mod tests {
     use super::*;
     use crate::types::{ChangelogSummary, Severity, UnavailableReason, VersionRef};
-
-    fn now() -> Timestamp {
-        "2024-06-10T12:00:00Z".parse().unwrap()
-    }
 
     fn item() -> ManagedOSVersionChangelogSummary {
         let mut s = ManagedOSVersionChangelogSummary::new();
@@ -353,44 +292,19 @@ mod tests {
     }
 
     #[test]
-    fn human_duration_matches_apimachinery() {
-        for (secs, want) in [
-            (-5, "<invalid>"),
-            (-1, "0s"),
-            (0, "0s"),
-            (119, "119s"),
-            (120, "2m"),
-            (150, "2m30s"),
-            (600, "10m"),
-            (179 * 60, "179m"),
-            (3 * 3600, "3h"),
-            (3 * 3600 + 4 * 60, "3h4m"),
-            (8 * 3600, "8h"),
-            (47 * 3600, "47h"),
-            (48 * 3600, "2d"),
-            (5 * 86400, "5d"),
-            (5 * 86400 + 3600, "5d1h"),
-            (8 * 86400, "8d"),
-            (729 * 86400, "729d"),
-            (730 * 86400, "2y"),
-            (731 * 86400, "2y1d"),
-            (8 * 365 * 86400, "8y"),
-        ] {
-            assert_eq!(human_duration(secs), want, "{secs}");
-        }
-    }
-
-    #[test]
-    fn age_from_creation_timestamp() {
-        assert_eq!(age(Some("2024-06-05T12:00:00Z"), now()), "5d");
-        assert_eq!(age(Some("2024-06-10T08:56:00Z"), now()), "3h4m");
-        assert_eq!(age(None, now()), "<unknown>");
-        assert_eq!(age(Some("yesterday"), now()), "<unknown>");
+    fn age_is_the_creation_timestamp_typed_date() {
+        assert_eq!(
+            age(Some("2024-06-05T12:00:00Z")),
+            json!("2024-06-05T12:00:00Z")
+        );
+        assert_eq!(age(None), Value::Null);
+        let column = COLUMNS.iter().find(|c| c.name == "Age").unwrap();
+        assert_eq!((column.type_, column.format), ("date", ""));
     }
 
     #[test]
     fn narrow_table_v1() {
-        let t = summaries_table(&[item()], false, IncludeObject::Metadata, now());
+        let t = summaries_table(&[item()], false, IncludeObject::Metadata);
         let v = serde_json::to_value(&t).unwrap();
         assert_eq!(v["kind"], "Table");
         assert_eq!(v["apiVersion"], "meta.k8s.io/v1");
@@ -415,7 +329,16 @@ mod tests {
         );
         assert_eq!(
             v["rows"][0]["cells"],
-            json!(["v2-0-1", "sl-micro", "v2.0.1", 7, 3, 11, "important", "5d"])
+            json!([
+                "v2-0-1",
+                "sl-micro",
+                "v2.0.1",
+                7,
+                3,
+                11,
+                "important",
+                "2024-06-05T12:00:00Z"
+            ])
         );
         assert_eq!(
             v["rows"][0]["object"],
@@ -429,7 +352,7 @@ mod tests {
         let mut missing = ManagedOSVersionChangelogSummary::new();
         missing.metadata.name = "v3".into();
         missing.reason = Some(UnavailableReason::NotFetched);
-        let t = summaries_table(&[item(), missing], true, IncludeObject::None, now());
+        let t = summaries_table(&[item(), missing], true, IncludeObject::None);
         assert_eq!(t.column_definitions.len(), 13);
         assert!(t.column_definitions[8..].iter().all(|c| c.priority == 1));
         let v = serde_json::to_value(&t).unwrap();
@@ -443,7 +366,7 @@ mod tests {
                 3,
                 11,
                 "important",
-                "5d",
+                "2024-06-05T12:00:00Z",
                 "v2-0-0",
                 "20/2/1",
                 true,
@@ -461,7 +384,7 @@ mod tests {
                 null,
                 null,
                 null,
-                "<unknown>",
+                null,
                 null,
                 null,
                 false,
@@ -482,7 +405,6 @@ mod tests {
             false,
             TableVersion::V1Beta1,
             IncludeObject::Object,
-            now(),
         );
         let v = serde_json::to_value(&t).unwrap();
         assert_eq!(v["apiVersion"], "meta.k8s.io/v1beta1");
@@ -495,7 +417,6 @@ mod tests {
             false,
             TableVersion::V1Beta1,
             IncludeObject::Metadata,
-            now(),
         );
         assert_eq!(
             t.rows[0].object.as_ref().unwrap()["apiVersion"],
@@ -505,8 +426,7 @@ mod tests {
 
     #[test]
     fn empty_list_has_empty_rows_not_null() {
-        let v = serde_json::to_value(summaries_table(&[], false, IncludeObject::Metadata, now()))
-            .unwrap();
+        let v = serde_json::to_value(summaries_table(&[], false, IncludeObject::Metadata)).unwrap();
         assert_eq!(v["rows"], json!([]));
     }
 

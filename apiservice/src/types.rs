@@ -318,6 +318,83 @@ impl UnavailableReason {
     }
 }
 
+/// The state Rancher's state badge shows for an object, in Rancher's lower-case, hyphenated
+/// spelling (Rancher lower-cases every state; the dashboard capitalizes each hyphenated word).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DisplayState {
+    /// A version whose changelog can be served.
+    Available,
+    /// See [`UnavailableReason::NoChannel`].
+    NoChannel,
+    /// See [`UnavailableReason::ChannelHasNoImage`].
+    ChannelHasNoImage,
+    /// See [`UnavailableReason::NotFetched`].
+    NotFetched,
+    /// See [`UnavailableReason::NoChangelogData`].
+    NoChangelogData,
+    /// See [`UnavailableReason::FetchFailed`].
+    FetchFailed,
+    /// A machine that runs its target.
+    UpToDate,
+    /// A machine with updates pending.
+    UpdatesAvailable,
+    /// A machine whose version or target cannot be resolved.
+    #[default]
+    Unknown,
+}
+
+/// `status.display`: the state, and whether it is an error or on its way to another state, as
+/// Rancher's summarizer (wrangler's `summary` package, used by Steve) reads it before anything
+/// else (Fleet's GitRepos and Bundles carry the same block). Conditions or a `phase` cannot say
+/// this: the summarizer names a state `error` as soon as a condition marks an error.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Display {
+    /// The state.
+    pub state: DisplayState,
+    /// Whether the state is an error (Rancher shows it in red, with the message).
+    #[serde(default)]
+    pub error: bool,
+    /// Whether the state will change by itself (data not fetched yet).
+    #[serde(default)]
+    pub transitioning: bool,
+    /// Why, when the state needs explaining.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `status` of a summary: what Rancher's state badge shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryStatus {
+    /// The state as Rancher shows it.
+    pub display: Display,
+}
+
+impl SummaryStatus {
+    /// The status of a version summary: available, or why not (a fetch not done yet is on its
+    /// way, a failed one an error).
+    pub fn of_version(reason: Option<UnavailableReason>, message: Option<&str>) -> Self {
+        let state = match reason {
+            None => DisplayState::Available,
+            Some(UnavailableReason::NoChannel) => DisplayState::NoChannel,
+            Some(UnavailableReason::ChannelHasNoImage) => DisplayState::ChannelHasNoImage,
+            Some(UnavailableReason::NotFetched) => DisplayState::NotFetched,
+            Some(UnavailableReason::NoChangelogData) => DisplayState::NoChangelogData,
+            Some(UnavailableReason::FetchFailed) => DisplayState::FetchFailed,
+        };
+        Self {
+            display: Display {
+                state,
+                error: reason == Some(UnavailableReason::FetchFailed),
+                transitioning: reason == Some(UnavailableReason::NotFetched),
+                message: reason.and(message).map(str::to_owned),
+            },
+        }
+    }
+}
+
 /// `ManagedOSVersionChangelogSummary`: a version, whether its changelog is
 /// available, and its counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -350,6 +427,10 @@ pub struct ManagedOSVersionChangelogSummary {
     /// Counts, when available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<ChangelogSummary>,
+    /// `available`, `reason` and `message` as Rancher's state badge shows them
+    /// ([`ManagedOSVersionChangelogSummary::with_status`] sets it).
+    #[serde(default)]
+    pub status: SummaryStatus,
 }
 
 impl ManagedOSVersionChangelogSummary {
@@ -360,6 +441,12 @@ impl ManagedOSVersionChangelogSummary {
             kind: SUMMARY_KIND.to_owned(),
             ..Self::default()
         }
+    }
+
+    /// Sets `status` from `reason` and `message`, once they are final.
+    pub fn with_status(mut self) -> Self {
+        self.status = SummaryStatus::of_version(self.reason, self.message.as_deref());
+        self
     }
 }
 

@@ -8,7 +8,7 @@
 //! per static-token user), `tokens.csv`.
 //!
 //! Binaries come from `target/testbed/bin` (built by
-//! `integration/testbed/build.sh`, or `TESTBED_BIN`) and our server from
+//! `integration/testbed/build.sh`, or `TESTBED_BIN`; Rancher's Steve too, see [`steve`]) and our server from
 //! `target/debug/elemental-changelog-apiserver` (or `ELEMENTAL_CHANGELOG_BIN`).
 
 pub mod elemental;
@@ -16,6 +16,7 @@ pub mod kubeconfig;
 pub mod lb;
 pub mod pki;
 pub mod process;
+pub mod steve;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -48,6 +49,7 @@ use crate::wait::POLL;
 pub use kubeconfig::Credentials;
 pub use pki::{Ca, CertPair};
 pub use process::Process;
+pub use steve::{Steve, SteveCache, Subscription};
 
 /// Namespace of our server's Service (the chart's default release namespace).
 pub const SERVER_NAMESPACE: &str = "cattle-elemental-system";

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real parts of the test bed into target/testbed/bin:
 # kube-apiserver, kubectl, etcd and the clusterrole-aggregation controller
-# (k8s/go.mod) and helm (helm/go.mod).
+# (k8s/go.mod), helm (helm/go.mod) and Rancher's Steve on loopback (steve/go.mod).
 # A binary is rebuilt only when its module changes (a stamp keyed on go.mod,
 # go.sum and the module's own .go files), so a second run costs seconds.
 set -euo pipefail
@@ -35,4 +35,6 @@ build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 # kube-controller-manager's clusterrole-aggregation controller alone (admin/edit/view).
 build k8s clusterrole-aggregation ./cmd/clusterrole-aggregation "$k8s_ldflags"
 build helm helm helm.sh/helm/v4/cmd/helm
+# Rancher's Steve, served on one loopback address by our small main (steve/main.go).
+build steve steve .
 echo "$out"

@@ -117,6 +117,19 @@ export interface ManagedOSVersionChangelogSummary {
   message?: string;
   from?: VersionRef;
   summary?: ChangelogSummary;
+  /** The state as Rancher's state badge shows it (read by Steve; the panels use `available` and `reason`). */
+  status?: SummaryStatus;
+}
+
+/** `status` of a summary: what Rancher's summarizer (Steve) reads for the state badge. */
+export interface SummaryStatus {
+  display: {
+    /** Lower-case and hyphenated as Rancher spells states: `available`, `not-fetched`, `up-to-date`, `unknown`, ... */
+    state: string;
+    error: boolean;
+    transitioning: boolean;
+    message?: string;
+  };
 }
 
 export interface ManagedOSVersionChangelogSummaryList {
@@ -195,6 +208,8 @@ export interface MachineInventoryChangelogSummary {
   /** The changelog from `current` to `target`, summarized. */
   summary?: ChangelogSummary;
   cve?: MachineCve;
+  /** The state as Rancher's state badge shows it (read by Steve; the panels use `state`). */
+  status?: SummaryStatus;
 }
 
 export interface MachineInventoryChangelogSummaryList {

@@ -126,6 +126,7 @@ impl MachineResolution {
             cve,
             ..MachineInventoryChangelogSummary::new()
         }
+        .with_status()
     }
 }
 

@@ -139,12 +139,18 @@ pub(crate) fn summarize(
     }
 }
 
-pub(crate) fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
+/// The metadata of the object of `resource` that describes `object`: its name, namespace,
+/// resourceVersion, creation time and labels, and a uid of its own
+/// ([`identity::uid`](elemental_changelog_apiservice::identity::uid)).
+pub(crate) fn meta_of<K: kube::Resource>(resource: &str, object: &K) -> ObjectMeta {
     let meta = object.meta();
     ObjectMeta {
         name: meta.name.clone().unwrap_or_default(),
         namespace: meta.namespace.clone().unwrap_or_default(),
-        uid: meta.uid.clone(),
+        uid: meta
+            .uid
+            .as_deref()
+            .map(|uid| elemental_changelog_apiservice::identity::uid(resource, uid)),
         resource_version: meta.resource_version.clone(),
         creation_timestamp: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
         labels: meta.labels.clone().unwrap_or_default(),
@@ -156,12 +162,12 @@ pub(crate) fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
 pub(crate) fn machine_meta(machine: &MachineInventory) -> ObjectMeta {
     ObjectMeta {
         labels: machine.spec.labels.to_map(),
-        ..meta_of(machine)
+        ..meta_of(elemental_changelog_apiservice::MACHINE_RESOURCE, machine)
     }
 }
 
 pub(crate) fn image_meta(image: &ManagedOSImage) -> ObjectMeta {
-    meta_of(image)
+    meta_of(elemental_changelog_apiservice::IMAGE_RESOURCE, image)
 }
 
 /// Everything a resolution of the machines of `namespace` (or all) for `arch` reads, taken

@@ -518,7 +518,15 @@ mod tests {
         crate::fleet::reflect::trim_machine(&mut m);
         let meta = machine_meta(&m);
         assert_eq!(meta.labels, labels);
-        assert_eq!((meta.name.as_str(), meta.uid.as_deref()), ("m", Some("u")));
+        // A uid of its own, derived from the MachineInventory's.
+        let uid = elemental_changelog_apiservice::identity::uid(
+            elemental_changelog_apiservice::MACHINE_RESOURCE,
+            "u",
+        );
+        assert_eq!(
+            (meta.name.as_str(), meta.uid.as_deref()),
+            ("m", Some(uid.as_str()))
+        );
         assert_eq!(
             serde_json::to_string(&meta.labels).unwrap(),
             r#"{"a/b":"","machineUUID":"6f1c","zone":"b"}"#

@@ -944,13 +944,7 @@ fn respond_summaries(
             version,
             include_object,
         } => {
-            let mut table = table::summaries_table_version(
-                &items,
-                true,
-                version,
-                include_object,
-                jiff::Timestamp::now(),
-            );
+            let mut table = table::summaries_table_version(&items, true, version, include_object);
             if let Some(rv) = resource_version {
                 table.metadata.resource_version = rv.text();
             }

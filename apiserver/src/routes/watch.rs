@@ -194,13 +194,8 @@ fn summary_row(
     else {
         return Vec::new();
     };
-    let mut table = summaries_table_version(
-        std::slice::from_ref(item),
-        true,
-        version,
-        include_object,
-        jiff::Timestamp::now(),
-    );
+    let mut table =
+        summaries_table_version(std::slice::from_ref(item), true, version, include_object);
     one_row(&mut table.column_definitions, first);
     table.metadata.resource_version = item.metadata.resource_version.clone().unwrap_or_default();
     serde_json::to_vec(&table).unwrap_or_default()

@@ -2,14 +2,15 @@
 //! `kubectl get machineinventories.changelog.elemental.cattle.io`.
 //!
 //! Always: name, current version, target version, advisories, security, CVEs,
-//! highest severity, state. `-o wide` (`priority: 1`): channel, target source,
-//! reason. With `?cve=`: the CVE state and the first fixing version.
+//! highest severity, state, and last the age (the MachineInventory's creation timestamp,
+//! typed `date`: see [`crate::table`]). `-o wide` (`priority: 1`): channel, target source,
+//! reason. With `?cve=`: the CVE state and the first fixing version, before the age.
 
 use serde_json::{Value, json};
 
 use super::MachineInventoryChangelogSummary;
 use crate::content::{IncludeObject, TableVersion};
-use crate::table::{ColumnDefinition, Row, Table, TableMeta, column, row_object};
+use crate::table::{AGE, ColumnDefinition, Row, Table, TableMeta, age, column, row_object};
 
 const COLUMNS: [ColumnDefinition; 8] = [
     column("Name", "string", "name", "Name of the MachineInventory.", 0),
@@ -147,6 +148,7 @@ pub fn row(
                 .map_or(Value::Null, |f| text(&f.version)),
         );
     }
+    cells.push(age(item.metadata.creation_timestamp.as_deref()));
     if wide {
         cells.extend([
             item.current
@@ -179,6 +181,7 @@ pub fn machines_table(
         column_definitions: COLUMNS
             .iter()
             .chain(cve_columns)
+            .chain([&AGE])
             .chain(wide_columns)
             .cloned()
             .collect(),
@@ -203,6 +206,7 @@ mod tests {
         let mut m = MachineInventoryChangelogSummary::new();
         m.metadata.name = "m-1".into();
         m.metadata.namespace = "fleet-default".into();
+        m.metadata.creation_timestamp = Some("2024-06-05T12:00:00Z".into());
         m.current = Some(ChannelVersion {
             name: "v2-0".into(),
             version: "v2.0".into(),
@@ -270,7 +274,8 @@ mod tests {
                 "Security",
                 "CVEs",
                 "Severity",
-                "State"
+                "State",
+                "Age"
             ]
         );
         assert!(t.column_definitions.iter().all(|c| c.priority == 0));
@@ -286,14 +291,17 @@ mod tests {
                 3,
                 5,
                 "critical",
-                "UpdatesAvailable"
+                "UpdatesAvailable",
+                "2024-06-05T12:00:00Z"
             ])
         );
         // Unknown machines print <none> where nothing is known; control
         // characters in names are escaped.
         assert_eq!(
             v["rows"][1]["cells"],
-            json!(["m-2\\x1b", null, null, null, null, null, null, "Unknown"])
+            json!([
+                "m-2\\x1b", null, null, null, null, null, null, "Unknown", null
+            ])
         );
         assert_eq!(
             v["rows"][0]["object"]["kind"],
@@ -323,13 +331,14 @@ mod tests {
                 "State",
                 "CVE",
                 "Fixed In",
+                "Age",
                 "Channel",
                 "Source",
                 "Reason"
             ]
         );
         let priorities: Vec<i32> = t.column_definitions.iter().map(|c| c.priority).collect();
-        assert_eq!(priorities, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1]);
+        assert_eq!(priorities, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1]);
         let v = serde_json::to_value(&t).unwrap();
         assert_eq!(v["apiVersion"], "meta.k8s.io/v1beta1");
         let row0 = v["rows"][0]["cells"].as_array().unwrap();
@@ -338,6 +347,7 @@ mod tests {
             [
                 json!("Exposed"),
                 json!("v2.1"),
+                json!("2024-06-05T12:00:00Z"),
                 json!("sl-micro"),
                 json!("ManagedOSImage"),
                 Value::Null
@@ -351,6 +361,7 @@ mod tests {
                 Value::Null,
                 Value::Null,
                 Value::Null,
+                Value::Null,
                 json!("NoAnnotation")
             ]
         );
@@ -359,7 +370,7 @@ mod tests {
             "MachineInventoryChangelogSummary"
         );
         for row in v["rows"].as_array().unwrap() {
-            assert_eq!(row["cells"].as_array().unwrap().len(), 13);
+            assert_eq!(row["cells"].as_array().unwrap().len(), 14);
         }
     }
 

@@ -122,7 +122,8 @@ pub(super) fn schemas(spec: Spec, m: &mut Map<String, Value>) {
             "reason": machine_reason("Why the machine is in its state, when that needs explaining."),
             "message": string("Human-readable detail for reason."),
             "summary": described_ref(spec, &p("ChangelogSummary"), "Counts of the changelog from current to target, when there is one."),
-            "cve": described_ref(spec, &p("MachineCve"), "Exposure to the CVE asked for with ?cve=.")
+            "cve": described_ref(spec, &p("MachineCve"), "Exposure to the CVE asked for with ?cve=."),
+            "status": described_ref(spec, &p("SummaryStatus"), "state, reason and message as Rancher's state badge shows them.")
         }),
     );
     machine["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, MACHINE_SUMMARY_KIND);

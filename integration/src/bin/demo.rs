@@ -1,6 +1,7 @@
 //! The main job as a local demo: a real etcd and kube-apiserver on loopback,
 //! elemental-changelog registered through its APIService, a sample channel,
-//! and what kubectl sees. Runs until Ctrl-C, then tears everything down.
+//! a few registered machines (the fleet view), and what kubectl sees. Runs
+//! until Ctrl-C, then tears everything down.
 //!
 //! `make demo` builds the tools and the server, then runs this.
 
@@ -22,7 +23,13 @@ use tokio::signal::unix::{SignalKind, signal};
 struct SampleChannel {
     name: String,
     versions: Vec<String>,
+    /// The OS images the machines report, oldest version first.
+    images: Vec<String>,
 }
+
+/// The MachineInventories the demo registers: on the oldest version, on the newest, and one
+/// that reports no OS (Unknown).
+const MACHINES: [&str; 3] = ["machine-old", "machine-new", "machine-unknown"];
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -131,7 +138,24 @@ async fn show(bed: &TestBed, registry: &Registry) -> Result<()> {
         ],
     )
     .await?;
+    register_machines(bed, &channel).await?;
+    print_command(
+        bed,
+        &[
+            "get",
+            "machineinventories.changelog.elemental.cattle.io",
+            "-n",
+            FLEET_NAMESPACE,
+            "-o",
+            "wide",
+        ],
+    )
+    .await?;
+    hints(bed, &channel, &changelog, &newest)
+}
 
+/// What to try next, each command as it is pasted into a shell.
+fn hints(bed: &TestBed, channel: &SampleChannel, changelog: &str, newest: &str) -> Result<()> {
     println!("The test bed keeps running. In another shell:\n");
     println!("  export KUBECONFIG={}", bed.kubeconfig().display());
     // kubectl and helm, and the `kubectl elemental` plugin (`make demo` builds it).
@@ -147,9 +171,15 @@ async fn show(bed: &TestBed, registry: &Registry) -> Result<()> {
         "  kubectl get managedosversionchannel {} -n {FLEET_NAMESPACE} -o yaml",
         channel.name
     );
-    println!("  kubectl get --raw '{changelog}?format=markdown'");
     println!(
-        "  kubectl get --raw '/apis/changelog.elemental.cattle.io/v1beta1/managedosversions?cve=CVE-2024-42101'"
+        "  kubectl get --raw {}",
+        shell_quoted(&format!("{changelog}?format=markdown"))
+    );
+    println!(
+        "  kubectl get --raw {}",
+        shell_quoted(
+            "/apis/changelog.elemental.cattle.io/v1beta1/managedosversions?cve=CVE-2024-42101"
+        )
     );
     println!("  kubectl get managedosversions.changelog.elemental.cattle.io -A -o wide");
     println!("  kubectl get --raw /openapi/v3 | head -c 600");
@@ -158,6 +188,30 @@ async fn show(bed: &TestBed, registry: &Registry) -> Result<()> {
         bed.user_kubeconfig("alice")?.display()
     );
     println!("  kubectl elemental changelog {newest} -n {FLEET_NAMESPACE}   # the kubectl plugin");
+    println!("\nThe fleet view (the machines registered above):\n");
+    println!("  kubectl get machineinventories.changelog.elemental.cattle.io -A -o wide");
+    println!(
+        "  kubectl get machineinventories.changelog.elemental.cattle.io -n {FLEET_NAMESPACE} -w   # then re-annotate a machine"
+    );
+    println!(
+        "  kubectl annotate machineinventories.elemental.cattle.io -n {FLEET_NAMESPACE} {} --overwrite elemental.cattle.io/os.image={}",
+        MACHINES[0],
+        shell_quoted(channel.images.last().map_or("", String::as_str))
+    );
+    println!(
+        "  kubectl get --raw {}",
+        shell_quoted(&format!(
+            "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/machineinventories/{}/changelog?format=text",
+            MACHINES[0]
+        ))
+    );
+    println!(
+        "  kubectl get --raw {}",
+        shell_quoted(
+            "/apis/changelog.elemental.cattle.io/v1beta1/machineinventories?cve=CVE-2024-42101"
+        )
+    );
+    println!("  kubectl elemental machines -n {FLEET_NAMESPACE}   # the kubectl plugin");
     if let Some(server) = bed.server() {
         println!(
             "\nOur server listens on {} (log: {}).",
@@ -189,11 +243,51 @@ async fn sample_channel(bed: &TestBed, registry: &Registry) -> Result<SampleChan
     );
     let channel =
         elemental::apply_custom_channel(&bed.client(), FLEET_NAMESPACE, name, &image_ref).await?;
-    elemental::sync_channel(&bed.client(), &channel, &sample::entries()?).await?;
+    let entries = sample::entries()?;
+    elemental::sync_channel(&bed.client(), &channel, &entries).await?;
+    let versions = sample::os_versions()?;
+    let images = versions
+        .iter()
+        .filter_map(|v| entries.iter().find(|e| e.name == *v))
+        .map(|e| e.upgrade_image.clone())
+        .collect();
     Ok(SampleChannel {
         name: name.to_owned(),
-        versions: sample::os_versions()?,
+        versions,
+        images,
     })
+}
+
+/// Registers [`MACHINES`] as elemental-operator does when machines register (MachineInventories
+/// with the `elemental.cattle.io/os.image` annotation the machine reports), and waits until the
+/// fleet view lists them.
+async fn register_machines(bed: &TestBed, channel: &SampleChannel) -> Result<()> {
+    let reported = [channel.images.first(), channel.images.last(), None];
+    let mut yaml = String::new();
+    for (name, image) in MACHINES.iter().zip(reported) {
+        let annotations = image.map_or_else(
+            || "{}".to_owned(),
+            |image| format!("{{elemental.cattle.io/os.image: \"{image}\"}}"),
+        );
+        yaml.push_str(&format!(
+            "---\napiVersion: elemental.cattle.io/v1beta1\nkind: MachineInventory\nmetadata:\n  name: {name}\n  namespace: {FLEET_NAMESPACE}\n  annotations: {annotations}\nspec: {{}}\n"
+        ));
+    }
+    bed.kubectl_stdin(&["apply", "-f", "-"], &yaml).await?;
+    let path = format!(
+        "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/machineinventories"
+    );
+    soon("the machines in the fleet view", async || {
+        let (status, list) = bed.admin_get_value(&path).await?;
+        let resolved = list["items"].as_array().is_some_and(|items| {
+            items.len() == MACHINES.len()
+                && items
+                    .iter()
+                    .all(|m| m["state"] != "Unknown" || m["reason"] == "NoAnnotation")
+        });
+        Ok((status.is_success() && resolved).then_some(()))
+    })
+    .await
 }
 
 /// Waits (bounded) until the server has fetched the channel image: the first
@@ -206,7 +300,8 @@ async fn wait_for_data(bed: &TestBed, path: &str) -> Result<()> {
 }
 
 async fn print_command(bed: &TestBed, args: &[&str]) -> Result<()> {
-    println!("$ kubectl {}", args.join(" "));
+    let quoted: Vec<String> = args.iter().map(|a| shell_quoted(a)).collect();
+    println!("$ kubectl {}", quoted.join(" "));
     let output = bed.kubectl(args).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{}", pretty(&stdout).trim_end());
@@ -215,10 +310,38 @@ async fn print_command(bed: &TestBed, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// `arg` as a shell reads it back: as it is when it holds only characters no shell treats
+/// specially, else in single quotes (a `&` unquoted would send the command to the background).
+fn shell_quoted(arg: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
 /// JSON indented for reading; anything else as it is.
 fn pretty(text: &str) -> String {
     serde_json::from_str::<Value>(text)
         .ok()
         .and_then(|value| serde_json::to_string_pretty(&value).ok())
         .unwrap_or_else(|| text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_commands_read_back_as_pasted() {
+        assert_eq!(shell_quoted("get"), "get");
+        assert_eq!(shell_quoted("/apis/a/v1beta1"), "/apis/a/v1beta1");
+        assert_eq!(
+            shell_quoted("/x?format=text&from=v1"),
+            "'/x?format=text&from=v1'"
+        );
+        assert_eq!(shell_quoted("it's"), r"'it'\''s'");
+        assert_eq!(shell_quoted(""), "''");
+    }
 }
