@@ -4,9 +4,9 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    ARCH, CHANGELOG_TYPES, FORMAT, INCLUDE_OBJECT, JSON_TYPES, META, NAMESPACE, Operation, PREFIX,
-    Param, Spec, array_of, described_ref, enum_values, enumeration, gvk, integer, kind_fields,
-    object, string,
+    ARCH, CHANGELOG_TYPES, FORMAT, INCLUDE_OBJECT, JSON_TYPES, META, NAMESPACE, Operation, PACKAGE,
+    PACKAGE_AT_LEAST, PACKAGE_BELOW, PREFIX, Param, Spec, array_of, described_ref, enum_values,
+    enumeration, gvk, integer, kind_fields, object, string,
 };
 use crate::fleet::{
     CveState, MachineReason, MachineState, PlanTargetReason, SelectionReason, TargetReason,
@@ -121,7 +121,8 @@ pub(super) fn schemas(spec: Spec, m: &mut Map<String, Value>) {
             "reason": machine_reason("Why the machine is in its state, when that needs explaining."),
             "message": string("Human-readable detail for reason."),
             "summary": described_ref(spec, &p("ChangelogSummary"), "Counts of the changelog from current to target, when there is one."),
-            "cve": described_ref(spec, &p("MachineCve"), "Exposure to the CVE asked for with ?cve=.")
+            "cve": described_ref(spec, &p("MachineCve"), "Exposure to the CVE asked for with ?cve=."),
+            "package": described_ref(spec, &p("PackagePresence"), "What the version the machine runs carries of the package asked for with ?package=.")
         }),
     );
     machine["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, MACHINE_SUMMARY_KIND);
@@ -255,6 +256,9 @@ const MACHINE_LIST_PARAMS: &[Param] = &[
     MACHINE_LABEL_SELECTOR,
     MACHINE_FIELD_SELECTOR,
     MACHINE_CVE,
+    PACKAGE,
+    PACKAGE_AT_LEAST,
+    PACKAGE_BELOW,
     ARCH,
     INCLUDE_OBJECT,
 ];
