@@ -117,6 +117,30 @@ export interface ManagedOSVersionChangelogSummary {
   message?: string;
   from?: VersionRef;
   summary?: ChangelogSummary;
+  /** With `?package=`: what the version carries of the package. */
+  package?: PackagePresence;
+}
+
+/** One package of the name asked for that a version carries. */
+export interface InstalledPackage {
+  evr: string;
+  arch: string;
+}
+
+/** Why a `package` block has no EVR. */
+export type PackageState = 'Absent' | 'NoPackageList' | 'Unknown';
+
+/** The `package` block of a `?package=` list: the package installed, or why there is none. */
+export interface PackagePresence {
+  name: string;
+  /** `[epoch:]version-release`: the highest installed, within the bounds asked for. */
+  evr?: string;
+  arch?: string;
+  /** Every package of the name installed, when there are several (architectures, kernels). */
+  installed?: InstalledPackage[];
+  state?: PackageState;
+  /** Why `Unknown`: the machine's reason. */
+  message?: string;
 }
 
 export interface ManagedOSVersionChangelogSummaryList {
@@ -195,6 +219,8 @@ export interface MachineInventoryChangelogSummary {
   /** The changelog from `current` to `target`, summarized. */
   summary?: ChangelogSummary;
   cve?: MachineCve;
+  /** With `?package=`: what the version the machine runs carries of the package. */
+  package?: PackagePresence;
 }
 
 export interface MachineInventoryChangelogSummaryList {
