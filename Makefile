@@ -73,13 +73,13 @@ ui-extension:
 lint: fmt-check clippy doc helm-lint deny
 
 ## deny: the dependency policy of deny.toml (licenses, banned and duplicate crates, crates.io
-## as the only source). It reads the crates of every platform in Cargo.lock (a build downloads
-## only this one's), so `cargo fetch` brings the rest first; the check itself is offline.
-## RustSec advisories need the network: `cargo-deny check advisories`
+## as the only source), offline. It reads the crates of every platform in Cargo.lock (a build
+## downloads only this one's): `make deps` (.ci/deps) fetches them, this only checks they are
+## there. RustSec advisories need the network: `cargo-deny check advisories`
 CARGO_DENY := target/tools/cargo-deny/bin/cargo-deny
 deny:
 	@test -x $(CARGO_DENY) || { echo "$(CARGO_DENY) is missing: run 'make deps'" >&2; exit 1; }
-	$(CARGO) fetch --locked --quiet
+	@$(CARGO) fetch --locked --offline --quiet || { echo "crates of Cargo.lock are missing from the cargo home: run 'make deps' (cargo fetch --locked, which needs crates.io)" >&2; exit 1; }
 	$(CARGO_DENY) --offline check licenses bans sources
 
 fmt-check:

@@ -24,3 +24,11 @@ pub use select::{Fleet, FleetCluster, FleetClusterGroup, Selection};
 
 #[cfg(test)]
 mod tests;
+
+/// The wire name of an enum value (its serde name).
+pub fn wire<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}

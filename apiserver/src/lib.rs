@@ -4,10 +4,10 @@
 //! A request flows through [`server`] (TLS, HTTP/1.1 and HTTP/2) → [`request`] (the request
 //! model) → authentication and authorization ([`elemental_changelog_auth`]: front-proxy
 //! headers, client certificates, TokenReview, SubjectAccessReview) → [`routes`], which
-//! answers from the [reflector stores](reflect) and the [`cache`], building API objects with
-//! [`objects`] and the fleet view with [`fleet`]. Summaries and machines are computed when
-//! their inputs change ([`live`]) and kept in [`watch`] hubs, from which lists and watches
-//! are served.
+//! answers from the [reflector stores](reflect) and the [`cache`] (where each version's data
+//! stands: [`versions`]), building API objects with [`objects`] and the fleet view with
+//! [`fleet`]. Summaries and machines are kept by the [`projectors`], below the routes, in
+//! hubs ([`elemental_changelog_hub`]) from which lists, gets and watches are served.
 //!
 //! The [`cache`] is written by [`channels`] alone: its controller runs one worker per
 //! channel, each worker a reconcile function that reads the channel's image through
@@ -26,13 +26,13 @@ pub mod cli;
 pub mod config;
 pub mod fleet;
 pub mod health;
-pub mod live;
 pub mod metrics;
 pub mod objects;
+pub mod projectors;
 pub mod read_error;
 pub mod reflect;
 pub mod request;
 pub mod routes;
 pub mod server;
 pub mod telemetry;
-pub mod watch;
+pub mod versions;

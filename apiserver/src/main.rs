@@ -14,14 +14,15 @@ use elemental_changelog_apiserver::{
     cli,
     config::{Cli, Command, ServeArgs},
     health::Health,
-    live::Live,
     metrics::Registry,
+    projectors::{MachineProjector, Projectors, VersionProjector},
     reflect::WatchMetrics,
     routes::{
         App, fleet::FleetView, metrics::AuthCounts, ready::ReadyCache, resources::Resources,
         watch::WatchSlots,
     },
     server, telemetry,
+    versions::VersionData,
 };
 use elemental_changelog_auth::{authn::Authenticator, authz::Authorizer};
 use elemental_changelog_certs::{serving, tls};
@@ -97,21 +98,40 @@ async fn serve(args: ServeArgs) -> Result<()> {
         futures::future::select(channels_run, fleet_run).await;
     };
     let (authn, authn_run, authz) = auth(&args, client, &registry, watches, &health);
-    let live = Live::new(&args.architectures);
+    let (projectors, writers) = Projectors::new(
+        &args.architectures,
+        elemental_changelog_hub::Bounds {
+            ring_bytes: usize::try_from(args.serving.watch_cache_size).unwrap_or(usize::MAX),
+        },
+    );
+    let data = VersionData {
+        stores: channel_stores.clone(),
+        cache: cache.clone(),
+    };
     let resources = Arc::new(Resources::new(
         channel_stores,
         cache,
         args.default_arch.clone(),
         args.architectures.clone(),
         ReadyCache::new(args.serving.answer_cache_size, registry.register()),
-        live.clone(),
+        projectors.clone(),
     ));
     let fleet = Arc::new(FleetView::new(
-        fleet_stores,
+        fleet_stores.clone(),
         Arc::new(resources.clone()),
-        live.clone(),
+        projectors.clone(),
     ));
-    let live_run = keep_live(&live, &resources, &fleet, &registry, &health);
+    let default_arch = resources.served_arch(None).ok();
+    let versions = VersionProjector::new(writers.versions, data.clone());
+    let machines = MachineProjector::new(
+        writers.machines,
+        data,
+        fleet_stores,
+        projectors.summaries().clone(),
+        registry.register(),
+        default_arch,
+    );
+    let live_run = keep_answers(&projectors, versions, machines, &health);
     let certs_run = server::reload_certificates(resolver, registry.register());
     let app = app(
         &args,
@@ -177,24 +197,19 @@ fn app(
     })
 }
 
-/// Keeps the version and machine summaries computed as their inputs change (`live`); never
-/// ends.
-fn keep_live(
-    live: &Arc<Live>,
-    resources: &Arc<Resources>,
-    fleet: &Arc<FleetView>,
-    registry: &Registry,
+/// Keeps the version and machine answers current (the projectors); never ends.
+fn keep_answers(
+    projectors: &Arc<Projectors>,
+    versions: VersionProjector,
+    machines: MachineProjector,
     health: &Health,
 ) -> impl Future<Output = ()> + use<> {
-    let versions = live
+    let versions = projectors
         .clone()
-        .keep_versions(resources.clone(), health.ready_flag("version-summaries"));
-    let machines = live.clone().keep_machines(
-        resources.clone(),
-        fleet.clone(),
-        registry.register(),
-        health.ready_flag("machine-summaries"),
-    );
+        .keep_versions(versions, health.ready_flag("version-summaries"));
+    let machines = projectors
+        .clone()
+        .keep_machines(machines, health.ready_flag("machine-summaries"));
     async move {
         futures::future::select(Box::pin(versions), Box::pin(machines)).await;
     }

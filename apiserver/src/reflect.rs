@@ -70,6 +70,19 @@ pub struct Stores<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
     synced: watch::Receiver<bool>,
     /// Counts the changes of any store (objects applied or deleted, lists completed).
     changes: watch::Receiver<u64>,
+    /// Which objects changed since [`Stores::take_touched`] was last called.
+    sync: Arc<SyncCount>,
+}
+
+/// The objects of a kind that changed, by namespace and name, since they were last taken
+/// ([`Stores::take_touched`]): each key once however often it changed (a burst of changes of
+/// one object is one entry), so bounded by the number of objects.
+#[derive(Debug, Default)]
+pub struct Touched {
+    /// Objects applied or deleted.
+    pub keys: std::collections::BTreeSet<(String, String)>,
+    /// A list replaced a store (first list or re-list): any object may have changed.
+    pub relisted: bool,
 }
 
 impl<K> Stores<K>
@@ -90,6 +103,7 @@ where
             left: AtomicUsize::new(wanted.len()),
             synced: tx,
             changed,
+            touched: std::sync::Mutex::new(None),
         });
         let mut all = None;
         let mut namespaced = BTreeMap::new();
@@ -114,6 +128,7 @@ where
             namespaced,
             synced,
             changes,
+            sync,
         };
         (stores, feeders)
     }
@@ -161,6 +176,23 @@ where
         self.changes.clone()
     }
 
+    /// The objects changed since the last call. The first call starts the tracking and says
+    /// `relisted` (before it, nothing was tracked).
+    pub fn take_touched(&self) -> Touched {
+        let mut touched = self
+            .sync
+            .touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match touched.replace(Touched::default()) {
+            Some(taken) => taken,
+            None => Touched {
+                relisted: true,
+                ..Touched::default()
+            },
+        }
+    }
+
     /// Whether `namespace` is watched at all.
     pub fn watches(&self, namespace: &str) -> bool {
         self.all.is_some() || self.namespaced.contains_key(namespace)
@@ -180,6 +212,8 @@ struct SyncCount {
     synced: watch::Sender<bool>,
     /// Bumped at every change of a store.
     changed: watch::Sender<u64>,
+    /// What changed, once someone takes it ([`Stores::take_touched`]).
+    touched: std::sync::Mutex<Option<Touched>>,
 }
 
 /// The write side of one store: applies watch events, and counts the store synced at its
@@ -203,8 +237,32 @@ where
         if matches!(event, watcher::Event::InitDone) {
             self.mark_synced();
         }
+        self.touch(event);
         if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
             self.sync.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Records which object `event` changed, while someone takes them.
+    fn touch(&self, event: &watcher::Event<K>) {
+        let mut touched = self
+            .sync
+            .touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(touched) = touched.as_mut() else {
+            return;
+        };
+        match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                let meta = object.meta();
+                touched.keys.insert((
+                    meta.namespace.clone().unwrap_or_default(),
+                    meta.name.clone().unwrap_or_default(),
+                ));
+            }
+            watcher::Event::InitDone => touched.relisted = true,
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
         }
     }
 

@@ -5,6 +5,7 @@
 //! This API is read-only: any verb but GET (and HEAD) is a 405.
 
 pub mod fleet;
+pub mod list;
 pub mod metrics;
 pub mod ready;
 pub mod resources;
@@ -45,8 +46,8 @@ use self::{
 use crate::{
     access_log::{AccessLog, Entry, Requester},
     health::{self, Health},
-    live::Answers,
     metrics::Registry,
+    projectors::Resource as Kept,
     request::{
         Attributes, Discovery, OpenApi, Peer, Probe, RequestInfo, RequestResource, Resource,
         Target, fleet::FleetResource,
@@ -200,13 +201,13 @@ impl App {
                 StatusError::too_many_requests(RETRY_AFTER_TOO_MANY)
             })
         };
-        let live = self.resources.live();
+        let kept = self.resources.projectors();
         let served = match info.target() {
             Target::Resource(Resource::List { namespace, params }) => self
                 .resources
                 .served_arch(params.arch.as_ref())
                 .and_then(|arch| {
-                    let hub = live
+                    let hub = kept
                         .versions(&arch)
                         .ok_or_else(|| StatusError::method_not_allowed("watch"))?;
                     // With `?cve=`, only the versions whose changelog fixes it, as the list.
@@ -214,7 +215,7 @@ impl App {
                         let resources = self.resources.clone();
                         let arch = arch.clone();
                         watch::CveWatch::Fixing(Box::new(
-                            move |item: &crate::watch::Item<elemental_changelog_apiservice::types::ManagedOSVersionChangelogSummary>| {
+                            move |item: &elemental_changelog_hub::Item<elemental_changelog_apiservice::types::ManagedOSVersionChangelogSummary>| {
                                 resources.fixes(item.namespace(), item.name(), &cve, &arch)
                             },
                         ))
@@ -235,14 +236,14 @@ impl App {
                         params,
                         accept,
                         fixing,
-                        slot()?,
+                        (slot()?, self.metrics.watch_opened()),
                     )
                 }),
             Target::Fleet(FleetResource::Machines { namespace, params }) => self
                 .resources
                 .served_arch(params.arch.as_ref())
                 .and_then(|arch| {
-                    let hub = live
+                    let hub = kept
                         .machines(&arch)
                         .ok_or_else(|| StatusError::method_not_allowed("watch"))?;
                     // With `?cve=`, each event's machine carries its exposure, computed from
@@ -271,7 +272,7 @@ impl App {
                         params,
                         accept,
                         exposure,
-                        slot()?,
+                        (slot()?, self.metrics.watch_opened()),
                     )
                 }),
             Target::Invalid { error, .. } => Err(error.clone()),
@@ -412,7 +413,7 @@ impl App {
             ),
             Target::Resource(resource) => {
                 if matches!(resource, Resource::List { .. } | Resource::Get { .. }) {
-                    self.resources.live().fresh(Answers::Versions).await;
+                    self.resources.projectors().fresh(Kept::Versions).await;
                 }
                 self.answer_resource(resource, headers)
                     .await
@@ -423,7 +424,7 @@ impl App {
                     resource,
                     FleetResource::Machines { .. } | FleetResource::Machine { .. }
                 ) {
-                    self.resources.live().fresh(Answers::Machines).await;
+                    self.resources.projectors().fresh(Kept::Machines).await;
                 }
                 let answering = self.fleet.answering(resource, accept);
                 match answering {

@@ -160,6 +160,12 @@ pub struct ServingLimits {
     /// requests.
     #[arg(long, env = "ELEMENTAL_CHANGELOG_ANSWER_CACHE_SIZE", default_value = "32MiB", value_parser = elemental_changelog_registry::config::parse_byte_size)]
     pub answer_cache_size: u64,
+    /// Bytes of recent watch events kept per watched resource and architecture (`32MiB`,
+    /// `32Mi`): what they hold of their own. A watcher that reads behind the newest events, or
+    /// resumes from an older resourceVersion, is served from them; one that falls behind the
+    /// oldest is ended and its client lists again.
+    #[arg(long, env = "ELEMENTAL_CHANGELOG_WATCH_CACHE_SIZE", default_value = "32MiB", value_parser = elemental_changelog_registry::config::parse_byte_size)]
+    pub watch_cache_size: u64,
     /// On SIGTERM, how long to keep serving with `/readyz` failing, so that endpoints
     /// drop this replica before it stops accepting (kube-apiserver's flag).
     #[arg(long, env = "ELEMENTAL_CHANGELOG_SHUTDOWN_DELAY_DURATION", default_value = "0s", value_parser = humantime::parse_duration)]

@@ -517,6 +517,26 @@ struct Param {
     description: &'static str,
     /// The values allowed, when only some are.
     values: &'static [&'static str],
+    /// Its type.
+    ty: Scalar,
+}
+
+/// The type of a parameter's value.
+#[derive(Clone, Copy)]
+enum Scalar {
+    String,
+    Boolean,
+    Integer,
+}
+
+impl Scalar {
+    fn schema(self) -> Value {
+        match self {
+            Self::String => json!({"type": "string"}),
+            Self::Boolean => json!({"type": "boolean"}),
+            Self::Integer => json!({"type": "integer"}),
+        }
+    }
 }
 
 /// The `package` block (`?package=`) of versions and machines.
@@ -556,18 +576,21 @@ const PACKAGE: Param = Param {
     location: "query",
     description: "Add to each item what its version carries of this package (an rpm name, e.g. xz): its EVR and architecture, or Absent, NoPackageList (Unknown for a machine whose version is unknown).",
     values: &[],
+    ty: Scalar::String,
 };
 const PACKAGE_AT_LEAST: Param = Param {
     name: "packageAtLeast",
     location: "query",
     description: "With package: only items whose version carries it at this EVR ([epoch:]version[-release]) or a higher one, in RPM order (a bound without a release compares versions only).",
     values: &[],
+    ty: Scalar::String,
 };
 const PACKAGE_BELOW: Param = Param {
     name: "packageBelow",
     location: "query",
     description: "With package: only items whose version carries it at an EVR lower than this one ([epoch:]version[-release]), in RPM order (a bound without a release compares versions only).",
     values: &[],
+    ty: Scalar::String,
 };
 
 const NAMESPACE: Param = Param {
@@ -575,54 +598,108 @@ const NAMESPACE: Param = Param {
     location: "path",
     description: "object name and auth scope, such as for teams and projects",
     values: &[],
+    ty: Scalar::String,
 };
 const NAME: Param = Param {
     name: "name",
     location: "path",
     description: "name of the ManagedOSVersion",
     values: &[],
+    ty: Scalar::String,
 };
 const LABEL_SELECTOR: Param = Param {
     name: "labelSelector",
     location: "query",
     description: "A selector to restrict the list of returned objects by the labels of their ManagedOSVersion. Defaults to everything.",
     values: &[],
+    ty: Scalar::String,
 };
 const FIELD_SELECTOR: Param = Param {
     name: "fieldSelector",
     location: "query",
     description: "A selector to restrict the list of returned objects by their fields: metadata.name and metadata.namespace (=, ==, !=). Defaults to everything.",
     values: &[],
+    ty: Scalar::String,
 };
 const INCLUDE_OBJECT: Param = Param {
     name: "includeObject",
     location: "query",
     description: "With a Table (Accept: application/json;as=Table;v=v1;g=meta.k8s.io), what each row carries: None, Metadata (a PartialObjectMetadata, the default) or Object.",
     values: &["None", "Metadata", "Object"],
+    ty: Scalar::String,
 };
 const CVE: Param = Param {
     name: "cve",
     location: "query",
     description: "Only versions whose changelog fixes this CVE (e.g. CVE-2024-1234).",
     values: &[],
+    ty: Scalar::String,
 };
 const FROM: Param = Param {
     name: "from",
     location: "query",
     description: "Name of another ManagedOSVersion of the same channel to compare against. Defaults to the previous version of the channel.",
     values: &[],
+    ty: Scalar::String,
 };
 const ARCH: Param = Param {
     name: "arch",
     location: "query",
     description: "Architecture of the OS image (x86_64, aarch64). Defaults to the server's default architecture.",
     values: &[],
+    ty: Scalar::String,
 };
 const FORMAT: Param = Param {
     name: "format",
     location: "query",
     description: "Representation of the changelog: json (default), text or markdown (also md).",
     values: &["json", "text", "markdown", "md"],
+    ty: Scalar::String,
+};
+
+// The watch options of a list (`?watch=true`), worded as kube-apiserver's OpenAPI words them,
+// with what this server does with each.
+const WATCH: Param = Param {
+    name: "watch",
+    location: "query",
+    description: "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications (one JSON WatchEvent per line). Specify resourceVersion to start from a list's resourceVersion.",
+    values: &[],
+    ty: Scalar::Boolean,
+};
+const RESOURCE_VERSION: Param = Param {
+    name: "resourceVersion",
+    location: "query",
+    description: "With watch: where the watch starts. Unset or \"0\": every object first (ADDED), then the changes; a list's resourceVersion: the changes after that list. A resourceVersion this replica cannot serve (another replica's, from before a restart, older than the events it keeps) ends the watch with one ERROR event, 410 Expired: list again. Ignored without watch (lists are always complete and current).",
+    values: &[],
+    ty: Scalar::String,
+};
+const RESOURCE_VERSION_MATCH: Param = Param {
+    name: "resourceVersionMatch",
+    location: "query",
+    description: "With watch, only with sendInitialEvents, and then only NotOlderThan (400 otherwise, as kube-apiserver).",
+    values: &["NotOlderThan"],
+    ty: Scalar::String,
+};
+const SEND_INITIAL_EVENTS: Param = Param {
+    name: "sendInitialEvents",
+    location: "query",
+    description: "With watch, resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true: every object first (ADDED), then a BOOKMARK annotated k8s.io/initial-events-end: \"true\", then the changes.",
+    values: &[],
+    ty: Scalar::Boolean,
+};
+const ALLOW_WATCH_BOOKMARKS: Param = Param {
+    name: "allowWatchBookmarks",
+    location: "query",
+    description: "With watch: BOOKMARK events (about every 30 s) carrying the latest resourceVersion sent, so a client resumes from there.",
+    values: &[],
+    ty: Scalar::Boolean,
+};
+const TIMEOUT_SECONDS: Param = Param {
+    name: "timeoutSeconds",
+    location: "query",
+    description: "With watch: the watch ends after this many seconds (a non-negative integer); unset, between 30 and 60 minutes. Without watch: must be an integer, otherwise ignored.",
+    values: &[],
+    ty: Scalar::Integer,
 };
 
 fn parameter(spec: Spec, p: &Param) -> Value {
@@ -631,11 +708,10 @@ fn parameter(spec: Spec, p: &Param) -> Value {
     if required {
         v["required"] = Value::Bool(true);
     }
-    let schema = if p.values.is_empty() {
-        json!({"type": "string"})
-    } else {
-        json!({"type": "string", "enum": p.values})
-    };
+    let mut schema = p.ty.schema();
+    if !p.values.is_empty() {
+        schema["enum"] = json!(p.values);
+    }
     match spec {
         Spec::V2 => {
             if let (Some(o), Some(s)) = (v.as_object_mut(), schema.as_object()) {
@@ -666,8 +742,8 @@ const JSON_TYPES: &[&str] = &[
 ];
 const CHANGELOG_TYPES: &[&str] = &["application/json", "text/plain", "text/markdown"];
 
-/// What a list honours (`limit`, `continue`, `resourceVersion` and
-/// `timeoutSeconds` are ignored: lists are small and always complete).
+/// What a list honours (`limit` and `continue` are ignored: lists are small and always
+/// complete), the watch options included.
 const LIST_PARAMS: &[Param] = &[
     LABEL_SELECTOR,
     FIELD_SELECTOR,
@@ -677,6 +753,12 @@ const LIST_PARAMS: &[Param] = &[
     PACKAGE_BELOW,
     ARCH,
     INCLUDE_OBJECT,
+    WATCH,
+    RESOURCE_VERSION,
+    RESOURCE_VERSION_MATCH,
+    SEND_INITIAL_EVENTS,
+    ALLOW_WATCH_BOOKMARKS,
+    TIMEOUT_SECONDS,
 ];
 
 fn operations() -> Vec<(String, Operation)> {
@@ -686,7 +768,7 @@ fn operations() -> Vec<(String, Operation)> {
             format!("{base}/managedosversions"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1ManagedOSVersionForAllNamespaces",
-                description: "list changelog summaries of ManagedOSVersions in all namespaces (lists are complete: limit and continue are ignored; watch is not served)",
+                description: "list changelog summaries of ManagedOSVersions in all namespaces (lists are complete: limit and continue are ignored; watch=true streams the changes)",
                 action: "list",
                 kind: SUMMARY_KIND,
                 response: SUMMARY_LIST_KIND,
@@ -699,7 +781,7 @@ fn operations() -> Vec<(String, Operation)> {
             format!("{base}/namespaces/{{namespace}}/managedosversions"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1NamespacedManagedOSVersion",
-                description: "list changelog summaries of the ManagedOSVersions of a namespace (lists are complete: limit and continue are ignored; watch is not served)",
+                description: "list changelog summaries of the ManagedOSVersions of a namespace (lists are complete: limit and continue are ignored; watch=true streams the changes)",
                 action: "list",
                 kind: SUMMARY_KIND,
                 response: SUMMARY_LIST_KIND,
@@ -1393,6 +1475,36 @@ mod tests {
         }
     }
 
+    /// Of [`paths_and_parameters`]: a list's watch options have kube-apiserver's types.
+    fn watch_types(parameters: &Value, schema_key: Option<&str>) {
+        let ty = |name: &str| {
+            let p = parameters
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap();
+            let schema = match schema_key {
+                Some(k) => &p[k],
+                None => p,
+            };
+            (schema["type"].clone(), schema.get("enum").cloned())
+        };
+        for (name, expected) in [
+            ("watch", "boolean"),
+            ("resourceVersion", "string"),
+            ("sendInitialEvents", "boolean"),
+            ("allowWatchBookmarks", "boolean"),
+            ("timeoutSeconds", "integer"),
+        ] {
+            assert_eq!(ty(name), (json!(expected), None), "{name}");
+        }
+        assert_eq!(
+            ty("resourceVersionMatch"),
+            (json!("string"), Some(json!(["NotOlderThan"])))
+        );
+    }
+
     /// Of [`paths_and_parameters`]: the paths of versions and their changelogs; a
     /// parameter's type is under `schema_key` (v3) or in the parameter itself (v2).
     fn version_paths(paths: &serde_json::Map<String, Value>, schema_key: Option<&str>) {
@@ -1409,13 +1521,14 @@ mod tests {
             None => format,
         };
         assert_eq!(ty["enum"], json!(["json", "text", "markdown", "md"]));
-        // What the server's `Params` reads for a list; watch is not served.
+        // What the server's `ListParams` and `WatchParams` read for a list.
         for p in [
             "/apis/changelog.elemental.cattle.io/v1beta1/managedosversions",
             "/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions",
         ] {
+            let parameters = &paths[p]["get"]["parameters"];
             assert_eq!(
-                names(&paths[p]["get"]["parameters"]),
+                names(parameters),
                 [
                     "labelSelector",
                     "fieldSelector",
@@ -1424,11 +1537,23 @@ mod tests {
                     "packageAtLeast",
                     "packageBelow",
                     "arch",
-                    "includeObject"
+                    "includeObject",
+                    "watch",
+                    "resourceVersion",
+                    "resourceVersionMatch",
+                    "sendInitialEvents",
+                    "allowWatchBookmarks",
+                    "timeoutSeconds"
                 ]
             );
+            watch_types(parameters, schema_key);
             assert_eq!(paths[p]["get"]["x-kubernetes-action"], "list");
-            assert!(paths[p].get("watch").is_none());
+            assert!(
+                !paths[p]["get"]["description"]
+                    .as_str()
+                    .unwrap()
+                    .contains("not served")
+            );
         }
         let get = &paths["/apis/changelog.elemental.cattle.io/v1beta1/namespaces/{namespace}/managedosversions/{name}"];
         assert_eq!(names(&get["get"]["parameters"]), ["arch", "includeObject"]);
@@ -1459,7 +1584,13 @@ mod tests {
                     "packageAtLeast",
                     "packageBelow",
                     "arch",
-                    "includeObject"
+                    "includeObject",
+                    "watch",
+                    "resourceVersion",
+                    "resourceVersionMatch",
+                    "sendInitialEvents",
+                    "allowWatchBookmarks",
+                    "timeoutSeconds"
                 ]
             );
             assert_eq!(paths[&p]["get"]["x-kubernetes-action"], "list");

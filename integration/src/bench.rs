@@ -103,6 +103,17 @@ impl Phase {
         Phase::Criterion,
     ];
 
+    /// Its name in `BENCH_PHASES`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Load => "load",
+            Phase::Resync => "resync",
+            Phase::Memory => "memory",
+            Phase::Criterion => "criterion",
+            Phase::Fleet => "fleet",
+        }
+    }
+
     fn parse(name: &str) -> Result<Self> {
         Ok(match name.trim() {
             "load" => Phase::Load,

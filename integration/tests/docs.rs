@@ -7,7 +7,10 @@
 //!   the crate split puts it) is a row of the metrics table with the same labels, and every
 //!   metric row there is registered;
 //! - every `Status` reason and every cause reason the server sends is a row of the error
-//!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent;
+//!   table of `docs/api.md` with its HTTP code, and the fixed messages are quoted as sent:
+//!   the reasons are those of the `StatusError` constructors the server's code calls, and the
+//!   messages the literal text passed to them (and the 410 texts of `elemental_changelog_hub::Expired`);
+//! - every figure section of `docs/` names the commit and the command that produced it;
 //! - every machine reason of the fleet view is a row of its reason table with its state.
 //! - the flags of `inspect` and of the extension's file server against their tables;
 //! - `docs/kubectl-plugin.md`'s usage block and command table against the plugin's `--help`;
@@ -29,8 +32,9 @@ use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog::updateinfo;
 use elemental_changelog_apiserver::{request, server};
 use elemental_changelog_apiservice::discovery;
-use elemental_changelog_apiservice::status::{Reason, StatusError};
+use elemental_changelog_apiservice::status::{Denied, Reason, StatusError};
 use elemental_changelog_apiservice::types::UnavailableReason;
+use elemental_changelog_hub::Expired;
 use elemental_changelog_integration::markdown::{
     Document, Flag, Row, code_spans, help_flags, leading_code,
 };
@@ -521,41 +525,205 @@ family! {
 // ---------------------------------------------------------------------------
 // Status reasons
 
-/// Every `Status` reason, with whether this server sends it. The match has no wildcard:
-/// a new reason does not compile until it is listed here (and so checked in api.md).
-fn reasons() -> Vec<(Reason, bool)> {
-    let all = [
-        Reason::BadRequest,
-        Reason::Unauthorized,
-        Reason::Forbidden,
-        Reason::NotFound,
-        Reason::MethodNotAllowed,
-        Reason::NotAcceptable,
-        Reason::Expired,
-        Reason::UnsupportedMediaType,
-        Reason::TooManyRequests,
-        Reason::InternalError,
-        Reason::ServiceUnavailable,
-        Reason::Timeout,
-    ];
+/// The `Reason` each `StatusError` constructor makes, by its name; `None` for a name that is
+/// no constructor (a new one fails the test until it is listed here).
+fn constructor_reason(name: &str) -> Option<Reason> {
+    let denied = Denied::NonResource {
+        verb: "get",
+        path: "/",
+    };
+    let error = match name {
+        "not_found" => StatusError::not_found("r", "n"),
+        "not_found_in" => StatusError::not_found_in("g", "r", "n"),
+        "method_not_allowed" => StatusError::method_not_allowed("create"),
+        "bad_request" => StatusError::bad_request("x"),
+        "expired" => StatusError::expired("x"),
+        "unauthorized" => StatusError::unauthorized(),
+        "forbidden" => StatusError::forbidden("u", &denied, ""),
+        "service_unavailable" => StatusError::service_unavailable("x", None),
+        "too_many_requests" => StatusError::too_many_requests(1),
+        "not_acceptable" => StatusError::not_acceptable(&[]),
+        "internal" => StatusError::internal(&std::io::Error::other("x")),
+        "timeout" => StatusError::timeout("x", None),
+        _ => return None,
+    };
+    Some(error.reason)
+}
+
+/// The server's source files outside tests (`tests.rs`, `*_tests.rs`, and what follows a
+/// `#[cfg(test)]`), with their paths.
+fn server_sources() -> Result<Vec<(PathBuf, String)>> {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for member in [
+        "apiserver",
+        "apiservice",
+        "auth",
+        "certs",
+        "registry",
+        "changelog",
+    ] {
+        rust_files(&root.join(member).join("src"), &mut files)?;
+    }
+    let mut sources = Vec::new();
+    for file in files {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file)?;
+        sources.push((file, without_test_module(&text)));
+    }
+    Ok(sources)
+}
+
+/// `text` up to its inline test module (`#[cfg(test)]`, other attributes, `mod tests {`); a
+/// `#[cfg(test)] mod tests;` of a sibling file is no cut.
+fn without_test_module(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    for (at, line) in lines.iter().enumerate() {
+        if line.trim() != "#[cfg(test)]" {
+            continue;
+        }
+        let item = lines[at + 1..]
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| !l.starts_with("#["))
+            .unwrap_or_default();
+        if item.contains("mod ") && item.ends_with('{') {
+            return lines[..at].join("\n");
+        }
+    }
+    text.to_owned()
+}
+
+/// The string literals of `raw` (a call's arguments), unescaped enough to compare with text.
+fn string_literals(raw: &str) -> Vec<String> {
+    let mut literals = Vec::new();
+    let mut current: Option<String> = None;
+    let mut escaped = false;
+    for c in raw.chars() {
+        match &mut current {
+            None if c == '"' => current = Some(String::new()),
+            None => {}
+            Some(text) if escaped => {
+                escaped = false;
+                text.push(c);
+            }
+            Some(_) if c == '\\' => escaped = true,
+            Some(_) if c == '"' => literals.extend(current.take()),
+            Some(text) => text.push(c),
+        }
+    }
+    literals
+}
+
+/// The longest piece of `literal` between `format!` placeholders (`{…}`).
+fn longest_fixed_part(literal: &str) -> String {
+    let mut parts = Vec::new();
+    let mut part = String::new();
+    let mut depth = 0usize;
+    for c in literal.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                parts.push(std::mem::take(&mut part));
+            }
+            '}' if depth > 0 => depth -= 1,
+            _ if depth == 0 => part.push(c),
+            _ => {}
+        }
+    }
+    parts.push(part);
+    parts
+        .into_iter()
+        .max_by_key(String::len)
+        .unwrap_or_default()
+}
+
+/// What the server's code makes: the reason of every `StatusError::<constructor>(` call, and
+/// the fixed text of every message passed to a constructor that takes one (or to
+/// `invalid_value`, whose last argument says why), each with where it is.
+struct Made {
+    reasons: BTreeMap<(u16, &'static str), String>,
+    messages: Vec<(String, String)>,
+    unknown: Vec<String>,
+}
+
+/// Pieces of fixed text shorter than this say too little to look for.
+const MIN_FIXED_TEXT: usize = 12;
+
+fn made_by_the_code(sources: &[(PathBuf, String)]) -> Made {
+    const PREFIX: &str = "StatusError::";
+    let mut made = Made {
+        reasons: BTreeMap::new(),
+        messages: Vec::new(),
+        unknown: Vec::new(),
+    };
+    for (path, code) in sources {
+        let short = path
+            .strip_prefix(workspace_root())
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find(PREFIX) {
+            rest = &rest[at + PREFIX.len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !rest[name.len()..].starts_with('(') {
+                continue;
+            }
+            match constructor_reason(&name) {
+                Some(reason) => {
+                    made.reasons
+                        .entry((reason.code(), reason.as_str()))
+                        .or_insert_with(|| format!("{short}: StatusError::{name}"));
+                }
+                None => made.unknown.push(format!("{short}: StatusError::{name}")),
+            }
+            let takes_message = matches!(
+                name.as_str(),
+                "bad_request" | "expired" | "service_unavailable" | "timeout"
+            );
+            if let (true, Some((raw, _))) = (takes_message, call_arguments(&rest[name.len() + 1..]))
+                && let Some(first) = string_literals(raw).first()
+            {
+                made.messages.push((
+                    longest_fixed_part(first),
+                    format!("{short}: StatusError::{name}"),
+                ));
+            }
+        }
+        // `invalid_value(field, value, why)`: a 400 worded as kube-apiserver's field errors.
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find("invalid_value(") {
+            rest = &rest[at + "invalid_value(".len()..];
+            if let Some((raw, _)) = call_arguments(rest)
+                && let Some(why) = string_literals(raw).last()
+            {
+                made.messages
+                    .push((longest_fixed_part(why), format!("{short}: invalid_value")));
+            }
+        }
+    }
+    made.messages
+        .retain(|(text, _)| text.trim().len() >= MIN_FIXED_TEXT);
+    made
+}
+
+/// Every reason a watch cannot start from its resourceVersion, as the 410 says it (no
+/// wildcard: a new one does not compile until it is listed here, and so checked in api.md).
+fn expired_texts() -> Vec<String> {
+    let all = [Expired::Invalid, Expired::OtherProcess, Expired::Compacted];
     all.into_iter()
-        .map(|reason| {
-            let sent = match reason {
-                // A read-only API reads no request body.
-                Reason::UnsupportedMediaType => false,
-                Reason::BadRequest
-                | Reason::Unauthorized
-                | Reason::Forbidden
-                | Reason::NotFound
-                | Reason::MethodNotAllowed
-                | Reason::NotAcceptable
-                | Reason::Expired
-                | Reason::TooManyRequests
-                | Reason::InternalError
-                | Reason::ServiceUnavailable
-                | Reason::Timeout => true,
-            };
-            (reason, sent)
+        .map(|expired| match expired {
+            Expired::Invalid | Expired::OtherProcess | Expired::Compacted => expired.to_string(),
         })
         .collect()
 }
@@ -580,6 +748,44 @@ fn causes() -> Vec<(&'static str, u16)> {
         .collect()
 }
 
+/// The error table (its `(code, reason)` rows, `documented`) and the rest of api.md (`api`)
+/// against what the code makes; the problems, each naming where the code makes it.
+fn error_table_problems(
+    api: &str,
+    documented: &BTreeSet<(u16, String)>,
+    made: &Made,
+) -> Vec<String> {
+    let mut problems: Vec<String> = made
+        .unknown
+        .iter()
+        .map(|call| {
+            format!("{call} is no constructor constructor_reason() in integration/tests/docs.rs knows: add it")
+        })
+        .collect();
+    for ((code, reason), at) in &made.reasons {
+        if !documented.contains(&(*code, (*reason).to_owned())) {
+            problems.push(format!(
+                "{code} {reason} is sent ({at}) but not in the error table of docs/api.md"
+            ));
+        }
+    }
+    for (code, reason) in documented {
+        if !made.reasons.contains_key(&(*code, reason.as_str())) {
+            problems.push(format!(
+                "docs/api.md lists {code} {reason}, which the server's code never makes"
+            ));
+        }
+    }
+    for (text, at) in &made.messages {
+        if !api.contains(text.as_str()) {
+            problems.push(format!(
+                "docs/api.md does not say {text:?}, the fixed text of a message sent by {at}"
+            ));
+        }
+    }
+    problems
+}
+
 #[test]
 fn every_status_reason_and_cause_is_in_the_error_table() -> Result<()> {
     let api = doc("api.md")?;
@@ -594,29 +800,18 @@ fn every_status_reason_and_cause_is_in_the_error_table() -> Result<()> {
         .filter_map(|cells| Some((cells[0].parse().ok()?, leading_code(&cells[1])?.to_owned())))
         .collect();
 
-    let mut problems = Vec::new();
-    for (reason, sent) in reasons() {
-        let row = (reason.code(), reason.as_str().to_owned());
-        if sent && !documented.contains(&row) {
+    let made = made_by_the_code(&server_sources()?);
+    ensure!(
+        made.reasons.len() >= 10 && made.messages.len() >= 20,
+        "found only {} reasons and {} messages in the server's code: did the constructors move? Update made_by_the_code",
+        made.reasons.len(),
+        made.messages.len()
+    );
+    let mut problems = error_table_problems(&api, &documented, &made);
+    for text in expired_texts() {
+        if !api.contains(&format!("`{text}`")) {
             problems.push(format!(
-                "{} {} is sent but not in the error table of docs/api.md",
-                row.0, row.1
-            ));
-        }
-        if !sent && documented.contains(&row) {
-            problems.push(format!(
-                "{} {} is in docs/api.md but never sent",
-                row.0, row.1
-            ));
-        }
-    }
-    for (code, reason) in &documented {
-        if !reasons()
-            .iter()
-            .any(|(r, _)| r.code() == *code && r.as_str() == reason)
-        {
-            problems.push(format!(
-                "docs/api.md lists {code} {reason}, which is no Status reason of the server"
+                "docs/api.md does not quote the 410 message `{text}` (elemental_changelog_hub::Expired)"
             ));
         }
     }
@@ -656,6 +851,27 @@ fn every_status_reason_and_cause_is_in_the_error_table() -> Result<()> {
     }
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
+    }
+    // A reason the code comes to make, a reason no longer made and a new message are caught.
+    let mut changed = Made {
+        reasons: made.reasons.clone(),
+        messages: vec![("a message nobody documented".to_owned(), "x.rs".to_owned())],
+        unknown: Vec::new(),
+    };
+    changed
+        .reasons
+        .insert((415, "UnsupportedMediaType"), "x.rs".to_owned());
+    changed.reasons.remove(&(410, "Expired"));
+    let caught = error_table_problems(&api, &documented, &changed);
+    for expected in [
+        "415 UnsupportedMediaType is sent",
+        "lists 410 Expired, which the server's code never makes",
+        "\"a message nobody documented\"",
+    ] {
+        ensure!(
+            caught.iter().any(|p| p.contains(expected)),
+            "a mismatch went unnoticed ({expected}): {caught:?}"
+        );
     }
     Ok(())
 }
@@ -1284,6 +1500,235 @@ fn the_docs_say_what_make_server_and_the_dockerfile_do() -> Result<()> {
         ui.text.contains(&format!("`{node}`")),
         "{}: the Dockerfile builds the extension on {node}; say so where ui.md describes the build",
         ui.path
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Figures: the commit and the command that produced each
+
+/// One section of a document: its heading (level, text, line) and its own lines (up to the
+/// next heading of any level), code blocks included.
+struct Section {
+    level: usize,
+    heading: String,
+    line: usize,
+    body: Vec<String>,
+}
+
+fn sections(text: &str) -> Vec<Section> {
+    let mut sections = vec![Section {
+        level: 0,
+        heading: String::new(),
+        line: 1,
+        body: Vec::new(),
+    }];
+    let mut in_code = false;
+    for (index, line) in text.lines().enumerate() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if !in_code && hashes > 0 && line[hashes..].starts_with(' ') {
+            sections.push(Section {
+                level: hashes,
+                heading: line.to_owned(),
+                line: index + 1,
+                body: Vec::new(),
+            });
+        } else if let Some(last) = sections.last_mut() {
+            last.body.push(line.to_owned());
+        }
+    }
+    sections
+}
+
+/// Table header cells that name a measured quantity.
+const MEASURED_COLUMNS: [&str; 9] = [
+    "p50",
+    "p99",
+    "rss",
+    "req/s",
+    "figures",
+    "median",
+    "took",
+    "heap bytes",
+    "peak",
+];
+
+/// Whether a section reports a measurement: it says "measured" (not "not measured"), or one
+/// of its tables has a column of measured figures (named in its header).
+fn reports_figures(section: &Section) -> bool {
+    let text = section.body.join("\n").to_lowercase();
+    let said = text.matches("measured").count();
+    let denied = text.matches("not measured").count();
+    let columns = section
+        .body
+        .windows(2)
+        .filter(|pair| pair[0].starts_with('|') && pair[1].starts_with("|---"))
+        .any(|pair| {
+            MEASURED_COLUMNS
+                .iter()
+                .any(|c| pair[0].to_lowercase().contains(c))
+        });
+    said > denied || columns
+}
+
+/// The words of a text that may be commits: 7 to 40 hexadecimal digits with a letter and a
+/// digit (`git describe --dirty` suffixes and code spans allowed around them). Other projects'
+/// hashes (rustc's, in a `--version`) are such words too: [`is_a_commit`] tells them apart.
+fn commits(text: &str) -> Vec<&str> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| {
+            (7..=40).contains(&w.len())
+                && w.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
+                && w.chars().any(|c| c.is_ascii_digit())
+                && w.chars().any(|c| c.is_ascii_lowercase())
+        })
+        .collect()
+}
+
+/// Whether a code span is a command that reproduces something: `make …`, `cargo …`, a test
+/// binary, or one of those after environment variables (`BENCH_PHASES=fleet make bench`).
+fn is_command(span: &str) -> bool {
+    let mut words = span.split_whitespace().peekable();
+    while words.peek().is_some_and(|w| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        })
+    }) {
+        words.next();
+    }
+    let Some(first) = words.next() else {
+        return false;
+    };
+    [
+        "make",
+        "cargo",
+        "helm",
+        "kubectl",
+        "perf",
+        "heaptrack",
+        "go",
+        "npm",
+    ]
+    .contains(&first)
+        || first.starts_with("target/")
+        || first.starts_with("./target/")
+        || first.starts_with(".ci/")
+}
+
+/// Whether `commit` is one of this repository's commits (`true` when git cannot tell, as in
+/// a source tarball: the form is checked then).
+fn is_a_commit(commit: &str) -> bool {
+    let root = workspace_root();
+    let known = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+        .output()
+        .map(|o| o.status);
+    let in_repository = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["rev-parse", "--git-dir"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    !in_repository || known.is_ok_and(|s| s.success())
+}
+
+/// The figure sections of `doc` that do not name, in their own heading and text or in those
+/// of a section they are part of (before its first subsection), a commit of this repository
+/// (`known`) and a command.
+fn provenance_problems(doc: &Document, known: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let all = sections(&doc.text);
+    let mut problems = Vec::new();
+    for (at, section) in all.iter().enumerate() {
+        if !reports_figures(section) {
+            continue;
+        }
+        // The section itself and the sections it is part of.
+        let mut chain = vec![section];
+        let mut level = section.level;
+        for outer in all[..at].iter().rev() {
+            if outer.level < level {
+                chain.push(outer);
+                level = outer.level;
+            }
+        }
+        let text: String = chain
+            .iter()
+            .map(|s| format!("{}\n{}\n", s.heading, s.body.join("\n")))
+            .collect();
+        let named: Vec<&str> = commits(&text).into_iter().filter(|c| known(c)).collect();
+        let command = code_spans(&text).into_iter().any(is_command);
+        if named.is_empty() || !command {
+            problems.push(format!(
+                "{}: the figures under {:?} name no {}: add a line (or a table column) with the commit of this repository they were measured at and the command that measures them",
+                doc.at(section.line),
+                section.heading,
+                match (named.is_empty(), command) {
+                    (true, false) => "commit and no command",
+                    (true, true) => "commit",
+                    _ => "command",
+                }
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_figure_names_its_commit_and_command() -> Result<()> {
+    let mut problems = Vec::new();
+    let mut figures = 0;
+    for entry in std::fs::read_dir(workspace_root().join("docs"))? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let name = format!(
+            "docs/{}",
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+        );
+        let doc = Document::read(&name)?;
+        figures += sections(&doc.text)
+            .iter()
+            .filter(|s| reports_figures(s))
+            .count();
+        problems.extend(provenance_problems(&doc, &is_a_commit));
+    }
+    ensure!(
+        figures >= 20,
+        "found only {figures} figure sections in docs/"
+    );
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // A figure section without its commit, or without its command, or with a made-up commit,
+    // is caught; a subsection takes them from its section.
+    let text = "# T\n\n## Memory\n\nmeasured: 12 MiB (`make bench`).\n\n## Speed\n\n| step | took |\n|---|---|\n| a | 3 s |\n\nAt 5bcf81c.\n\n## Made up\n\nmeasured at 0123abc: `make bench`.\n\n## Other\n\nmeasured at 5bcf81c with `make bench`.\n\n### Part\n\n| p99 |\n|---|\n| 3 ms |\n";
+    let doc = Document {
+        path: "docs/x.md".to_owned(),
+        text: text.to_owned(),
+    };
+    let caught = provenance_problems(&doc, &|c| c == "5bcf81c");
+    ensure!(
+        caught.len() == 3
+            && caught
+                .iter()
+                .any(|p| p.contains("\"## Memory\" name no commit"))
+            && caught
+                .iter()
+                .any(|p| p.contains("\"## Speed\" name no command"))
+            && caught
+                .iter()
+                .any(|p| p.contains("\"## Made up\" name no commit")),
+        "{caught:?}"
     );
     Ok(())
 }

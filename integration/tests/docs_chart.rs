@@ -7,11 +7,14 @@
 //!   and variable, and no row for a question the form does not ask;
 //! - the `Chart.yaml` annotations table: each annotation named has the value written;
 //! - "What gets installed": every kind of object the chart renders (every option on, on
-//!   Rancher) is named there or in the RBAC table.
+//!   Rancher) is named there or in the RBAC table;
+//! - the RBAC tables (install.md's ClusterRole rows, api.md's `| to | rule |` tables and its
+//!   ClusterRole example) grant exactly the verbs and resources of the chart's rendered
+//!   ClusterRoles.
 //!
 //! Offline: reads files and runs the test bed's `helm template` (`make tools`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::markdown::{Document, code_spans};
@@ -293,8 +296,8 @@ fn install_md_quotes_the_chart_annotations() -> Result<()> {
     Ok(())
 }
 
-/// The kinds of the objects `helm template` renders with `args`.
-fn rendered_kinds(args: &[&str]) -> Result<BTreeSet<String>> {
+/// The objects `helm template` renders with `args`.
+fn rendered(args: &[&str]) -> Result<Vec<Value>> {
     let home = tempfile::tempdir()?;
     let chart = workspace_root().join(CHART);
     let output = std::process::Command::new(tools_dir().join("helm"))
@@ -313,14 +316,19 @@ fn rendered_kinds(args: &[&str]) -> Result<BTreeSet<String>> {
         "helm template {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut kinds = BTreeSet::new();
+    let mut objects = Vec::new();
     for document in serde_yaml::Deserializer::from_str(std::str::from_utf8(&output.stdout)?) {
-        let value = Value::deserialize(document)?;
-        if let Some(kind) = value["kind"].as_str() {
-            kinds.insert(kind.to_owned());
-        }
+        objects.push(Value::deserialize(document)?);
     }
-    Ok(kinds)
+    Ok(objects)
+}
+
+/// The kinds of the objects `helm template` renders with `args`.
+fn rendered_kinds(args: &[&str]) -> Result<BTreeSet<String>> {
+    Ok(rendered(args)?
+        .iter()
+        .filter_map(|o| o["kind"].as_str().map(str::to_owned))
+        .collect())
 }
 
 #[test]
@@ -366,6 +374,240 @@ fn install_md_names_every_kind_the_chart_installs() -> Result<()> {
         missing.is_empty(),
         "{}: the chart installs {missing:?}, which neither \"What gets installed\" nor the RBAC table names",
         doc.path
+    );
+    Ok(())
+}
+
+/// What a role grants: (verb, resource or non-resource URL) pairs.
+type Grants = BTreeSet<(String, String)>;
+
+/// The grants of every rule of `rules` (a role's `rules`).
+fn rule_grants(rules: &Value) -> Grants {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut grants = Grants::new();
+    for rule in rules.as_sequence().into_iter().flatten() {
+        let mut targets = strings(&rule["resources"]);
+        targets.extend(strings(&rule["nonResourceURLs"]));
+        for verb in strings(&rule["verbs"]) {
+            for target in &targets {
+                grants.insert((verb.clone(), target.clone()));
+            }
+        }
+    }
+    grants
+}
+
+/// The ClusterRoles the chart renders with its default values, by name.
+fn rendered_cluster_roles() -> Result<BTreeMap<String, Grants>> {
+    Ok(rendered(&[])?
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole")
+        .filter_map(|o| {
+            Some((
+                o["metadata"]["name"].as_str()?.to_owned(),
+                rule_grants(&o["rules"]),
+            ))
+        })
+        .collect())
+}
+
+const VERBS: [&str; 8] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
+/// The grants a cell of prose states, up to its first sentence's end: code spans that are
+/// verbs apply to the code spans after them that are resources (`get`, `list` on `a` and `b`;
+/// `get` / `watch` on `c`), API groups (a span with a dot and no slash) left out.
+fn prose_grants(cell: &str) -> Grants {
+    let mut grants = Grants::new();
+    let mut verbs: Vec<&str> = Vec::new();
+    let mut after_resource = false;
+    for (at, part) in cell.split('`').enumerate() {
+        if at % 2 == 0 {
+            if part.contains(". ") || part.trim_end().ends_with('.') {
+                break;
+            }
+            continue;
+        }
+        if part.contains('.') && !part.contains('/') {
+            continue;
+        }
+        if VERBS.contains(&part) {
+            if after_resource {
+                verbs.clear();
+                after_resource = false;
+            }
+            verbs.push(part);
+        } else if !verbs.is_empty() {
+            after_resource = true;
+            for verb in &verbs {
+                grants.insert(((*verb).to_owned(), part.to_owned()));
+            }
+        }
+    }
+    grants
+}
+
+/// The release's full name for the docs' `<fullname>` (`helm template elemental-changelog`).
+const FULLNAME: &str = "elemental-changelog";
+
+/// install.md's RBAC rows for ClusterRoles, and api.md's RBAC tables and example, against
+/// `roles`; the problems, with the lines to fix.
+fn rbac_problems(
+    install: &Document,
+    api: &Document,
+    roles: &BTreeMap<String, Grants>,
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let tables = install.tables_with_header(&["object", "grants"]);
+    ensure!(
+        tables.len() == 1,
+        "{}: no | object | grants | table",
+        install.path
+    );
+    let mut checked = 0;
+    for row in &tables[0].rows {
+        if !row.cells[0].contains("ClusterRole ") && !row.cells[0].starts_with("ClusterRole") {
+            continue;
+        }
+        let name = code_spans(&row.cells[0])
+            .into_iter()
+            .map(|n| n.replace("<fullname>", FULLNAME))
+            .find(|n| roles.contains_key(n));
+        let Some(name) = name else {
+            continue;
+        };
+        checked += 1;
+        let documented = prose_grants(&row.cells[1]);
+        if documented != roles[&name] {
+            problems.push(format!(
+                "{}: ClusterRole {name} grants {:?}, the row says {documented:?}",
+                install.at(row.line),
+                roles[&name]
+            ));
+        }
+    }
+    if checked < 4 {
+        problems.push(format!(
+            "{}: only {checked} ClusterRole rows matched a rendered ClusterRole",
+            install.path
+        ));
+    }
+    problems.extend(api_rbac_problems(api, roles)?);
+    Ok(problems)
+}
+
+/// api.md's `| to | rule |` tables (the viewer's, then the fleet view's) and its ClusterRole
+/// example against `roles`.
+fn api_rbac_problems(api: &Document, roles: &BTreeMap<String, Grants>) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let expected = [
+        (
+            "elemental-changelog-viewer",
+            roles
+                .get("elemental-changelog-viewer")
+                .cloned()
+                .unwrap_or_default(),
+        ),
+        (
+            "elemental-changelog-machine-reader + elemental-changelog-plan-reader",
+            [
+                "elemental-changelog-machine-reader",
+                "elemental-changelog-plan-reader",
+            ]
+            .iter()
+            .flat_map(|n| roles.get(*n).cloned().unwrap_or_default())
+            .collect(),
+        ),
+    ];
+    let tables = api.tables_with_header(&["to", "rule"]);
+    ensure!(
+        tables.len() == expected.len(),
+        "{}: expected {} | to | rule | tables",
+        api.path,
+        expected.len()
+    );
+    for (table, (names, grants)) in tables.iter().zip(&expected) {
+        let documented: Grants = table
+            .rows
+            .iter()
+            .flat_map(|r| prose_grants(&r.cells[1]))
+            .collect();
+        if documented != *grants {
+            problems.push(format!(
+                "{}: the chart's {names} grant {grants:?}, the table says {documented:?}",
+                api.at(table.line)
+            ));
+        }
+    }
+    let example = api
+        .code_blocks("yaml")
+        .into_iter()
+        .find(|(_, lines)| lines.iter().any(|l| l.contains("kind: ClusterRole")))
+        .with_context(|| format!("{}: no ClusterRole example", api.path))?;
+    let role: Value = serde_yaml::from_str(&example.1.join("\n"))?;
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    match roles.get(name) {
+        Some(grants) if *grants == rule_grants(&role["rules"]) => {}
+        other => problems.push(format!(
+            "{}: the example ClusterRole {name} grants {:?}, the chart's {other:?}",
+            api.at(example.0),
+            rule_grants(&role["rules"])
+        )),
+    }
+    Ok(problems)
+}
+
+#[test]
+fn the_rbac_tables_grant_what_the_chart_grants() -> Result<()> {
+    assert_eq!(
+        prose_grants("`get`, `list` on `a` and `b/c`, and `watch` on `d` in `x.io`. Labelled `e`"),
+        Grants::from([
+            ("get".into(), "a".into()),
+            ("get".into(), "b/c".into()),
+            ("list".into(), "a".into()),
+            ("list".into(), "b/c".into()),
+            ("watch".into(), "d".into()),
+        ])
+    );
+    let install = Document::read("docs/install.md")?;
+    let api = Document::read("docs/api.md")?;
+    let roles = rendered_cluster_roles()?;
+    ensure!(
+        roles.contains_key("elemental-changelog-viewer"),
+        "{roles:?}"
+    );
+    let problems = rbac_problems(&install, &api, &roles)?;
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // A verb the chart grants and the docs do not name is caught, in every table.
+    let mut fewer = roles.clone();
+    for grants in fewer.values_mut() {
+        grants.retain(|(verb, _)| verb != "watch");
+    }
+    let caught = rbac_problems(&install, &api, &fewer)?;
+    ensure!(
+        caught
+            .iter()
+            .any(|p| p.contains("ClusterRole elemental-changelog-viewer grants"))
+            && caught
+                .iter()
+                .any(|p| p.contains("ClusterRole elemental-changelog-machine-reader grants"))
+            && caught.iter().filter(|p| p.contains("docs/api.md")).count() >= 3,
+        "{caught:#?}"
     );
     Ok(())
 }

@@ -593,7 +593,10 @@ async fn explain(bed: &TestBed, kubectl: &Kubectl) -> Result<()> {
 }
 
 /// Every query parameter the served OpenAPI document declares is read by the
-/// server: an invalid value of each is a 400 (and a valid request is a 200).
+/// server: an invalid value of each is a 400 (and a valid request is a 200). A watch option
+/// is sent on a watch (`watch=true&timeoutSeconds=1`); `watch` itself has no invalid value
+/// (any but `0`/`false` starts a watch: its stream of events is checked), and an invalid
+/// `resourceVersion` ends the watch with one `410 Expired` event, as kube-apiserver's cache.
 async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel) -> Result<()> {
     let http = bed.apiserver_http(Some(&bed.pki().admin))?;
     let get = async |path: &str, accept: Option<&str>| -> Result<(u16, Value)> {
@@ -628,6 +631,11 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
             "format" => "html".to_owned(),
             // A machine's changelog: not a ManagedOSVersion name.
             "to" => "Not_A_Version".to_owned(),
+            // Watch options, on a watch.
+            "resourceVersionMatch" => "Exact".to_owned(),
+            "sendInitialEvents" | "allowWatchBookmarks" | "watch" => "maybe".to_owned(),
+            "timeoutSeconds" => "-1".to_owned(),
+            "resourceVersion" => "abc".to_owned(),
             _ => return None,
         })
     };
@@ -647,10 +655,14 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
             let value = invalid(key)
                 .with_context(|| format!("{template}: no invalid value known for {key}"))?;
             let query: String = form_urlencoded_pair(key, &value);
-            let (status, body) = get(&format!("{path}?{query}"), None).await?;
+            let watch = watch_prefix(key);
+            let url = format!("{}{path}?{watch}{query}", bed.apiserver_url());
+            let response = http.get(&url).send().await?;
+            let status = response.status().as_u16();
+            let text = response.text().await?;
             ensure!(
-                status == 400 && body["kind"] == "Status",
-                "{template}?{key}={value}: {status} {body}"
+                refused_as_documented(key, status, &text),
+                "{template}?{watch}{key}={value}: {status} {text}"
             );
             checked += 1;
         }
@@ -663,11 +675,51 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
             ensure!(status == expected, "{path}: {status} {body}");
         }
     }
-    // ManagedOSVersions: lists (2 x 8), the summary (2) and the changelog (3); the fleet
-    // view: machine lists (2 x 8), one machine (3), its changelog (3), a ManagedOSImage's
-    // plan (1).
-    ensure!(checked == 44, "{checked} query parameters declared");
+    // ManagedOSVersions: lists (2 x 14: 5, the 3 of ?package= and the 6 watch options), the
+    // summary (2) and the changelog (3); the fleet view: machine lists (2 x 14), one machine
+    // (3), its changelog (3), a ManagedOSImage's plan (1).
+    ensure!(checked == 68, "{checked} query parameters declared");
     Ok(())
+}
+
+/// What a parameter is sent with: a watch option on a watch that ends within a second.
+fn watch_prefix(key: &str) -> &'static str {
+    match key {
+        "watch" => "timeoutSeconds=1&",
+        "timeoutSeconds" => "watch=true&",
+        "resourceVersion"
+        | "resourceVersionMatch"
+        | "sendInitialEvents"
+        | "allowWatchBookmarks" => "watch=true&timeoutSeconds=1&",
+        _ => "",
+    }
+}
+
+/// Whether the answer to an invalid value of `key` is what api.md says: a 400 `Status`; for
+/// `watch`, a stream of events (none, or bookmarks, within its second); for
+/// `resourceVersion`, a watch whose one event is a `410 Expired`.
+fn refused_as_documented(key: &str, status: u16, text: &str) -> bool {
+    let first: Value = text
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    match key {
+        "watch" => {
+            status == 200
+                && text
+                    .lines()
+                    .all(|l| serde_json::from_str::<Value>(l).is_ok_and(|e| e["type"].is_string()))
+        }
+        "resourceVersion" => {
+            status == 200
+                && first["type"] == "ERROR"
+                && first["object"]["code"] == 410
+                && first["object"]["message"]
+                    == "too old resource version: not a resourceVersion this server gave"
+        }
+        _ => status == 400 && first["kind"] == "Status",
+    }
 }
 
 fn form_urlencoded_pair(key: &str, value: &str) -> String {

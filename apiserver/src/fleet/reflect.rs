@@ -26,7 +26,6 @@ use std::{collections::BTreeMap, io, sync::Arc};
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Client, runtime::watcher};
-use tokio::sync::watch;
 use tracing::warn;
 
 use super::crd::{
@@ -81,14 +80,6 @@ pub struct FleetStores {
     pub selectors: Stores<MachineInventorySelector>,
     /// ManagedOSImages: spec fields read and labels, capped.
     pub images: Stores<ManagedOSImage>,
-    changes: watch::Receiver<u64>,
-}
-
-impl FleetStores {
-    /// A receiver told of every change of a fleet object.
-    pub fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.clone()
-    }
 }
 
 /// Drops what no fleet object is read for: managedFields, finalizers, annotations.
@@ -198,8 +189,6 @@ pub fn start(
     metrics: &Arc<WatchMetrics>,
     health: &Health,
 ) -> (FleetStores, BoxFuture<'static, ()>) {
-    let (tx, changes) = watch::channel(0u64);
-    let tx = Arc::new(tx);
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
     let machines = reflect::watch(
         client,
@@ -207,7 +196,7 @@ pub fn start(
         Kind::optional(WatchedResource::MachineInventories, trim_machine).paged(LIST_PAGE_SIZE),
         metrics,
         &mut drivers,
-        count_changes(&tx),
+        |_: &watcher::Event<_>| {},
     );
     let selectors = reflect::watch(
         client,
@@ -216,7 +205,7 @@ pub fn start(
             .paged(LIST_PAGE_SIZE),
         metrics,
         &mut drivers,
-        count_changes(&tx),
+        |_: &watcher::Event<_>| {},
     );
     let images = reflect::watch(
         client,
@@ -224,14 +213,13 @@ pub fn start(
         Kind::optional(WatchedResource::ManagedOsImages, trim_image).paged(LIST_PAGE_SIZE),
         metrics,
         &mut drivers,
-        count_changes(&tx),
+        |_: &watcher::Event<_>| {},
     );
     let synced = health.ready_flag("fleet-informer-sync");
     let stores = FleetStores {
         machines,
         selectors,
         images,
-        changes,
     };
     drivers.push(Box::pin({
         let stores = stores.clone();
@@ -251,19 +239,6 @@ pub fn start(
         }
     };
     (stores, Box::pin(run))
-}
-
-/// Tells `changes` of every change of an object (not of the objects of a list, which end
-/// with `InitDone`).
-fn count_changes<K>(
-    changes: &Arc<watch::Sender<u64>>,
-) -> impl Fn(&watcher::Event<K>) + Clone + Send + Sync + 'static {
-    let changes = changes.clone();
-    move |event| {
-        if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
-            changes.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,9 @@ fn count_serving(registry: &Registry) {
         serving.request_refused(limit);
     }
     drop(serving.connection_opened());
+    serving
+        .watch_opened()
+        .ended(crate::routes::watch::stream::End::Behind);
     std::mem::forget(serving.connection_opened());
     for resource in [
         RequestResource::Summaries,

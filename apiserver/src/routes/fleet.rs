@@ -1,18 +1,16 @@
 //! The fleet view's answers: machines (MachineInventories) with the version they run, their
 //! target and what is pending, a machine's changelog, and a ManagedOSImage's upgrade plan.
 //!
-//! Machines are resolved ([`crate::fleet`]) when their inputs change, by the live task
-//! ([`crate::live`]), which keeps every machine's answer in a hub; lists and gets copy the kept
+//! Machines are resolved ([`crate::fleet`]) when their inputs change, by the machines'
+//! projector ([`crate::projectors::machines`]), which keeps every machine's answer in a hub;
+//! lists and gets copy the kept
 //! answers (with `?cve=`, each machine's exposure is added from its kept answer, each channel's
 //! first fix found once). What the view reads of the version side goes through
 //! [`VersionSide`], a small interface: the versions, the channel data, and a ManagedOSVersion's
 //! changelog, which a machine's changelog is (`managedosversions/{to}/changelog?from={current}`).
 //! A ManagedOSImage's plan is resolved per request, off the async threads.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
 use elemental_changelog::package_index::PackageQuery;
 use elemental_changelog_apiservice::{
@@ -23,8 +21,9 @@ use elemental_changelog_apiservice::{
         MachineInventoryChangelogSummaryList, MachineReason,
     },
     status::{CauseReason, StatusCause, StatusError},
-    types::{ChangelogSummary, ObjectMeta, PackagePresence, PackageState, VersionRef},
+    types::{PackagePresence, PackageState, VersionRef},
 };
+use elemental_changelog_hub::{Item, Reader};
 
 use super::{
     ok,
@@ -32,19 +31,15 @@ use super::{
     resources::{Answer, AnswerKey, Answering, Cost, Job, Render, VersionSide, selects_item},
 };
 use crate::{
-    cache::Snapshot,
-    channels::crd::ManagedOSVersion,
-    fleet::{
-        Fleet, FleetIndex, MachineResolution, Orders, Pending,
-        crd::{MachineInventory, ManagedOSImage},
-        reflect::FleetStores,
+    fleet::{reflect::FleetStores, wire},
+    projectors::{
+        Projectors,
+        machines::{Inputs, Summaries, SummaryCache, image_meta},
     },
-    live::Live,
     request::{
         ChangelogParams, ListParams,
         fleet::{FleetResource, MachineChangelogParams, MachineParams},
     },
-    watch::{Hub, Item},
 };
 
 /// Seconds a client should wait before asking again for a channel being fetched.
@@ -54,10 +49,10 @@ const RETRY_AFTER_NOT_FETCHED: u32 = 2;
 pub struct FleetView {
     stores: FleetStores,
     versions: Arc<dyn VersionSide>,
-    live: Arc<Live>,
-    /// Pending summaries by snapshot generation, `from` and `to`, shared by every request
-    /// and the gauge: a snapshot never changes, so neither does a summary computed from it.
-    summaries: SummaryCache,
+    projectors: Arc<Projectors>,
+    /// Pending summaries by snapshot generation, `from` and `to`, shared with the machines'
+    /// projector: a snapshot never changes, so neither does a summary computed from it.
+    summaries: Arc<SummaryCache>,
     /// See [`FirstFixes`].
     first_fixes: FirstFixes,
 }
@@ -70,49 +65,18 @@ type FirstFixes = quick_cache::sync::Cache<(u64, String), Option<usize>>;
 /// First fixes kept (each a few dozen bytes).
 const FIRST_FIXES_KEPT: usize = 10_000;
 
-/// Pending summaries kept across requests: see [`FleetView`].
-type SummaryCache = quick_cache::sync::Cache<(u64, String, String), Option<ChangelogSummary>>;
-
-/// Pending summaries kept (each a few hundred bytes): more than the distinct (current,
-/// target) pairs of the largest fleet measured (`make bench`: 2,000).
-const SUMMARIES_KEPT: usize = 20_000;
-
-/// The channel data a resolution reads: each channel's snapshot for one architecture.
-struct Channels {
-    snapshots: HashMap<(String, String), Arc<Snapshot>>,
-}
-
-impl Orders for Channels {
-    fn order(&self, namespace: &str, channel: &str) -> Option<&[String]> {
-        self.snapshots
-            .get(&(namespace.to_owned(), channel.to_owned()))
-            .map(|s| s.data.order())
-    }
-}
-
-impl Channels {
-    fn snapshot(&self, namespace: &str, channel: &str) -> Option<&Arc<Snapshot>> {
-        self.snapshots
-            .get(&(namespace.to_owned(), channel.to_owned()))
-    }
-}
-
-/// Everything a resolution of the machines of one namespace (or all) reads, taken once.
-struct Inputs {
-    versions: Vec<Arc<ManagedOSVersion>>,
-    images: Vec<Arc<ManagedOSImage>>,
-    selectors: Vec<Arc<crate::fleet::crd::MachineInventorySelector>>,
-    channels: Channels,
-}
-
 impl FleetView {
     /// Answers over the fleet stores and the channel data of `resources`.
-    pub fn new(stores: FleetStores, versions: Arc<dyn VersionSide>, live: Arc<Live>) -> Self {
+    pub fn new(
+        stores: FleetStores,
+        versions: Arc<dyn VersionSide>,
+        projectors: Arc<Projectors>,
+    ) -> Self {
         Self {
             stores,
             versions,
-            live,
-            summaries: SummaryCache::new(SUMMARIES_KEPT),
+            summaries: projectors.summaries().clone(),
+            projectors,
             first_fixes: FirstFixes::new(FIRST_FIXES_KEPT),
         }
     }
@@ -237,8 +201,8 @@ impl FleetView {
     }
 
     /// The machines' hub for `arch`.
-    fn hub(&self, arch: &Arch) -> Result<Arc<Hub<MachineInventoryChangelogSummary>>, StatusError> {
-        self.live
+    fn hub(&self, arch: &Arch) -> Result<Reader<MachineInventoryChangelogSummary>, StatusError> {
+        self.projectors
             .machines(arch)
             .cloned()
             .ok_or_else(|| StatusError::bad_request(format!("arch {arch} is not served")))
@@ -251,7 +215,7 @@ impl FleetView {
             versions: self.versions.versions(namespace),
             images: self.stores.images.list(namespace),
             selectors: self.stores.selectors.list(namespace),
-            channels: Channels { snapshots },
+            channels: crate::projectors::machines::Channels { snapshots },
         }
     }
 
@@ -352,23 +316,6 @@ impl FleetView {
             kept: &self.summaries,
         };
         Ok(plan.to_object(image_meta(&image), |p| summaries.of(&inputs.channels, p)))
-    }
-
-    /// The summaries of `machines` for `arch`, computed now (what the live hub keeps, see
-    /// [`crate::live`]), handed to `put` one at a time.
-    pub fn each_summary(
-        &self,
-        machines: &[Arc<MachineInventory>],
-        arch: &Arch,
-        put: &mut dyn FnMut(MachineInventoryChangelogSummary),
-    ) {
-        let inputs = self.inputs(None, arch);
-        summarize(&inputs, machines, &self.summaries, put);
-    }
-
-    /// Every MachineInventory, by namespace and name.
-    pub fn machine_list(&self) -> Vec<Arc<MachineInventory>> {
-        self.stores.machines.list(None)
     }
 
     /// A machine's exposure to `cve`, from its kept answer (the version it runs) and its
@@ -486,99 +433,6 @@ impl FleetView {
             query,
         )
     }
-
-    /// Waits until the fleet stores have listed.
-    pub async fn wait_until_ready(&self) {
-        self.stores.machines.wait_until_ready().await;
-        self.stores.selectors.wait_until_ready().await;
-        self.stores.images.wait_until_ready().await;
-    }
-
-    /// Receivers told of every change of the MachineInventories, and of the other fleet
-    /// objects (MachineInventorySelectors, ManagedOSImages): a machine's change touches its own
-    /// answer only, the others' may touch any.
-    pub fn changes(
-        &self,
-    ) -> (
-        tokio::sync::watch::Receiver<u64>,
-        [tokio::sync::watch::Receiver<u64>; 2],
-    ) {
-        (
-            self.stores.machines.changes(),
-            [
-                self.stores.selectors.changes(),
-                self.stores.images.changes(),
-            ],
-        )
-    }
-}
-
-impl Inputs {
-    fn index(&self) -> FleetIndex<'_> {
-        FleetIndex::new(
-            self.versions.iter().map(AsRef::as_ref),
-            self.images.iter().map(AsRef::as_ref),
-            self.selectors.iter().map(AsRef::as_ref),
-            Fleet::default(),
-            &self.channels,
-        )
-    }
-}
-
-/// Pending changelog summaries, each computed once per request, and kept across requests in
-/// the view's [`SummaryCache`] (by snapshot generation).
-struct Summaries<'a> {
-    here: BTreeMap<Pending, Option<ChangelogSummary>>,
-    kept: &'a SummaryCache,
-}
-
-impl Summaries<'_> {
-    fn of(&mut self, channels: &Channels, pending: &Pending) -> Option<ChangelogSummary> {
-        let kept = self.kept;
-        self.here
-            .entry(pending.clone())
-            .or_insert_with(|| {
-                let snapshot = channels.snapshot(&pending.namespace, &pending.channel)?;
-                let key = (
-                    snapshot.generation().get(),
-                    pending.from.clone(),
-                    pending.to.clone(),
-                );
-                kept.get_or_insert_with(&key, || {
-                    Ok::<_, std::convert::Infallible>(
-                        snapshot
-                            .data
-                            .changelog(&pending.to, Some(&pending.from))
-                            .ok()
-                            .map(|c| c.summary),
-                    )
-                })
-                .unwrap_or_else(|never| match never {})
-            })
-            .clone()
-    }
-}
-
-/// The summaries of `machines`, handed to `put` one at a time.
-fn summarize(
-    inputs: &Inputs,
-    machines: &[Arc<MachineInventory>],
-    kept: &SummaryCache,
-    put: &mut dyn FnMut(MachineInventoryChangelogSummary),
-) {
-    let index = inputs.index();
-    let mut summaries = Summaries {
-        here: BTreeMap::new(),
-        kept,
-    };
-    for machine in machines {
-        let resolution: MachineResolution = index.machine(machine);
-        let summary = resolution
-            .pending
-            .as_ref()
-            .and_then(|p| summaries.of(&inputs.channels, p));
-        put(resolution.to_object(machine_meta(machine), summary, None));
-    }
 }
 
 /// What [`FleetView::package`] reads of a machine's answer: its resolution.
@@ -600,15 +454,16 @@ type MachinePackage<'a> =
 /// bounds keep. Written item by item (a Table row by row), compressed as it is written when
 /// large: no uncompressed copy of a large list is held.
 fn kept_machines(
-    hub: &Hub<MachineInventoryChangelogSummary>,
+    hub: &Reader<MachineInventoryChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
     representation: Representation,
     exposure: Option<&dyn Fn(&MachineInventoryChangelogSummary) -> MachineCve>,
     package: Option<&MachinePackage<'_>>,
 ) -> Result<Ready, StatusError> {
-    let (version, items) = hub.list(namespace);
-    let selected: Vec<_> = items
+    let list = hub.list(namespace);
+    let version = list.version;
+    let selected: Vec<_> = list
         .iter()
         .filter(|i| selects_item(params, i) && package.is_none_or(|f| f(i).is_some()))
         .collect();
@@ -618,7 +473,7 @@ fn kept_machines(
         object.package = package.and_then(|f| f(item));
         object
     };
-    let size = crate::live::kept_bytes(&selected);
+    let size = super::list::kept_bytes(&selected);
     let content_type = representation.content_type();
     let written = match representation {
         Representation::Json => Ready::written(size, content_type, |out| {
@@ -626,7 +481,7 @@ fn kept_machines(
                 (None, Some(package)) => with_package(item, package),
                 _ => serde_json::to_vec(&with_cve(item)).unwrap_or_default(),
             };
-            crate::live::write_list(
+            super::list::write_list(
                 out,
                 API_VERSION,
                 MACHINE_SUMMARY_LIST_KIND,
@@ -750,31 +605,6 @@ fn json(items: Vec<MachineInventoryChangelogSummary>, list: bool) -> Result<Vec<
     .map_err(|e| StatusError::internal(&e))
 }
 
-fn meta_of<K: kube::Resource>(object: &K) -> ObjectMeta {
-    let meta = object.meta();
-    ObjectMeta {
-        name: meta.name.clone().unwrap_or_default(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        uid: meta.uid.clone(),
-        resource_version: meta.resource_version.clone(),
-        creation_timestamp: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-        labels: meta.labels.clone().unwrap_or_default(),
-    }
-}
-
-/// A machine's labels are kept in its spec ([`Labels`](crate::fleet::labels::Labels)), not in
-/// `metadata.labels`.
-fn machine_meta(machine: &MachineInventory) -> ObjectMeta {
-    ObjectMeta {
-        labels: machine.spec.labels.to_map(),
-        ..meta_of(machine)
-    }
-}
-
-fn image_meta(image: &ManagedOSImage) -> ObjectMeta {
-    meta_of(image)
-}
-
 /// A 4xx/5xx with a cause naming the machine reason.
 fn with_cause(mut error: StatusError, message: String, reason: MachineReason) -> StatusError {
     error.message = message.clone();
@@ -787,18 +617,11 @@ fn with_cause(mut error: StatusError, message: String, reason: MachineReason) ->
     error
 }
 
-/// The wire name of an enum value.
-pub(crate) fn wire<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::{fleet::crd::MachineInventory, projectors::machines::machine_meta};
     use elemental_changelog_apiservice::fleet::MachineState;
 
     #[test]

@@ -32,6 +32,15 @@ family! {
             "open_connections",
             "Client connections open (TLS handshake included).",
         ),
+        watches_open: IntGauge = metric(
+            "watches_open",
+            "Watches being served.",
+        ),
+        watches_ended: IntCounterVec = metric(
+            "watches_ended_total",
+            "Watches ended, by reason: timeout (timeoutSeconds, or the server's own between 30 and 60 minutes), client (the client went away), behind (the client did not read while the kept events moved past it; it watches again, gets 410 Expired and lists).",
+            &["reason"],
+        ),
         refused: IntCounterVec = metric(
             "refused_total",
             "Connections and requests refused by a serving limit, by limit (max_connections, max_requests_inflight, request_timeout, compute_queue, reviews_in_flight).",
@@ -53,6 +62,12 @@ impl ServingMetrics {
 
     fn refused(&self, limit: ServingLimit) {
         self.refused.with_label_values(&[limit.as_str()]).inc();
+    }
+
+    /// Counts a watch open until it ends: `ended` with why.
+    pub fn watch_opened(self: &Arc<Self>) -> OpenWatch {
+        self.watches_open.inc();
+        OpenWatch(self.clone())
     }
 
     /// Counts an open connection until the guard is dropped.
@@ -242,6 +257,25 @@ impl AuthMetrics for AuthCounts {
 
     fn config_watch_failed(&self) {
         self.watches.watch_error(WatchedResource::AuthConfig);
+    }
+}
+
+/// A watch counted open; [`OpenWatch::ended`] counts why it ended.
+pub struct OpenWatch(Arc<ServingMetrics>);
+
+impl OpenWatch {
+    /// The watch ended, because of `reason`.
+    pub fn ended(self, reason: crate::routes::watch::stream::End) {
+        self.0
+            .watches_ended
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.0.watches_open.dec();
     }
 }
 

@@ -19,43 +19,39 @@ use elemental_changelog_apiservice::{
         PackagePresence, UnavailableReason,
     },
 };
+use elemental_changelog_hub::{Item, Object, Reader, ResourceVersion};
 use kube::ResourceExt;
 
 use super::{
     HttpResponse, ok,
     ready::{AnswerKeyBytes, Ready, ReadyCache},
 };
-use crate::read_error::ReadErrorKind;
+use crate::versions::{Lookup, VersionData, not_found_because, object_meta, source, summary};
 use crate::{
-    cache::{Cache, ChannelKey, ChannelState, Generation, RetainedStatus, Snapshot},
+    cache::{Cache, Generation, Snapshot},
     channels::{
         ChannelStores,
         crd::{ManagedOSVersion, ManagedOSVersionChannel},
     },
-    live::Live,
     objects::{self, Source},
+    projectors::Projectors,
     request::{
         ChangelogParams, Format, ListParams, Resource,
         selector::{FieldSelector, LabelSelector},
     },
-    watch::{Hub, Item, Object, ResourceVersion},
 };
-
-/// Seconds a client should wait before asking again for data being fetched
-/// (client-go retries such a 503 up to ten times: about 20 s in all).
-const RETRY_AFTER_NOT_FETCHED: u32 = 2;
-/// The fetch error kind of an index without the requested platform.
-const NO_MATCHING_PLATFORM: ReadErrorKind = ReadErrorKind::NO_MATCHING_PLATFORM;
 
 /// Answers resource requests.
 pub struct Resources {
     stores: ChannelStores,
     cache: Arc<Cache>,
+    /// Where each version's data stands.
+    data: VersionData,
     default_arch: Arch,
     architectures: Vec<Arch>,
     ready: ReadyCache<AnswerKey>,
     /// The summaries computed when their inputs change: lists, gets and watches.
-    live: Arc<Live>,
+    projectors: Arc<Projectors>,
 }
 
 /// What a kept answer depends on: two requests with equal keys get the same bytes.
@@ -90,7 +86,7 @@ pub enum AnswerKey {
         /// SHA-256 of the versions matched.
         fingerprint: [u8; 32],
     },
-    /// A list of kept answers (see [`crate::live`]): the resource, what selects and shapes
+    /// A list of kept answers (see [`crate::projectors`]): the resource, what selects and shapes
     /// it, and the resourceVersion of its hub's last change (two lists with the same key hold
     /// the same bytes; the next change makes a new key, the old answer ages out).
     List {
@@ -223,7 +219,7 @@ impl VersionSide for Arc<Resources> {
     }
 
     fn snapshot(&self, namespace: &str, channel: &str, arch: &Arch) -> Option<Arc<Snapshot>> {
-        self.channel_snapshot(namespace, channel, arch)
+        self.data.channel_snapshot(namespace, channel, arch)
     }
 
     fn snapshots(
@@ -237,7 +233,7 @@ impl VersionSide for Arc<Resources> {
             .iter()
             .filter_map(|channel| {
                 let (namespace, name) = (channel.namespace()?, channel.name_any());
-                let snapshot = self.channel_snapshot(&namespace, &name, arch)?;
+                let snapshot = self.data.channel_snapshot(&namespace, &name, arch)?;
                 Some(((namespace, name), snapshot))
             })
             .collect()
@@ -359,20 +355,6 @@ impl Answering {
     }
 }
 
-/// Where a version's data stands: the snapshot holding it, or why none does.
-enum Lookup {
-    Found {
-        channel: Arc<ManagedOSVersionChannel>,
-        snapshot: Arc<Snapshot>,
-    },
-    Unavailable {
-        channel_name: Option<String>,
-        image: Option<String>,
-        reason: UnavailableReason,
-        error: StatusError,
-    },
-}
-
 /// A changelog request whose version, channel and snapshot are known.
 struct ChangelogRequest {
     key: AnswerKey,
@@ -397,15 +379,19 @@ impl Resources {
         default_arch: Arch,
         architectures: Vec<Arch>,
         ready: ReadyCache<AnswerKey>,
-        live: Arc<Live>,
+        projectors: Arc<Projectors>,
     ) -> Self {
         Self {
+            data: VersionData {
+                stores: stores.clone(),
+                cache: cache.clone(),
+            },
             stores,
             cache,
             default_arch,
             architectures,
             ready,
-            live,
+            projectors,
         }
     }
 
@@ -415,7 +401,7 @@ impl Resources {
         let Some(version) = self.stores.versions.get(namespace, name) else {
             return false;
         };
-        match self.lookup(&version, arch) {
+        match self.data.lookup(&version, arch) {
             Lookup::Found { snapshot, .. } => snapshot.data.fixes_cve(name, cve),
             Lookup::Unavailable { .. } => false,
         }
@@ -431,12 +417,12 @@ impl Resources {
         arch: &Arch,
     ) -> Option<PackagePresence> {
         let version = self.stores.versions.get(namespace, name)?;
-        package_of(name, &self.lookup(&version, arch), query)
+        package_of(name, &self.data.lookup(&version, arch), query)
     }
 
     /// The answers computed when their inputs change.
-    pub fn live(&self) -> &Arc<Live> {
-        &self.live
+    pub fn projectors(&self) -> &Arc<Projectors> {
+        &self.projectors
     }
 
     /// Decides how `resource` is answered, once: the ready bytes when they are kept (decided
@@ -462,14 +448,14 @@ impl Resources {
                 let arch = self.arch(params.arch.as_ref())?.clone();
                 let version = self.existing_version(namespace, name)?;
                 if let Some(item) = self
-                    .live
+                    .projectors
                     .versions(&arch)
                     .and_then(|hub| hub.get(namespace, name))
                 {
                     return Ok(kept_summary(&item, representation));
                 }
                 // Not computed yet (created a moment ago): computed for this request.
-                let lookup = self.lookup(&version, &arch);
+                let lookup = self.data.lookup(&version, &arch);
                 self.summaries_answering(
                     vec![(version, lookup)],
                     (None, None),
@@ -523,7 +509,11 @@ impl Resources {
         params.fields.check_supported()?;
         let arch = self.arch(params.arch.as_ref())?.clone();
         let namespace = namespace.map(str::to_owned);
-        if let (None, None, Some(hub)) = (&params.cve, &params.package, self.live.versions(&arch)) {
+        if let (None, None, Some(hub)) = (
+            &params.cve,
+            &params.package,
+            self.projectors.versions(&arch),
+        ) {
             let (hub, params) = (hub.clone(), params.clone());
             if let Representation::Table { .. } = representation {
                 // Made for each request: its ages change with the clock.
@@ -571,18 +561,6 @@ impl Resources {
         }))
     }
 
-    /// The summary of every version for `arch`, computed now (what the live hub keeps, see
-    /// [`crate::live`]); each names the ManagedOSVersion's own resourceVersion until the hub
-    /// gives it one.
-    pub fn summaries(&self, arch: &Arch) -> Vec<ManagedOSVersionChangelogSummary> {
-        self.stores
-            .versions
-            .list(None)
-            .iter()
-            .map(|v| summary(v, &self.lookup(v, arch)))
-            .collect()
-    }
-
     /// Renders, ahead of any request, the default answer (JSON, the default architecture,
     /// compared with the previous version) of every version with data that has none kept,
     /// while the cache holds less than `bytes`. Returns how many were rendered now.
@@ -620,22 +598,6 @@ impl Resources {
     pub fn served_arch(&self, asked: Option<&Arch>) -> Result<Arch, StatusError> {
         self.arch(asked).cloned()
     }
-
-    /// The snapshot holding the data of channel `namespace/channel` for `arch`, if fetched.
-    pub fn channel_snapshot(
-        &self,
-        namespace: &str,
-        channel: &str,
-        arch: &Arch,
-    ) -> Option<Arc<Snapshot>> {
-        self.cache
-            .get(&ChannelKey::new(namespace, channel))?
-            .archs
-            .get(arch.as_str())?
-            .snapshot
-            .clone()
-    }
-
     /// A receiver told of every change of the channel data.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.cache.changes()
@@ -662,7 +624,7 @@ impl Resources {
         }
         let arch = self.arch(params.arch.as_ref())?;
         let version = self.existing_version(namespace, name)?;
-        let (channel, snapshot) = match self.lookup(&version, arch) {
+        let (channel, snapshot) = match self.data.lookup(&version, arch) {
             Lookup::Found { channel, snapshot } => (channel, snapshot),
             Lookup::Unavailable { error, .. } => return Err(error),
         };
@@ -700,7 +662,7 @@ impl Resources {
                     .matches(&v.name_any(), v.namespace().as_deref().unwrap_or_default())
             })
             .map(|v| {
-                let lookup = self.lookup(&v, arch);
+                let lookup = self.data.lookup(&v, arch);
                 (v, lookup)
             })
             .collect()
@@ -794,154 +756,6 @@ impl Resources {
             .ok_or_else(|| StatusError::not_found(RESOURCE, name))
     }
 
-    /// Finds the snapshot that holds `version`'s data for `arch`, or says why
-    /// there is none.
-    fn lookup(&self, version: &ManagedOSVersion, arch: &Arch) -> Lookup {
-        let name = version.name_any();
-        let namespace = version.namespace().unwrap_or_default();
-        let Some(channel_name) = version.channel_name().map(str::to_owned) else {
-            return Lookup::no_channel(
-                None,
-                &name,
-                format!(
-                    "ManagedOSVersion {namespace}/{name} has no channel (no controller owner reference nor elemental.cattle.io/channel label)"
-                ),
-            );
-        };
-        let Some(channel) = self.stores.channels.get(&namespace, &channel_name) else {
-            let message = format!(
-                "ManagedOSVersionChannel {namespace}/{channel_name} of ManagedOSVersion {name} does not exist"
-            );
-            return Lookup::no_channel(Some(channel_name), &name, message);
-        };
-        let key = ChannelKey::new(&namespace, &channel_name);
-        let state = self.cache.get(&key);
-        let snapshot = state
-            .as_ref()
-            .and_then(|s| s.archs.get(arch.as_str()))
-            .and_then(|a| a.snapshot.clone());
-        match snapshot {
-            Some(snapshot) if snapshot.data.version(&name).is_some() => {
-                Lookup::Found { channel, snapshot }
-            }
-            Some(snapshot) => self.not_in_snapshot(version, &key, &channel, &snapshot, arch),
-            None => not_fetched(version, &key, &channel, state.as_deref(), arch),
-        }
-    }
-
-    /// Why a version that the channel's snapshot does not hold has no data: an older image
-    /// of the channel lists it (being read again, or failing), or it has none.
-    fn not_in_snapshot(
-        &self,
-        version: &ManagedOSVersion,
-        key: &ChannelKey,
-        channel: &ManagedOSVersionChannel,
-        snapshot: &Snapshot,
-        arch: &Arch,
-    ) -> Lookup {
-        let name = version.name_any();
-        let (namespace, channel_name) = (&key.namespace, &key.name);
-        let image = channel.image().map(str::to_owned);
-        // A version an older image listed (the channel history says which), while
-        // that image is pulled again or after pulling it failed: never a 404.
-        let (message, reason, retry) = match self.cache.retained_status(key, arch.as_str(), &name) {
-            Some(RetainedStatus::Rebuilding { image: older }) => (
-                format!(
-                    "the changelog data of ManagedOSVersion {namespace}/{name} is being read again from {older}, an earlier image of channel {channel_name}"
-                ),
-                UnavailableReason::NotFetched,
-                Some(RETRY_AFTER_NOT_FETCHED),
-            ),
-            Some(RetainedStatus::Failed {
-                image: older,
-                failure,
-            }) => (
-                format!(
-                    "ManagedOSVersion {namespace}/{name} is listed only by {older}, an earlier image of channel {channel_name}: {} ({}); the server keeps retrying",
-                    failure.kind.public_message(),
-                    failure.kind
-                ),
-                UnavailableReason::FetchFailed,
-                None,
-            ),
-            None if !version.spec.type_.is_empty()
-                && !version.spec.type_.eq_ignore_ascii_case("container") =>
-            {
-                let message = format!(
-                    "ManagedOSVersion {name} is of type {:?}: changelogs exist for container (OS) versions only",
-                    version.spec.type_
-                );
-                return Lookup::no_data(channel_name, image, &name, message);
-            }
-            // Not in the image served, while a newer one is not read (yet): never a 404.
-            None => match self.unread(key, channel, version, snapshot, arch) {
-                Some(unread) => unread,
-                None => {
-                    let message = format!(
-                        "channel image {} ({}) has no changelog data for ManagedOSVersion {name}",
-                        snapshot.image, snapshot.digest
-                    );
-                    return Lookup::no_data(channel_name, image, &name, message);
-                }
-            },
-        };
-        Lookup::unavailable(channel_name, image, &name, reason, message, retry)
-    }
-
-    /// Why a version the served snapshot lacks may still come (message, reason, retry):
-    /// the channel's latest sync is not read yet, or the last read started before this
-    /// server knew of the version (the operator creates versions, then marks the channel
-    /// synced; the watches may show either first) (`NotFetched`); or reading the channel's image failed (`FetchFailed`, the
-    /// sanitized kind), so the image that lists the version may be one the server could
-    /// not read. `None` when an image read once the version existed lacks it: it really
-    /// has no data.
-    fn unread(
-        &self,
-        key: &ChannelKey,
-        channel: &ManagedOSVersionChannel,
-        version: &ManagedOSVersion,
-        snapshot: &Snapshot,
-        arch: &Arch,
-    ) -> Option<(String, UnavailableReason, Option<u32>)> {
-        let name = version.name_any();
-        let (namespace, channel_name) = (&key.namespace, &key.name);
-        let image = channel.image().unwrap_or(snapshot.image.as_str());
-        let served = format!(
-            "ManagedOSVersion {namespace}/{name} is not in channel image {} ({}), the last one read",
-            snapshot.image, snapshot.digest
-        );
-        if self
-            .cache
-            .refreshed(key)
-            .is_some_and(|r| r.sync != channel.sync_key() || !r.versions.contains(&name))
-        {
-            let message = format!(
-                "{served}; image {image} of channel {channel_name} is not read yet since the channel was re-synced or the version created"
-            );
-            return Some((
-                message,
-                UnavailableReason::NotFetched,
-                Some(RETRY_AFTER_NOT_FETCHED),
-            ));
-        }
-        let state = self.cache.get(key)?;
-        let failure = state.archs.get(arch.as_str())?.last_error.clone()?;
-        if failure.kind == NO_MATCHING_PLATFORM {
-            return None;
-        }
-        let message = format!(
-            "{served}; reading channel image {image} for {}: {} ({}); the server keeps retrying",
-            arch.as_str(),
-            failure.kind.public_message(),
-            failure.kind
-        );
-        Some((
-            message,
-            UnavailableReason::FetchFailed,
-            Some(RETRY_AFTER_NOT_FETCHED),
-        ))
-    }
-
     /// `from` must name a ManagedOSVersion of the same channel.
     fn check_from(
         &self,
@@ -1013,168 +827,6 @@ impl ChangelogRequest {
             .filter_map(|w| HeaderValue::from_str(&objects::warning_header(w)).ok())
             .collect();
         Ok(Ready::answer(body, content_type).with_warnings(warnings))
-    }
-}
-
-/// Why a version whose channel has no snapshot for `arch` has no data: the channel has no
-/// image, the image has nothing for `arch`, fetching failed, or it is not fetched yet.
-fn not_fetched(
-    version: &ManagedOSVersion,
-    key: &ChannelKey,
-    channel: &ManagedOSVersionChannel,
-    state: Option<&ChannelState>,
-    arch: &Arch,
-) -> Lookup {
-    let name = version.name_any();
-    let (namespace, channel_name) = (&key.namespace, &key.name);
-    let Some(image) = channel.image().map(str::to_owned) else {
-        let message = format!(
-            "ManagedOSVersionChannel {namespace}/{channel_name} has no image (type {:?}), so it carries no changelog data",
-            channel.spec.type_
-        );
-        return Lookup::unavailable_404(
-            Some(channel_name.clone()),
-            None,
-            &name,
-            UnavailableReason::ChannelHasNoImage,
-            message,
-        );
-    };
-    let Some(ChannelState {
-        attempted: true,
-        archs,
-        ..
-    }) = state
-    else {
-        let message = format!(
-            "the changelog data of channel {namespace}/{channel_name} (image {image}) is not fetched yet"
-        );
-        return Lookup::unavailable(
-            channel_name,
-            Some(image),
-            &name,
-            UnavailableReason::NotFetched,
-            message,
-            Some(RETRY_AFTER_NOT_FETCHED),
-        );
-    };
-    let arch = arch.as_str();
-    let failure = archs.get(arch).and_then(|a| a.last_error.clone());
-    if failure
-        .as_ref()
-        .is_some_and(|f| f.kind == NO_MATCHING_PLATFORM)
-    {
-        // The image is fine; it just has nothing for this architecture.
-        let message = format!("channel image {image} has no linux/{arch} image");
-        return Lookup::no_data(channel_name, Some(image), &name, message);
-    }
-    let message = match failure {
-        // The registry's own words (bodies, token realms) stay in the
-        // logs and the metric label; callers get the kind.
-        Some(f) => format!(
-            "channel image {image} for {arch}: {} ({}); the server keeps retrying",
-            f.kind.public_message(),
-            f.kind
-        ),
-        None => format!("channel image {image} has no data for {arch} yet"),
-    };
-    // No Retry-After: clients such as kubectl would silently retry
-    // for minutes what needs an operator's attention.
-    Lookup::unavailable(
-        channel_name,
-        Some(image),
-        &name,
-        UnavailableReason::FetchFailed,
-        message,
-        None,
-    )
-}
-
-impl Lookup {
-    /// A 404: the version has no channel (`NoChannel`).
-    fn no_channel(channel_name: Option<String>, name: &str, message: String) -> Self {
-        Self::unavailable_404(
-            channel_name,
-            None,
-            name,
-            UnavailableReason::NoChannel,
-            message,
-        )
-    }
-
-    /// A 404: the data has nothing for the version (`NoChangelogData`).
-    fn no_data(channel_name: &str, image: Option<String>, name: &str, message: String) -> Self {
-        Self::unavailable_404(
-            Some(channel_name.to_owned()),
-            image,
-            name,
-            UnavailableReason::NoChangelogData,
-            message,
-        )
-    }
-
-    fn unavailable_404(
-        channel_name: Option<String>,
-        image: Option<String>,
-        name: &str,
-        reason: UnavailableReason,
-        message: String,
-    ) -> Self {
-        let error = not_found_because(name, reason, message);
-        Self::Unavailable {
-            channel_name,
-            image,
-            reason,
-            error,
-        }
-    }
-
-    /// A 503: the data is not there yet, or fetching it failed.
-    fn unavailable(
-        channel_name: &str,
-        image: Option<String>,
-        name: &str,
-        reason: UnavailableReason,
-        message: String,
-        retry_after: Option<u32>,
-    ) -> Self {
-        let mut error = StatusError::service_unavailable(message, retry_after);
-        add_cause(&mut error, name, reason);
-        Self::Unavailable {
-            channel_name: Some(channel_name.to_owned()),
-            image,
-            reason,
-            error,
-        }
-    }
-}
-
-/// The `reason` of a `Status` cause for an unavailable version.
-/// The summary of a version, from where its data stands.
-fn summary(version: &ManagedOSVersion, lookup: &Lookup) -> ManagedOSVersionChangelogSummary {
-    match lookup {
-        Lookup::Found { channel, snapshot } => objects::summary(
-            source(&channel.name_any(), snapshot),
-            &snapshot.data,
-            &version.name_any(),
-            object_meta(version),
-            &version.spec.version,
-        ),
-        Lookup::Unavailable {
-            channel_name,
-            image,
-            reason,
-            error,
-        } => {
-            let mut summary = ManagedOSVersionChangelogSummary::new();
-            summary.metadata = object_meta(version);
-            summary.version = version.spec.version.clone();
-            summary.channel.name = channel_name.clone().unwrap_or_default();
-            summary.channel.image = image.clone();
-            summary.reason = Some(*reason);
-            summary.message = Some(error.message.clone());
-            summary
-        }
     }
 }
 
@@ -1306,14 +958,15 @@ fn kept_summary(
 /// The kept summaries of `namespace` (or all) that `params` select, as a JSON list with the
 /// resourceVersion a watch may start from, ready to keep.
 fn kept_summaries(
-    hub: &Hub<ManagedOSVersionChangelogSummary>,
+    hub: &Reader<ManagedOSVersionChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
 ) -> Result<Ready, StatusError> {
-    let (version, items) = hub.list(namespace);
-    let selected: Vec<_> = items.iter().filter(|i| selects_item(params, i)).collect();
-    Ready::written(crate::live::kept_bytes(&selected), content::JSON, |out| {
-        crate::live::write_list(
+    let list = hub.list(namespace);
+    let version = list.version;
+    let selected: Vec<_> = list.iter().filter(|i| selects_item(params, i)).collect();
+    Ready::written(super::list::kept_bytes(&selected), content::JSON, |out| {
+        super::list::write_list(
             out,
             API_VERSION,
             SUMMARY_LIST_KIND,
@@ -1327,13 +980,14 @@ fn kept_summaries(
 
 /// The kept summaries of `namespace` (or all) that `params` select, as a Table made now.
 fn summaries_table(
-    hub: &Hub<ManagedOSVersionChangelogSummary>,
+    hub: &Reader<ManagedOSVersionChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
     representation: Representation,
 ) -> Result<Answer, StatusError> {
-    let (version, items) = hub.list(namespace);
-    let objects = items
+    let list = hub.list(namespace);
+    let version = list.version;
+    let objects = list
         .iter()
         .filter(|i| selects_item(params, i))
         .map(|i| i.object())
@@ -1399,47 +1053,6 @@ fn respond_summaries(
     };
     let body = body.map_err(|e| StatusError::internal(&e))?;
     Ok((body, content_type))
-}
-
-fn object_meta(version: &ManagedOSVersion) -> ObjectMeta {
-    ObjectMeta {
-        name: version.name_any(),
-        namespace: version.namespace().unwrap_or_default(),
-        uid: version.uid(),
-        resource_version: version.resource_version(),
-        creation_timestamp: version.creation_timestamp().map(|t| t.0.to_string()),
-        labels: version.labels().clone(),
-    }
-}
-
-fn not_found_because(name: &str, reason: UnavailableReason, message: String) -> StatusError {
-    let mut error = StatusError::not_found(RESOURCE, name);
-    error.message = message;
-    add_cause(&mut error, name, reason);
-    error
-}
-
-fn add_cause(error: &mut StatusError, name: &str, reason: UnavailableReason) {
-    let details = error.details.get_or_insert_with(Box::default);
-    if details.name.is_empty() {
-        details.name = name.to_owned();
-        details.group = elemental_changelog_apiservice::GROUP.to_owned();
-        details.kind = RESOURCE.to_owned();
-    }
-    details.causes.push(StatusCause {
-        reason: CauseReason::Unavailable(reason),
-        message: error.message.clone(),
-        field: String::new(),
-    });
-}
-
-/// Where `snapshot` was read, for the object builders.
-fn source<'a>(channel: &'a str, snapshot: &'a Snapshot) -> Source<'a> {
-    Source {
-        channel,
-        image: &snapshot.image,
-        digest: &snapshot.digest,
-    }
 }
 
 fn query_error(name: &str, source: Source<'_>, error: &QueryError) -> StatusError {

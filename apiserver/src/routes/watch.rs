@@ -1,7 +1,7 @@
 //! Watch requests (`?watch=true` on `managedosversions` and `machineinventories`, in a
 //! namespace or all): authorized as the list is (verb `watch`), bounded in number
 //! (`--max-watches`, `--max-watches-per-user`: 429 past them; a watch is not a request in
-//! flight), then streamed from the resource's [`Hub`] (see [`crate::watch`]).
+//! flight), then streamed from the resource's hub (see [`elemental_changelog_hub`]).
 
 use std::{
     collections::HashMap,
@@ -20,14 +20,13 @@ use elemental_changelog_apiservice::{
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::StreamBody;
 
-use super::resources::selects_item;
-use crate::{
-    request::{ListParams, WatchParams},
-    watch::{
-        Expired, Hub, Item, Object, Start,
-        stream::{self, Encoding, Options, Visible, WatchStream},
-    },
-};
+pub mod stream;
+
+use elemental_changelog_hub::{Expired, Item, Object, Reader, Start};
+
+use super::{metrics::OpenWatch, resources::selects_item};
+use crate::request::{ListParams, WatchParams};
+use stream::{Encoding, Options, Visible, WatchStream};
 
 /// Shortest life of a watch without `timeoutSeconds` (kube-apiserver's
 /// `--min-request-timeout`); each gets between this and twice this, so that watches
@@ -224,15 +223,15 @@ fn one_row<C>(columns: &mut Vec<C>, first: bool) {
 
 /// Starts the watch `params` ask of `hub`, for the objects of `namespace` (or all), in the
 /// representation `accept` asks, with what `?cve=` asks when given; `slot` is held until it
-/// ends.
+/// ends, and `open` counts it until then.
 pub fn watch<T: Object>(
-    hub: &Arc<Hub<T>>,
+    hub: &Reader<T>,
     kind: &Kind<T>,
     namespace: Option<&str>,
     params: &ListParams,
     accept: Option<&str>,
     cve: Option<CveWatch<T>>,
-    slot: WatchSlot,
+    (slot, open): (WatchSlot, OpenWatch),
 ) -> Result<Response<Body>, StatusError> {
     let (transform, fixing) = match cve {
         None => (None, None),
@@ -291,12 +290,13 @@ pub fn watch<T: Object>(
             kind: kind.kind,
         },
         slot,
+        move |end| open.ended(end),
     );
     Ok(streaming(body, representation))
 }
 
 /// Where a watch with `options` starts.
-fn start<T: Object>(hub: &Hub<T>, options: &WatchParams) -> Result<Start, Expired> {
+fn start<T: Object>(hub: &Reader<T>, options: &WatchParams) -> Result<Start, Expired> {
     if options.send_initial_events {
         return Ok(Start::WithObjects);
     }

@@ -4,9 +4,11 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    ARCH, CHANGELOG_TYPES, FORMAT, INCLUDE_OBJECT, JSON_TYPES, META, NAMESPACE, Operation, PACKAGE,
-    PACKAGE_AT_LEAST, PACKAGE_BELOW, PREFIX, Param, Spec, array_of, described_ref, enum_values,
-    enumeration, gvk, integer, kind_fields, object, string,
+    ALLOW_WATCH_BOOKMARKS, ARCH, CHANGELOG_TYPES, FORMAT, INCLUDE_OBJECT, JSON_TYPES, META,
+    NAMESPACE, Operation, PACKAGE, PACKAGE_AT_LEAST, PACKAGE_BELOW, PREFIX, Param,
+    RESOURCE_VERSION, RESOURCE_VERSION_MATCH, SEND_INITIAL_EVENTS, Scalar, Spec, TIMEOUT_SECONDS,
+    WATCH, array_of, described_ref, enum_values, enumeration, gvk, integer, kind_fields, object,
+    string,
 };
 use crate::fleet::{
     CveState, MachineReason, MachineState, PlanTargetReason, SelectionReason, TargetReason,
@@ -220,36 +222,42 @@ const MACHINE_NAME: Param = Param {
     location: "path",
     description: "name of the MachineInventory",
     values: &[],
+    ty: Scalar::String,
 };
 const IMAGE_NAME: Param = Param {
     name: "name",
     location: "path",
     description: "name of the ManagedOSImage",
     values: &[],
+    ty: Scalar::String,
 };
 const MACHINE_LABEL_SELECTOR: Param = Param {
     name: "labelSelector",
     location: "query",
     description: "A selector to restrict the list of returned objects by the labels of their MachineInventory. Defaults to everything.",
     values: &[],
+    ty: Scalar::String,
 };
 const MACHINE_FIELD_SELECTOR: Param = Param {
     name: "fieldSelector",
     location: "query",
     description: "A selector to restrict the list of returned objects by their fields: metadata.name and metadata.namespace (=, ==, !=). Defaults to everything.",
     values: &[],
+    ty: Scalar::String,
 };
 const MACHINE_CVE: Param = Param {
     name: "cve",
     location: "query",
     description: "Add to each machine its exposure to this CVE (e.g. CVE-2024-1234): Fixed, Exposed, NoFixInChannel or Unknown.",
     values: &[],
+    ty: Scalar::String,
 };
 const TO: Param = Param {
     name: "to",
     location: "query",
     description: "Name of a newer ManagedOSVersion of the channel of the machine's current version to compare with. Defaults to the machine's target.",
     values: &[],
+    ty: Scalar::String,
 };
 
 const MACHINE_LIST_PARAMS: &[Param] = &[
@@ -261,6 +269,12 @@ const MACHINE_LIST_PARAMS: &[Param] = &[
     PACKAGE_BELOW,
     ARCH,
     INCLUDE_OBJECT,
+    WATCH,
+    RESOURCE_VERSION,
+    RESOURCE_VERSION_MATCH,
+    SEND_INITIAL_EVENTS,
+    ALLOW_WATCH_BOOKMARKS,
+    TIMEOUT_SECONDS,
 ];
 
 /// The fleet view's operations.
@@ -271,7 +285,7 @@ pub(super) fn operations() -> Vec<(String, Operation)> {
             format!("{base}/machineinventories"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1MachineInventoryForAllNamespaces",
-                description: "list the machines (MachineInventories) of all namespaces with their current and target versions (lists are complete: limit and continue are ignored; watch is not served)",
+                description: "list the machines (MachineInventories) of all namespaces with their current and target versions (lists are complete: limit and continue are ignored; watch=true streams the changes)",
                 action: "list",
                 kind: MACHINE_SUMMARY_KIND,
                 response: MACHINE_SUMMARY_LIST_KIND,
@@ -284,7 +298,7 @@ pub(super) fn operations() -> Vec<(String, Operation)> {
             format!("{base}/namespaces/{{namespace}}/machineinventories"),
             Operation {
                 id: "listChangelogElementalCattleIoV1beta1NamespacedMachineInventory",
-                description: "list the machines (MachineInventories) of a namespace with their current and target versions (lists are complete: limit and continue are ignored; watch is not served)",
+                description: "list the machines (MachineInventories) of a namespace with their current and target versions (lists are complete: limit and continue are ignored; watch=true streams the changes)",
                 action: "list",
                 kind: MACHINE_SUMMARY_KIND,
                 response: MACHINE_SUMMARY_LIST_KIND,

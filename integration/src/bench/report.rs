@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::fleet::FleetResults;
 use super::load::{Measured, Protocol, percentile};
-use super::{Cell, Results, Size, Target};
+use super::{Cell, Phase, Results, Settings, Size, Target};
 
 /// Median of `values` (0 when empty).
 fn median(values: &[f64]) -> f64 {
@@ -356,7 +356,8 @@ pub fn render(r: &Results, notes: &str) -> String {
     let _ = writeln!(
         w,
         "Written by `make bench` ({}); do not edit above the notes marker, run it again. \
-         One run on the real test bed (etcd, kube-apiserver, this server with token review and \
+         Each section names the commit it ran on and the command; a section from another run, \
+         spliced in, names its own. One run on the real test bed (etcd, kube-apiserver, this server with token review and \
          authorization on, a `docker-registry`, nginx), everything on the one machine below, \
          the load generators included. See [development.md](development.md#benchmarks) for how \
          it works and the settings.\n",
@@ -658,7 +659,59 @@ pub fn render(r: &Results, notes: &str) -> String {
         let _ = writeln!(w, "| {title} | {} | {} |", nanos(*median), nanos(*mean));
     }
     let _ = writeln!(w, "\n{NOTES_MARKER}");
+    let mut out = with_provenance(&out, &provenance(r));
     out.push_str(notes);
+    out
+}
+
+/// Where the figures come from: the commit measured and the command, as each section says it
+/// (docs/development.md's rule, checked by `integration/tests/docs.rs`).
+fn provenance(r: &Results) -> String {
+    let commit = r
+        .machine
+        .iter()
+        .find(|(k, _)| k == "commit")
+        .map_or("unknown", |(_, v)| v.as_str());
+    format!("Measured at {commit}: `{}`.", command(&r.settings))
+}
+
+/// The `make bench` command line that runs with `settings`.
+fn command(s: &Settings) -> String {
+    let mut words = Vec::new();
+    if s.quick {
+        words.push("BENCH_QUICK=1".to_owned());
+    }
+    if s.phases != Phase::ALL {
+        let names: Vec<&str> = s.phases.iter().map(|p| p.name()).collect();
+        words.push(format!("BENCH_PHASES={}", names.join(",")));
+    }
+    if let Some(machines) = s.machines {
+        words.push(format!("BENCH_MACHINES={machines}"));
+    }
+    if s.cell != Duration::from_secs(if s.quick { 2 } else { 8 }) {
+        words.push(format!("BENCH_SECONDS={}", s.cell.as_secs()));
+    }
+    let stages: &[usize] = if s.quick { &[1, 2] } else { &[1, 10, 50] };
+    if s.memory_stages != stages {
+        let stages: Vec<String> = s.memory_stages.iter().map(ToString::to_string).collect();
+        words.push(format!("BENCH_MEMORY_CHANNELS={}", stages.join(",")));
+    }
+    words.push("make bench".to_owned());
+    words.join(" ")
+}
+
+/// `text` with `line` after every second-level heading.
+fn with_provenance(text: &str, line: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for l in text.lines() {
+        out.push_str(l);
+        out.push('\n');
+        if l.starts_with("## ") {
+            out.push('\n');
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
     out
 }
 
@@ -685,6 +738,18 @@ pub fn kept_notes(existing: &str) -> &str {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_section_says_its_commit_and_command() {
+        let text = with_provenance(
+            "# P\n\n## A\n\nx\n\n### b\n",
+            "Measured at abc1234: `make bench`.",
+        );
+        assert_eq!(
+            text,
+            "# P\n\n## A\n\nMeasured at abc1234: `make bench`.\n\nx\n\n### b\n"
+        );
+    }
 
     #[test]
     fn keeps_notes_after_the_marker() {

@@ -14,6 +14,8 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::cache::{ChannelKey, ChannelState};
+use crate::versions::{NO_MATCHING_PLATFORM, RETRY_AFTER_NOT_FETCHED};
 use crate::{
     cache::{ArchState, FetchFailure},
     reflect::{Feeder, Stores},
@@ -161,6 +163,8 @@ struct World {
     versions: Feeder<ManagedOSVersion>,
     cache: Arc<Cache>,
     resources: Arc<Resources>,
+    /// The version summaries' projector (the live task's, run by hand).
+    projector: std::sync::Mutex<crate::projectors::VersionProjector>,
 }
 
 const BASE: &str = "/apis/changelog.elemental.cattle.io/v1beta1";
@@ -175,19 +179,31 @@ impl World {
         };
         let cache = Arc::new(Cache::default());
         let arch = |a: &str| a.parse::<Arch>().unwrap_or_else(|e| panic!("{e}"));
+        let (projectors, writers) = crate::projectors::Projectors::new(
+            &archs.iter().map(|a| arch(a)).collect::<Vec<_>>(),
+            elemental_changelog_hub::Bounds::default(),
+        );
+        let projector = crate::projectors::VersionProjector::new(
+            writers.versions,
+            crate::versions::VersionData {
+                stores: stores.clone(),
+                cache: cache.clone(),
+            },
+        );
         let resources = Arc::new(Resources::new(
             stores,
             cache.clone(),
             arch(default_arch),
             archs.iter().map(|a| arch(a)).collect(),
             ReadyCache::new(4 << 20, crate::metrics::Registry::default().register()),
-            crate::live::Live::new(&archs.iter().map(|a| arch(a)).collect::<Vec<_>>()),
+            projectors,
         ));
         Self {
             channels,
             versions,
             cache,
             resources,
+            projector: std::sync::Mutex::new(projector),
         }
     }
 
@@ -325,12 +341,11 @@ impl World {
             &http::Method::GET,
             &uri.parse().unwrap_or_else(|e| panic!("{uri}: {e}")),
         )?;
-        // What the live task does when an input changes, done now.
-        for arch in self.resources.live().architectures() {
-            if let Some(hub) = self.resources.live().versions(&arch) {
-                hub.replace(None, self.resources.summaries(&arch));
-            }
-        }
+        // What the projector does when an input changes, done now.
+        self.projector
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .all();
         match info.target() {
             crate::request::Target::Resource(resource) => {
                 let answering = self.resources.answering(resource, accept)?;

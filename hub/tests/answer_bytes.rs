@@ -1,6 +1,7 @@
-//! What the live hub keeps per machine answer (issue 25: 50,000 machines within the chart's
+//! What a hub keeps per machine answer (issue 25: 50,000 machines within the chart's
 //! 256 Mi): 10,000 machine answers as the fleet view computes them (a resolved machine with a
-//! target and a pending summary), put into a [`Hub`] as the live pass does, and the heap the
+//! target and a pending summary), put into a hub as the machines' projector does (its ring of
+//! recent events included, at its default bound), and the heap the
 //! hub then holds per machine, measured with a counting global allocator. The bound fails the
 //! test when an answer keeps more than its own bytes (identity and report; what follows, the
 //! same for every machine on the same version with the same target, is kept once) and a
@@ -9,8 +10,8 @@
 //!
 //! The heap held is what the allocator was asked for and not given back (requested sizes).
 
-use elemental_changelog_apiserver::watch::{Clock, Hub, Object as _};
 use elemental_changelog_apiservice::fleet::MachineInventoryChangelogSummary;
+use elemental_changelog_hub::{Bounds, Clock, Object as _};
 
 // dhat's allocator counts the bytes currently allocated (this workspace forbids the `unsafe`
 // a hand-written counting allocator needs).
@@ -80,9 +81,11 @@ fn an_answer_keeps_its_bytes_and_little_more() {
         .map(|a| serde_json::to_vec(a).map_or(0, |v| a.own_range(&v).len() as u64))
         .sum();
     let before = live();
-    let hub: std::sync::Arc<Hub<MachineInventoryChangelogSummary>> =
-        Hub::new(std::sync::Arc::new(Clock::with_epoch(1)));
-    // As the live pass hands them over: one at a time.
+    let (mut hub, reader) = elemental_changelog_hub::new::<MachineInventoryChangelogSummary>(
+        std::sync::Arc::new(Clock::with_epoch(1)),
+        Bounds::default(),
+    );
+    // As the projector hands them over: one at a time.
     let mut sweep = hub.sweep(None);
     for answer in answers.iter().cloned() {
         sweep.put(answer);
@@ -101,7 +104,7 @@ fn an_answer_keeps_its_bytes_and_little_more() {
         own_bytes * 10 < json_bytes * 6,
         "an answer's own bytes are its identity and report: {own_bytes} of {json_bytes}"
     );
-    assert_eq!(hub.list(None).1.len(), MACHINES);
+    assert_eq!(reader.list(None).iter().count(), MACHINES);
     assert!(
         overhead <= MAX_OVERHEAD_PER_MACHINE,
         "an answer keeps {overhead} heap bytes besides its own JSON, more than the {MAX_OVERHEAD_PER_MACHINE} allowed"
