@@ -1,12 +1,15 @@
 //! The API objects built from channel data, one builder each, shared by the server's handlers
 //! ([`crate::routes::resources`]) and the CLI ([`crate::cli`]), so both say the same thing.
 
-use elemental_changelog::compute::{IndexedChannel, QueryError};
+use elemental_changelog::{
+    compute::{IndexedChannel, QueryError},
+    package_index::{PackageQuery, Presence},
+};
 use elemental_changelog_apiservice::{
     arch::Arch,
     types::{
-        ChannelRef, ManagedOSVersionChangelog, ManagedOSVersionChangelogSummary, ObjectMeta,
-        UnavailableReason,
+        ChannelRef, InstalledPackage, ManagedOSVersionChangelog, ManagedOSVersionChangelogSummary,
+        ObjectMeta, PackagePresence, PackageState, UnavailableReason,
     },
 };
 use elemental_changelog_registry::{Digest, ImageRef};
@@ -148,11 +151,108 @@ pub fn no_data_message(source: Source<'_>, name: &str, error: &QueryError) -> St
     )
 }
 
+/// The `package` block of version `name` (`?package=`): what its data carries of the package
+/// `query` names (`data`: its channel's data, `None` when not read), or `None` when `query`'s
+/// bounds leave the version out. A version the data does not know has no package list.
+pub fn package(
+    data: Option<&IndexedChannel>,
+    name: &str,
+    query: &PackageQuery,
+) -> Option<PackagePresence> {
+    let presence = data
+        .and_then(|d| d.presence(name, query.name()))
+        .unwrap_or(Presence::NoPackageList);
+    if !query.selects(&presence) {
+        return None;
+    }
+    Some(match presence {
+        Presence::Installed(installed) => {
+            let shown = query.choose(installed);
+            PackagePresence {
+                name: query.name().to_owned(),
+                evr: shown.map(|p| p.evr.to_string()),
+                arch: shown.map(|p| p.arch.clone()),
+                installed: if installed.len() > 1 {
+                    installed
+                        .iter()
+                        .map(|p| InstalledPackage {
+                            evr: p.evr.to_string(),
+                            arch: p.arch.clone(),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                state: None,
+                message: None,
+            }
+        }
+        Presence::Absent => PackagePresence::without(query.name(), PackageState::Absent),
+        Presence::NoPackageList => {
+            PackagePresence::without(query.name(), PackageState::NoPackageList)
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use elemental_changelog_apiservice::types::{Advisory, Reference};
 
     use super::*;
+
+    #[test]
+    fn package_blocks_say_what_each_version_carries() {
+        use elemental_changelog::data::ChannelData;
+        let channel = br#"[
+            {"metadata":{"name":"a"},"spec":{"version":"1","type":"container","metadata":{"upgradeImage":"os:1","created":1}}},
+            {"metadata":{"name":"b"},"spec":{"version":"2","type":"container","metadata":{"upgradeImage":"os:2","created":2}}},
+            {"metadata":{"name":"c"},"spec":{"version":"3","type":"container","metadata":{"upgradeImage":"os:3","created":3}}}
+        ]"#;
+        let files = vec![
+            ("channel.json".to_owned(), channel.to_vec()),
+            (
+                "changelogs/a.packages".to_owned(),
+                b"xz|(none)|5.6.0|1.1|x86_64\nxz|(none)|5.4.6|1|i586\n".to_vec(),
+            ),
+            (
+                "changelogs/b.packages".to_owned(),
+                b"bash|(none)|5|1|x86_64\n".to_vec(),
+            ),
+        ];
+        let data = IndexedChannel::new(ChannelData::from_files(files).unwrap());
+        let any = PackageQuery::new("xz", None, None).unwrap();
+        let a = package(Some(&data), "a", &any).unwrap();
+        assert_eq!(
+            (a.evr.as_deref(), a.arch.as_deref()),
+            (Some("5.6.0-1.1"), Some("x86_64"))
+        );
+        assert_eq!(a.installed.len(), 2);
+        assert_eq!(a.state, None);
+        let b = package(Some(&data), "b", &any).unwrap();
+        assert_eq!((b.evr, b.state), (None, Some(PackageState::Absent)));
+        let c = package(Some(&data), "c", &any).unwrap();
+        assert_eq!(c.state, Some(PackageState::NoPackageList));
+        // Not read yet, or not in the data: no list.
+        assert_eq!(
+            package(None, "a", &any).unwrap().state,
+            Some(PackageState::NoPackageList)
+        );
+        assert_eq!(
+            package(Some(&data), "z", &any).unwrap().state,
+            Some(PackageState::NoPackageList)
+        );
+        // Bounds keep only the versions carrying it within them, and show the one within.
+        let old = PackageQuery::new("xz", None, Some("5.6.0")).unwrap();
+        let a = package(Some(&data), "a", &old).unwrap();
+        assert_eq!(
+            (a.evr.as_deref(), a.arch.as_deref()),
+            (Some("5.4.6-1"), Some("i586"))
+        );
+        for name in ["b", "c"] {
+            assert_eq!(package(Some(&data), name, &old), None, "{name}");
+        }
+        assert_eq!(package(None, "a", &old), None);
+    }
 
     #[test]
     fn only_http_links_are_kept() {

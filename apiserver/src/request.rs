@@ -20,13 +20,14 @@
 
 mod attributes;
 pub mod fleet;
+pub mod package;
 mod query;
 pub mod selector;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
 
-use elemental_changelog::updates;
+use elemental_changelog::{package_index::PackageQuery, updates};
 use elemental_changelog_apiservice::{
     Arch, GROUP, RESOURCE, SUBRESOURCE, VERSION,
     content::IncludeObject,
@@ -216,6 +217,9 @@ pub struct ListParams {
     pub fields: FieldSelector,
     /// `cve`: only versions whose changelog fixes it, the first fix first.
     pub cve: Option<String>,
+    /// `package` (with `packageAtLeast`, `packageBelow`): each item with what its version
+    /// carries of the package; with bounds, only the items carrying it within them.
+    pub package: Option<Box<PackageQuery>>,
     /// `includeObject`, for Table answers.
     pub include_object: IncludeObject,
     /// The watch options, when this is a watch (`watch=true`).
@@ -549,6 +553,7 @@ impl ListParams {
             labels: LabelSelector::parse(selector(query, "labelSelector")?)?,
             fields: FieldSelector::parse(selector(query, "fieldSelector")?)?,
             cve: non_empty(query, "cve").map(cve_id).transpose()?,
+            package: package::parse(query)?,
             include_object: include_object(query)?,
             watch: None,
         })

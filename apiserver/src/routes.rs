@@ -19,11 +19,13 @@ use std::{
 
 use bytes::Bytes;
 use dashmap::DashMap;
+use elemental_changelog::package_index::PackageQuery;
 use elemental_changelog_apiservice::{
-    discovery,
+    Arch, discovery,
     fleet::MachineInventoryChangelogSummary,
     openapi,
     status::{Denied, StatusError},
+    types::ManagedOSVersionChangelogSummary,
 };
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
@@ -37,9 +39,10 @@ use elemental_changelog_auth::{
 };
 
 use self::{
+    fleet::FleetView,
     metrics::{ServingLimit, ServingMetrics},
     ready::Ready,
-    resources::{Answer, Answering, Cost, Job},
+    resources::{Answer, Answering, Cost, Job, Resources},
 };
 use crate::{
     access_log::{AccessLogger, Entry, Requester},
@@ -224,6 +227,15 @@ impl App {
                             },
                         ))
                     });
+                    let fixing = match &params.package {
+                        Some(query) => Some(versions_carrying(
+                            self.resources.clone(),
+                            (**query).clone(),
+                            arch.clone(),
+                            fixing,
+                        )),
+                        None => fixing,
+                    };
                     watch::watch(
                         hub,
                         &watch::SUMMARIES,
@@ -249,12 +261,21 @@ impl App {
                     // the channel data of the moment (each channel's first fix found once).
                     let exposure = params.cve.clone().map(|cve| {
                         let fleet = self.fleet.clone();
+                        let arch = arch.clone();
                         Box::new(move |mut m: MachineInventoryChangelogSummary| {
                             m.cve = Some(fleet.exposure(&m, &cve, &arch));
                             m
                         }) as watch::Transform<MachineInventoryChangelogSummary>
                     });
-                    let exposure = exposure.map(watch::CveWatch::Exposure);
+                    let exposure = match &params.package {
+                        Some(query) => Some(machines_carrying(
+                            self.fleet.clone(),
+                            (**query).clone(),
+                            arch,
+                            exposure,
+                        )),
+                        None => exposure.map(watch::CveWatch::Exposure),
+                    };
                     watch::watch(
                         hub,
                         &watch::MACHINES,
@@ -700,6 +721,58 @@ fn without_body(response: HttpResponse) -> HttpResponse {
             .or_insert_with(|| HeaderValue::from(length));
     }
     Response::from_parts(parts, Either::Left(Full::new(Bytes::new())))
+}
+
+/// A version watch with `?package=`: only the versions `query` selects (and `fixing`, with
+/// `?cve=`), each with its `package` block.
+fn versions_carrying(
+    resources: Arc<Resources>,
+    query: PackageQuery,
+    arch: Arch,
+    fixing: Option<watch::CveWatch<ManagedOSVersionChangelogSummary>>,
+) -> watch::CveWatch<ManagedOSVersionChangelogSummary> {
+    let fixes = match fixing {
+        Some(watch::CveWatch::Fixing(fixes)) => Some(fixes),
+        _ => None,
+    };
+    let (seen, shown) = (resources.clone(), (query.clone(), arch.clone()));
+    watch::CveWatch::Package {
+        visible: Box::new(move |item| {
+            fixes.as_ref().is_none_or(|f| f(item))
+                && seen
+                    .package(item.namespace(), item.name(), &query, &arch)
+                    .is_some()
+        }),
+        transform: Box::new(move |mut summary: ManagedOSVersionChangelogSummary| {
+            let (query, arch) = &shown;
+            let (namespace, name) = (&summary.metadata.namespace, &summary.metadata.name);
+            summary.package = resources.package(namespace, name, query, arch);
+            summary
+        }),
+    }
+}
+
+/// A machine watch with `?package=`: only the machines `query` selects, each with its
+/// `package` block (and its exposure, with `?cve=`).
+fn machines_carrying(
+    fleet: Arc<FleetView>,
+    query: PackageQuery,
+    arch: Arch,
+    exposure: Option<watch::Transform<MachineInventoryChangelogSummary>>,
+) -> watch::CveWatch<MachineInventoryChangelogSummary> {
+    let (seen, shown) = (fleet.clone(), (query.clone(), arch.clone()));
+    watch::CveWatch::Package {
+        visible: Box::new(move |item| seen.package(item, &query, &arch).is_some()),
+        transform: Box::new(move |machine: MachineInventoryChangelogSummary| {
+            let (query, arch) = &shown;
+            let mut machine = match &exposure {
+                Some(exposure) => exposure(machine),
+                None => machine,
+            };
+            machine.package = fleet.machine_package(&machine, query, arch);
+            machine
+        }),
+    }
 }
 
 #[cfg(test)]

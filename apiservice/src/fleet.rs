@@ -10,7 +10,8 @@ pub mod table;
 use serde::{Deserialize, Serialize};
 
 use crate::types::{
-    ChangelogSummary, Display, DisplayState, ListMeta, ObjectMeta, SummaryStatus, VersionRef,
+    ChangelogSummary, Display, DisplayState, ListMeta, ObjectMeta, PackagePresence, SummaryStatus,
+    VersionRef,
 };
 use crate::{API_VERSION, IMAGE_CHANGELOG_KIND, MACHINE_SUMMARY_KIND, MACHINE_SUMMARY_LIST_KIND};
 
@@ -200,6 +201,9 @@ pub struct MachineInventoryChangelogSummary {
     /// ([`MachineInventoryChangelogSummary::with_status`] sets it).
     #[serde(default)]
     pub status: SummaryStatus,
+    /// What the version the machine runs carries of the package asked for with `?package=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<PackagePresence>,
 }
 
 impl MachineInventoryChangelogSummary {
@@ -524,6 +528,42 @@ mod tests {
                 json!({"state": state, "error": false, "transitioning": false})
             );
         }
+    }
+
+    /// The server adds `package` to a kept answer's JSON without parsing it: as its last
+    /// field, which is where serializing the machine with it writes it.
+    #[test]
+    fn the_package_block_is_written_last() {
+        let mut m = MachineInventoryChangelogSummary::new();
+        m.metadata.name = "m-1".into();
+        m.state = MachineState::UpToDate;
+        let without = serde_json::to_vec(&m).unwrap();
+        m.package = Some(PackagePresence {
+            name: "xz".into(),
+            evr: Some("5.6.1-1.1".into()),
+            arch: Some("x86_64".into()),
+            ..PackagePresence::default()
+        });
+        let with = serde_json::to_vec(&m).unwrap();
+        let block = serde_json::to_vec(&m.package).unwrap();
+        let mut spliced = without[..without.len() - 1].to_vec();
+        spliced.extend_from_slice(b",\"package\":");
+        spliced.extend_from_slice(&block);
+        spliced.push(b'}');
+        assert_eq!(
+            String::from_utf8(spliced).unwrap(),
+            String::from_utf8(with).unwrap()
+        );
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            v["package"],
+            json!({"name": "xz", "evr": "5.6.1-1.1", "arch": "x86_64"})
+        );
+        let absent = PackagePresence::without("xz", crate::types::PackageState::Absent);
+        assert_eq!(
+            serde_json::to_value(&absent).unwrap(),
+            json!({"name": "xz", "state": "Absent"})
+        );
     }
 
     #[test]

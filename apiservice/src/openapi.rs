@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::discovery::{Document, hex_upper};
-use crate::types::{DisplayState, Severity, Source, UnavailableReason};
+use crate::types::{DisplayState, PackageState, Severity, Source, UnavailableReason};
 use crate::{API_VERSION, CHANGELOG_KIND, GROUP, SUMMARY_KIND, SUMMARY_LIST_KIND, VERSION};
 
 /// Path of the group-version document under `/openapi/v3/`, as it appears in
@@ -270,6 +270,7 @@ fn schemas(spec: Spec) -> Map<String, Value> {
     changelog["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, CHANGELOG_KIND);
     m.insert(p(CHANGELOG_KIND), changelog);
 
+    package_schemas(spec, &mut m);
     let (api_version, kind) = kind_fields(SUMMARY_KIND);
     let mut summary = object(
         "A ManagedOSVersion, whether its changelog is available, and its counts.",
@@ -299,7 +300,8 @@ fn schemas(spec: Spec) -> Map<String, Value> {
             "message": string("Human-readable detail for reason."),
             "from": described_ref(spec, &p("VersionRef"), "The version compared against."),
             "summary": described_ref(spec, &p("ChangelogSummary"), "Counts, when available."),
-            "status": described_ref(spec, &p("SummaryStatus"), "available, reason and message as Rancher's state badge shows them.")
+            "status": described_ref(spec, &p("SummaryStatus"), "available, reason and message as Rancher's state badge shows them."),
+            "package": described_ref(spec, &p("PackagePresence"), "What the version carries of the package asked for with ?package=.")
         }),
     );
     summary["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, SUMMARY_KIND);
@@ -577,6 +579,60 @@ impl Scalar {
     }
 }
 
+/// The `package` block (`?package=`) of versions and machines.
+fn package_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
+    m.insert(
+        p("InstalledPackage"),
+        object(
+            "One package of the name asked for that a version carries.",
+            &["evr", "arch"],
+            json!({
+                "evr": string("[epoch:]version-release."),
+                "arch": string("Architecture.")
+            }),
+        ),
+    );
+    m.insert(
+        p("PackagePresence"),
+        object(
+            "What a version (or the version a machine runs) carries of the package asked for with ?package=: the package (evr, arch), or why there is none (state).",
+            &["name"],
+            json!({
+                "name": string("The package name asked for."),
+                "evr": string("[epoch:]version-release installed: the highest, within packageAtLeast and packageBelow when given (among equal EVRs, the first architecture by name)."),
+                "arch": string("Its architecture."),
+                "installed": array_of(spec, &p("InstalledPackage"), "Every package of the name installed, when there are several (architectures, or installed versions such as multi-version kernels)."),
+                "state": enumeration(enum_values(&[PackageState::Absent, PackageState::NoPackageList, PackageState::Unknown]),
+                    "Absent: the version's package list does not hold the package. NoPackageList: the channel image carries no package list for the version (or it is not read yet). Unknown: the version the machine runs is unknown (its reason says why)."),
+                "message": string("Human-readable detail for state Unknown.")
+            }),
+        ),
+    );
+}
+
+const PACKAGE: Param = Param {
+    name: "package",
+    location: "query",
+    description: "Add to each item what its version carries of this package (an rpm name, e.g. xz): its EVR and architecture, or Absent, NoPackageList (Unknown for a machine whose version is unknown).",
+    values: &[],
+    ty: Scalar::String,
+};
+const PACKAGE_AT_LEAST: Param = Param {
+    name: "packageAtLeast",
+    location: "query",
+    description: "With package: only items whose version carries it at this EVR ([epoch:]version[-release]) or a higher one, in RPM order (a bound without a release compares versions only).",
+    values: &[],
+    ty: Scalar::String,
+};
+const PACKAGE_BELOW: Param = Param {
+    name: "packageBelow",
+    location: "query",
+    description: "With package: only items whose version carries it at an EVR lower than this one ([epoch:]version[-release]), in RPM order (a bound without a release compares versions only).",
+    values: &[],
+    ty: Scalar::String,
+};
+
 const NAMESPACE: Param = Param {
     name: "namespace",
     location: "path",
@@ -732,6 +788,9 @@ const LIST_PARAMS: &[Param] = &[
     LABEL_SELECTOR,
     FIELD_SELECTOR,
     CVE,
+    PACKAGE,
+    PACKAGE_AT_LEAST,
+    PACKAGE_BELOW,
     ARCH,
     INCLUDE_OBJECT,
     WATCH,
@@ -1154,6 +1213,17 @@ mod tests {
             message: Some("m".into()),
             from: c.from,
             summary: Some(c.summary),
+            package: Some(crate::types::PackagePresence {
+                name: "xz".into(),
+                evr: Some("5.6.1-1.1".into()),
+                arch: Some("x86_64".into()),
+                installed: vec![crate::types::InstalledPackage {
+                    evr: "5.6.1-1.1".into(),
+                    arch: "x86_64".into(),
+                }],
+                state: Some(PackageState::Unknown),
+                message: Some("m".into()),
+            }),
             ..ManagedOSVersionChangelogSummary::new()
         }
         .with_status()
@@ -1200,6 +1270,7 @@ mod tests {
                 version: "v2".into(),
             }),
         });
+        m.package = full_summary().package;
         let machines = MachineInventoryChangelogSummaryList::new(vec![
             m.with_status(),
             MachineInventoryChangelogSummary::new(),
@@ -1503,6 +1574,9 @@ mod tests {
                     "labelSelector",
                     "fieldSelector",
                     "cve",
+                    "package",
+                    "packageAtLeast",
+                    "packageBelow",
                     "arch",
                     "includeObject",
                     "watch",
@@ -1547,6 +1621,9 @@ mod tests {
                     "labelSelector",
                     "fieldSelector",
                     "cve",
+                    "package",
+                    "packageAtLeast",
+                    "packageBelow",
                     "arch",
                     "includeObject",
                     "watch",

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::content::{IncludeObject, TableVersion};
-use crate::types::{ManagedOSVersionChangelogSummary, ObjectMeta};
+use crate::types::{ManagedOSVersionChangelogSummary, ObjectMeta, PackagePresence};
 
 /// `meta.k8s.io` `Table`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -226,6 +226,33 @@ pub(crate) fn row_object(
     }
 }
 
+/// The PACKAGE column of a `?package=` list (versions and machines), last.
+pub const PACKAGE_COLUMN: ColumnDefinition = column(
+    "Package",
+    "string",
+    "",
+    "The package asked for with ?package=: name-evr.arch (+N when more are installed), or name (Absent, NoPackageList, Unknown).",
+    0,
+);
+
+/// The PACKAGE cell of an item with `package` (null when the item has no block).
+pub fn package_cell(package: Option<&PackagePresence>) -> Value {
+    package.map_or(Value::Null, |p| {
+        json!(crate::render::terminal_safe(&p.cell()))
+    })
+}
+
+/// Adds the PACKAGE column to `table`, whose rows are `items`' in order.
+pub fn add_package_column<'a>(
+    table: &mut Table,
+    items: impl IntoIterator<Item = Option<&'a PackagePresence>>,
+) {
+    table.column_definitions.push(PACKAGE_COLUMN);
+    for (row, package) in table.rows.iter_mut().zip(items) {
+        row.cells.push(package_cell(package));
+    }
+}
+
 /// A `meta.k8s.io/v1` Table of `items` for `kubectl get`; `wide` adds the
 /// `priority: 1` columns (kubectl shows them with `-o wide`).
 pub fn summaries_table(
@@ -289,6 +316,57 @@ mod tests {
             packages_removed: Some(1),
         });
         s
+    }
+
+    #[test]
+    fn the_package_column_names_the_package_or_why_not() {
+        use crate::types::{InstalledPackage, PackagePresence, PackageState};
+        let installed = PackagePresence {
+            name: "xz".into(),
+            evr: Some("5.6.1-1.1".into()),
+            arch: Some("x86_64".into()),
+            ..PackagePresence::default()
+        };
+        let several = PackagePresence {
+            installed: vec![
+                InstalledPackage {
+                    evr: "5.6.1-1.1".into(),
+                    arch: "x86_64".into(),
+                },
+                InstalledPackage {
+                    evr: "5.6.0-1.1".into(),
+                    arch: "i586".into(),
+                },
+            ],
+            ..installed.clone()
+        };
+        let absent = PackagePresence::without("xz", PackageState::Absent);
+        let mut table = summaries_table(
+            &[item(), item(), item(), item()],
+            false,
+            IncludeObject::None,
+        );
+        let columns = table.column_definitions.len();
+        add_package_column(
+            &mut table,
+            [Some(&installed), Some(&several), Some(&absent), None],
+        );
+        assert_eq!(table.column_definitions.len(), columns + 1);
+        assert_eq!(table.column_definitions[columns].name, "Package");
+        let cells: Vec<_> = table
+            .rows
+            .iter()
+            .map(|r| r.cells[columns].clone())
+            .collect();
+        assert_eq!(
+            cells,
+            [
+                json!("xz-5.6.1-1.1.x86_64"),
+                json!("xz-5.6.1-1.1.x86_64 (+1)"),
+                json!("xz (Absent)"),
+                Value::Null
+            ]
+        );
     }
 
     #[test]

@@ -431,6 +431,95 @@ pub struct ManagedOSVersionChangelogSummary {
     /// ([`ManagedOSVersionChangelogSummary::with_status`] sets it).
     #[serde(default)]
     pub status: SummaryStatus,
+    /// What the version carries of the package asked for with `?package=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<PackagePresence>,
+}
+
+/// Why a [`PackagePresence`] has no EVR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PackageState {
+    /// The version's package list does not hold the package.
+    Absent,
+    /// The channel image carries no package list for the version, or it is not read yet.
+    NoPackageList,
+    /// The version a machine runs is unknown (the machine's `reason` says why).
+    Unknown,
+}
+
+/// One package of a name a version carries (several: several architectures, or several
+/// installed versions such as multi-version kernels).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstalledPackage {
+    /// `[epoch:]version-release`.
+    pub evr: String,
+    /// Architecture.
+    pub arch: String,
+}
+
+/// The `package` block of a version or a machine (`?package=NAME`): the package installed
+/// (`evr`, `arch`), or why there is none (`state`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PackagePresence {
+    /// The package name asked for.
+    pub name: String,
+    /// `[epoch:]version-release` installed: the highest, within the bounds asked for when
+    /// there are bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evr: Option<String>,
+    /// Its architecture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// Every package of the name installed, when there are several.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub installed: Vec<InstalledPackage>,
+    /// Why there is no `evr`, when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<PackageState>,
+    /// Human-readable detail for `state` `Unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl PackagePresence {
+    /// `name` in `state`.
+    pub fn without(name: &str, state: PackageState) -> Self {
+        Self {
+            name: name.to_owned(),
+            state: Some(state),
+            ..Self::default()
+        }
+    }
+
+    /// The cell of a Table's PACKAGE column: `name-evr.arch` (`+N` when more are
+    /// installed), or `name (state)`.
+    pub fn cell(&self) -> String {
+        match (&self.evr, &self.arch, self.state) {
+            (Some(evr), arch, _) => {
+                let arch = arch.as_deref().map(|a| format!(".{a}")).unwrap_or_default();
+                let more = match self.installed.len() {
+                    0 | 1 => String::new(),
+                    n => format!(" (+{})", n - 1),
+                };
+                format!("{}-{evr}{arch}{more}", self.name)
+            }
+            (None, _, Some(state)) => format!("{} ({})", self.name, state.as_str()),
+            (None, _, None) => self.name.clone(),
+        }
+    }
+}
+
+impl PackageState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Absent => "Absent",
+            Self::NoPackageList => "NoPackageList",
+            Self::Unknown => "Unknown",
+        }
+    }
 }
 
 impl ManagedOSVersionChangelogSummary {

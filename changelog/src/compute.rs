@@ -17,6 +17,7 @@ use jiff::Timestamp;
 
 use crate::channel::{self, ChannelEntry};
 use crate::data::{ChannelData, VersionData};
+use crate::package_index::{PackageIndex, Presence};
 use crate::packages::{self, Package, PackageList};
 use crate::rpmver::{Evr, rpmvercmp};
 use crate::updates;
@@ -135,6 +136,8 @@ struct Index {
     /// `updateinfo` packages by name; built on first computed query.
     shipped: OnceLock<HashMap<String, Vec<Shipped>>>,
     summaries: Vec<OnceLock<Result<Cached, QueryError>>>,
+    /// The packages of every version by name; built on first package query.
+    packages: OnceLock<PackageIndex>,
 }
 
 fn strip_v(version: &str) -> &str {
@@ -181,6 +184,7 @@ impl Index {
             shifted,
             shipped: OnceLock::new(),
             summaries,
+            packages: OnceLock::new(),
         }
     }
 }
@@ -606,6 +610,20 @@ impl IndexedChannel {
             // Errors (no data) are cached too.
             let _ = self.cached(name);
         }
+    }
+
+    /// The packages of every version by name, in [`IndexedChannel::order`]: built once, on
+    /// first use.
+    pub fn package_index(&self) -> &PackageIndex {
+        self.index().packages.get_or_init(|| {
+            PackageIndex::new((0..self.order().len()).map(|pos| self.at(pos).packages.as_ref()))
+        })
+    }
+
+    /// What version `name` carries of package `package`; `None` for a version not in the data.
+    pub fn presence(&self, name: &str, package: &str) -> Option<Presence<'_>> {
+        let pos = self.position(name).ok()?;
+        self.package_index().presence(package, pos)
     }
 
     /// Whether the default changelog of `name` lists an advisory fixing

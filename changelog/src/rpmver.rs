@@ -200,6 +200,26 @@ impl Evr {
     }
 }
 
+impl Evr {
+    /// Compares this installed EVR with `bound` as rpm compares a package with a dependency
+    /// range (`rpmdsCompare`): epochs (0 when absent), then versions, then releases only when
+    /// both have one, so a bound without a release (`5.6.2`) equals every release of that
+    /// version (`5.6.2-1.1`, `5.6.2-2`).
+    pub fn cmp_bound(&self, bound: &Evr) -> Ordering {
+        let by_release = || {
+            if self.release.is_empty() || bound.release.is_empty() {
+                Ordering::Equal
+            } else {
+                rpmvercmp(&self.release, &bound.release)
+            }
+        };
+        self.epoch
+            .cmp(&bound.epoch)
+            .then_with(|| rpmvercmp(&self.version, &bound.version))
+            .then_with(by_release)
+    }
+}
+
 impl Ord for Evr {
     fn cmp(&self, other: &Self) -> Ordering {
         self.epoch
@@ -397,6 +417,35 @@ mod tests {
         assert_eq!(Evr::parse_epoch("(none)").unwrap(), 0);
     }
 
+    #[test]
+    fn a_bound_without_release_compares_versions_only() {
+        let evr = |s: &str| s.parse::<Evr>().unwrap();
+        assert_eq!(evr("5.6.2-1.1").cmp_bound(&evr("5.6.2")), Ordering::Equal);
+        assert_eq!(evr("5.6.1-3").cmp_bound(&evr("5.6.2")), Ordering::Less);
+        assert_eq!(
+            evr("5.6.2-1.1").cmp_bound(&evr("5.6.2-1.2")),
+            Ordering::Less
+        );
+        assert_eq!(
+            evr("5.6.2-10").cmp_bound(&evr("5.6.2-9")),
+            Ordering::Greater
+        );
+        assert_eq!(
+            evr("1:1.0-1").cmp_bound(&evr("5.6.2")),
+            Ordering::Greater,
+            "epoch first"
+        );
+        assert_eq!(
+            evr("5.6.2-1").cmp_bound(&evr("1:5.6.2")),
+            Ordering::Less,
+            "no epoch is 0"
+        );
+        assert_eq!(
+            evr("3.0.13~rc1-1").cmp_bound(&evr("3.0.13")),
+            Ordering::Less
+        );
+    }
+
     fn version_string() -> impl Strategy<Value = String> {
         // Small alphabet so that equal segments and the special characters
         // meet often.
@@ -427,6 +476,20 @@ mod tests {
         fn never_panics(a in any::<String>(), b in any::<String>()) {
             let _ = rpmvercmp(&a, &b);
             let _ = a.parse::<Evr>();
+        }
+
+        #[test]
+        fn bound_agrees_with_the_order_when_both_have_releases(
+            a in (0u64..2, version_string(), "[0-3ab.]{1,4}"),
+            b in (0u64..2, version_string(), "[0-3ab.]{1,4}"),
+        ) {
+            let a = Evr::new(a.0, a.1, a.2);
+            let b = Evr::new(b.0, b.1, b.2);
+            prop_assert_eq!(a.cmp_bound(&b), a.cmp(&b));
+            // Without the bound's release, the order of (epoch, version) decides.
+            let bare = Evr::new(b.epoch, b.version.clone(), "");
+            let expected = a.epoch.cmp(&b.epoch).then_with(|| rpmvercmp(&a.version, &b.version));
+            prop_assert_eq!(a.cmp_bound(&bare), expected);
         }
 
         #[test]

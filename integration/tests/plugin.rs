@@ -620,6 +620,10 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
             "labelSelector" => "a in (b".to_owned(),
             "fieldSelector" => "spec.version=1".to_owned(),
             "cve" => "GHSA-1234".to_owned(),
+            "package" => "perl(Foo)".to_owned(),
+            // A bound alone: it needs `package`.
+            "packageAtLeast" => "5.6.0".to_owned(),
+            "packageBelow" => "a:1".to_owned(),
             "arch" => "sparc64".to_owned(),
             "includeObject" => "Everything".to_owned(),
             // A newer version of the channel.
@@ -671,10 +675,10 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
             ensure!(status == expected, "{path}: {status} {body}");
         }
     }
-    // ManagedOSVersions: lists (2 x 11: 5 and the 6 watch options), the summary (2) and the
-    // changelog (3); the fleet view: machine lists (2 x 11), one machine (3), its changelog
-    // (3), a ManagedOSImage's plan (1).
-    ensure!(checked == 56, "{checked} query parameters declared");
+    // ManagedOSVersions: lists (2 x 14: 5, the 3 of ?package= and the 6 watch options), the
+    // summary (2) and the changelog (3); the fleet view: machine lists (2 x 14), one machine
+    // (3), its changelog (3), a ManagedOSImage's plan (1).
+    ensure!(checked == 68, "{checked} query parameters declared");
     Ok(())
 }
 

@@ -49,6 +49,7 @@ use elemental_changelog_integration::testbed::{
     FLEET_NAMESPACE, TestBed, TestBedOptions, elemental, tools_dir, workspace_root,
 };
 use elemental_changelog_integration::timing::Phases;
+use elemental_changelog_integration::ui_fixtures::{self, UPDATE_ENV, updating};
 use elemental_changelog_integration::wait::{POLL, SERVED, poll};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
@@ -74,12 +75,9 @@ const FIXED_MACHINE: &str = "ui-fixed";
 const NO_CHANGELOG_USER: &str = "alice";
 /// Bound on a build of the harness or the browser run.
 const NODE_DEADLINE: Duration = Duration::from_secs(300);
-/// Set to `1` to rewrite `ui/fixtures/`, `docs/img/ui-panel.png` and `docs/img/ui-machine.png`.
-const UPDATE_ENV: &str = "UPDATE_UI_FIXTURES";
-/// The fixed values run-specific ones are replaced with in fixtures.
-const FIXED_TIME: &str = "2026-01-01T00:00:00Z";
-const FIXED_UID: &str = "00000000-0000-4000-8000-000000000000";
-const FIXED_RESOURCE_VERSION: &str = "1";
+/// The fixed values run-specific ones are replaced with in fixtures (besides those of
+/// `ui_fixtures`; `UPDATE_UI_FIXTURES=1` also rewrites `docs/img/ui-panel.png` and
+/// `docs/img/ui-machine.png`).
 const FIXED_REGISTRY: &str = "registry.example.com";
 const FIXED_UNREACHABLE: &str = "unreachable.example.com:5000";
 
@@ -175,7 +173,7 @@ async fn checks(
 ) -> Result<()> {
     let published = publish(bed, registry, hole).await?;
     let fixtures = capture_fixtures(bed, &published).await?;
-    let stale = check_fixtures(
+    let stale = ui_fixtures::check(
         &ui.join("fixtures"),
         &fixtures,
         &[
@@ -271,10 +269,6 @@ fn chromium() -> Result<PathBuf> {
         path.display()
     );
     Ok(path)
-}
-
-fn updating() -> bool {
-    std::env::var_os(UPDATE_ENV).is_some_and(|v| v == "1")
 }
 
 /// Pushes the images, creates the channels and versions as the operator
@@ -616,84 +610,6 @@ async fn capture_fixtures(bed: &TestBed, published: &Published) -> Result<BTreeM
         );
     }
     Ok(out)
-}
-
-/// Replaces run-specific values: registry addresses (longest first, so one
-/// address that is a prefix of another cannot leave a tail) and creation
-/// times.
-fn normalize(value: &mut Value, replacements: &[(&str, &str)]) {
-    match value {
-        Value::String(text) => {
-            for (from, to) in replacements {
-                if text.contains(from) {
-                    *text = text.replace(from, to);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| normalize(v, replacements)),
-        Value::Object(map) => {
-            for (key, v) in map.iter_mut() {
-                if key == "creationTimestamp" && v.is_string() {
-                    *v = Value::String(FIXED_TIME.to_owned());
-                } else if key == "uid" && v.is_string() {
-                    *v = Value::String(FIXED_UID.to_owned());
-                } else if key == "resourceVersion" && v.is_string() {
-                    *v = Value::String(FIXED_RESOURCE_VERSION.to_owned());
-                } else {
-                    normalize(v, replacements);
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Compares the normalized answers with `dir/<name>.json`; rewrites the
-/// files (and removes the others) when updating. Returns the names of the
-/// files that differ or are no longer written (none when updating).
-fn check_fixtures(
-    dir: &Path,
-    answers: &BTreeMap<String, Value>,
-    replacements: &[(&str, &str)],
-) -> Result<Vec<String>> {
-    let mut replacements = replacements.to_vec();
-    replacements.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
-    let mut stale = Vec::new();
-    for (name, answer) in answers {
-        let mut answer = answer.clone();
-        normalize(&mut answer, &replacements);
-        let text = format!("{}\n", serde_json::to_string_pretty(&answer)?);
-        let file = dir.join(format!("{name}.json"));
-        let committed = std::fs::read_to_string(&file).unwrap_or_default();
-        if committed == text {
-            continue;
-        }
-        if updating() {
-            std::fs::create_dir_all(dir)?;
-            std::fs::write(&file, &text)?;
-            eprintln!("{UPDATE_ENV}=1: wrote {}", file.display());
-        } else {
-            stale.push(format!("{name}.json"));
-        }
-    }
-    // A fixture the test no longer writes would test the UI on an answer
-    // nobody checks any more.
-    for entry in std::fs::read_dir(dir)? {
-        let file = entry?.path();
-        let name = file
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default();
-        if file.extension().is_some_and(|e| e == "json") && !answers.contains_key(name) {
-            if updating() {
-                std::fs::remove_file(&file)?;
-                eprintln!("{UPDATE_ENV}=1: removed {}", file.display());
-            } else {
-                stale.push(format!("{name}.json (no longer written)"));
-            }
-        }
-    }
-    Ok(stale)
 }
 
 /// alice may read the operator's ManagedOSVersions in fleet-default (so the

@@ -47,6 +47,33 @@ pub enum Command {
     Cve(CveArgs),
     /// List the ManagedOSVersions with their advisory counts (the summary table).
     Versions(VersionsArgs),
+    /// List the ManagedOSVersions with what each carries of a package (with --at-least and
+    /// --below, only those carrying it in that range of EVRs, in RPM order), then the
+    /// machines running them, counted per version.
+    Package(PackageArgs),
+}
+
+/// `package <name>`.
+#[derive(Debug, Args)]
+pub struct PackageArgs {
+    /// The package name, such as xz.
+    pub name: String,
+    /// Only versions and machines with the package at this EVR ([epoch:]version[-release])
+    /// or a higher one.
+    #[arg(long, value_name = "EVR")]
+    pub at_least: Option<String>,
+    /// Only versions and machines with the package at an EVR lower than this one.
+    #[arg(long, value_name = "EVR")]
+    pub below: Option<String>,
+    /// Search every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Architecture of the OS images (default: the server's).
+    #[arg(long)]
+    pub arch: Option<String>,
+    /// Output format: the table, or with more columns.
+    #[arg(short, long, value_enum, default_value_t = TableOutput::Table)]
+    pub output: TableOutput,
 }
 
 /// `changelog <version>`.
@@ -229,6 +256,28 @@ mod tests {
     }
 
     #[test]
+    fn package_and_its_bounds() {
+        let Command::Package(args) = parse(&[
+            "package",
+            "xz",
+            "--at-least",
+            "5.6.0",
+            "--below",
+            "5.6.2",
+            "-A",
+        ])
+        .command
+        else {
+            panic!("not package")
+        };
+        assert_eq!(args.name, "xz");
+        assert_eq!(args.at_least.as_deref(), Some("5.6.0"));
+        assert_eq!(args.below.as_deref(), Some("5.6.2"));
+        assert!(args.all_namespaces);
+        assert_eq!(args.output, TableOutput::Table);
+    }
+
+    #[test]
     fn bad_input_is_refused() {
         for args in [
             &["changelog"][..],
@@ -238,6 +287,8 @@ mod tests {
             &["changelog", "--to", "v3"],
             &["changelog", "v2", "-o", "html"],
             &["versions", "-o", "json"],
+            &["package"],
+            &["package", "xz", "--at-least"],
             &["frobnicate"],
         ] {
             let mut argv = vec!["kubectl-elemental"];

@@ -20,7 +20,8 @@ use serde_json::Value;
 
 use crate::api::{Api, Error, Scope, Warnings};
 use crate::cli::{
-    ChangelogArgs, ChangelogOutput, Cli, Command, CveArgs, MachinesArgs, TableOutput, VersionsArgs,
+    ChangelogArgs, ChangelogOutput, Cli, Command, CveArgs, MachinesArgs, PackageArgs, TableOutput,
+    VersionsArgs,
 };
 
 #[tokio::main(flavor = "current_thread")]
@@ -61,6 +62,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
         Command::Cve(args) => cve(&api, &namespace, &args, &mut warnings).await?,
         Command::Machines(args) => machines(&api, &namespace, &args, &mut warnings).await?,
         Command::Versions(args) => versions(&api, &namespace, &args, &mut warnings).await?,
+        Command::Package(args) => package(&api, &namespace, &args, &mut warnings).await?,
     };
     let mut stdout = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth reporting.
@@ -218,6 +220,114 @@ async fn machines(
     print_table(answer, &scope, args.output, &none, warnings)
 }
 
+async fn package(
+    api: &Api,
+    namespace: &str,
+    args: &PackageArgs,
+    warnings: &mut Warnings,
+) -> Result<String, Error> {
+    let scope = scope(namespace, args.all_namespaces);
+    let params = [
+        ("package", Some(args.name.as_str())),
+        ("packageAtLeast", args.at_least.as_deref()),
+        ("packageBelow", args.below.as_deref()),
+        ("arch", args.arch.as_deref()),
+    ];
+    let what = match (&args.at_least, &args.below) {
+        (None, None) => args.name.clone(),
+        (low, high) => format!(
+            "{} in [{}, {})",
+            args.name,
+            low.as_deref().unwrap_or("any"),
+            high.as_deref().unwrap_or("any")
+        ),
+    };
+    let none = match &scope {
+        Scope::Namespace(ns) => format!("No ManagedOSVersion in namespace {ns} carries {what}."),
+        Scope::All => format!("No ManagedOSVersion in any namespace carries {what}."),
+    };
+    let mut out = summaries(api, &scope, &params, args.output, &none, warnings).await?;
+    // The machines, counted per version, then one by one. A user who may not list machines
+    // (or a cluster without the fleet view) gets the versions and a note on stderr.
+    match api.machines_table(&scope, &params).await {
+        Ok(answer) => {
+            warnings.print(&answer);
+            let table = answer.json::<printer::Table>("Table")?;
+            let options = printer::Options {
+                wide: args.output == TableOutput::Wide,
+                with_namespace: scope == Scope::All,
+            };
+            if table.rows.is_empty() {
+                out.push_str(&format!("\nNo machine runs {what}.\n"));
+            } else {
+                out.push_str(&format!(
+                    "\nMachines running {what} ({}), per version:\n",
+                    table.rows.len()
+                ));
+                out.push_str(&printer::render(&per_version(&table), options));
+                out.push('\n');
+                out.push_str(&printer::render(&table, options));
+            }
+        }
+        Err(error) => eprintln!("Machines not listed: {error}"),
+    }
+    Ok(out)
+}
+
+/// The machines of a `?package=` machines Table counted per namespace, current version and
+/// package: a Table of CURRENT, PACKAGE and MACHINES, in the order each first appears.
+fn per_version(machines: &printer::Table) -> printer::Table {
+    let at = |name: &str| {
+        machines
+            .column_definitions
+            .iter()
+            .position(|c| c.name == name)
+    };
+    let (current, package) = (at("Current"), at("Package"));
+    let mut counts: Vec<((String, Value, Value), usize)> = Vec::new();
+    for row in &machines.rows {
+        let namespace = row
+            .object
+            .as_ref()
+            .and_then(|o| o.pointer("/metadata/namespace"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let cell = |i: Option<usize>| {
+            i.and_then(|i| row.cells.get(i))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let key = (namespace, cell(current), cell(package));
+        match counts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((key, 1)),
+        }
+    }
+    let column = |name: &str| printer::Column {
+        name: name.to_owned(),
+        priority: 0,
+    };
+    printer::Table {
+        column_definitions: vec![column("Current"), column("Package"), column("Machines")],
+        rows: counts
+            .into_iter()
+            .map(|((namespace, current, package), n)| printer::Row {
+                cells: vec![
+                    if current.is_null() {
+                        Value::from("<unknown>")
+                    } else {
+                        current
+                    },
+                    package,
+                    Value::from(n),
+                ],
+                object: Some(serde_json::json!({"metadata": {"namespace": namespace}})),
+            })
+            .collect(),
+    }
+}
+
 /// The summaries Table of `scope` with `params`, printed as kubectl prints
 /// it; `none` goes to stderr when it has no rows.
 async fn summaries(
@@ -286,6 +396,42 @@ mod tests {
         assert_eq!(exposed_rows(&mut table), 2);
         let names: Vec<_> = table.rows.iter().map(|r| r.cells[0].clone()).collect();
         assert_eq!(names, ["m-1", "m-4"]);
+    }
+
+    #[test]
+    fn machines_are_counted_per_version() {
+        let table: printer::Table = serde_json::from_value(serde_json::json!({
+            "kind": "Table",
+            "columnDefinitions": [
+                {"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0},
+                {"name": "Current", "type": "string", "format": "", "description": "", "priority": 0},
+                {"name": "Package", "type": "string", "format": "", "description": "", "priority": 0}
+            ],
+            "rows": [
+                {"cells": ["m-1", "1.1.0", "xz-5.6.0-1.1.x86_64"], "object": {"metadata": {"namespace": "a"}}},
+                {"cells": ["m-2", "1.2.0", "xz-5.6.1-1.1.x86_64"], "object": {"metadata": {"namespace": "a"}}},
+                {"cells": ["m-3", "1.1.0", "xz-5.6.0-1.1.x86_64"], "object": {"metadata": {"namespace": "a"}}},
+                {"cells": ["m-4", "1.1.0", "xz-5.6.0-1.1.x86_64"], "object": {"metadata": {"namespace": "b"}}},
+                {"cells": ["m-5", null, "xz (Unknown)"], "object": {"metadata": {"namespace": "b"}}}
+            ]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let counts = per_version(&table);
+        let printed = printer::render(
+            &counts,
+            printer::Options {
+                wide: false,
+                with_namespace: true,
+            },
+        );
+        assert_eq!(
+            printed,
+            "NAMESPACE   CURRENT     PACKAGE               MACHINES\n\
+             a           1.1.0       xz-5.6.0-1.1.x86_64   2\n\
+             a           1.2.0       xz-5.6.1-1.1.x86_64   1\n\
+             b           1.1.0       xz-5.6.0-1.1.x86_64   1\n\
+             b           <unknown>   xz (Unknown)          1\n"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ import type {
   ManagedOSVersionChangelog,
   ManagedOSVersionChangelogSummary,
   ManagedOSVersionChangelogSummaryList,
+  PackagePresence,
   Severity,
   Status,
 } from './types';
@@ -122,9 +123,21 @@ export interface ChangelogOptions {
   arch?: string;
 }
 
+/**
+ * `package`, `packageAtLeast`, `packageBelow`: a package name and a range of EVRs
+ * `[atLeast, below)` in RPM order (a bound without a release compares versions only).
+ */
+export interface PackageQuery {
+  name: string;
+  atLeast?: string;
+  below?: string;
+}
+
 /** Options of a summary list. */
 export interface SummaryOptions {
   cve?: string;
+  /** With each version's `package` block; with bounds, only the versions carrying it within them. */
+  package?: PackageQuery;
   labelSelector?: string;
   arch?: string;
 }
@@ -133,15 +146,52 @@ export interface SummaryOptions {
 export interface MachineListOptions {
   /** With each machine's exposure to this CVE (`cve`). */
   cve?: string;
+  /** With each machine's `package` block; with bounds, only the machines running it within them. */
+  package?: PackageQuery;
   /** Only the machine of this name (`fieldSelector=metadata.name=`), as `kubectl get NAME -w` watches one. */
   name?: string;
+}
+
+function packageQuery(query: PackageQuery | undefined): Record<string, string | undefined> {
+  return { package: query?.name, packageAtLeast: query?.atLeast, packageBelow: query?.below };
 }
 
 function machineQuery(options: MachineListOptions): Record<string, string | undefined> {
   return {
     fieldSelector: options.name ? `metadata.name=${options.name}` : undefined,
     cve: options.cve,
+    ...packageQuery(options.package),
   };
+}
+
+/** A package name as the server accepts it (as rpm names are; at most 128 characters). */
+export const PACKAGE_NAME_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}$/;
+
+/** An EVR bound as the server accepts it: `[EPOCH:]VERSION[-RELEASE]`. */
+export const EVR_PATTERN = /^(\d+:)?[A-Za-z0-9._+~^]+(-[A-Za-z0-9._+~^]+)?$/;
+
+/** A `package` block as the Table's PACKAGE column shows it: `name-evr.arch`, or `name (State)`. */
+export function packageText(block: PackagePresence | undefined): string {
+  if (!block) return '';
+  if (block.evr) {
+    const more = (block.installed?.length ?? 0) > 1 ? ` (+${block.installed!.length - 1})` : '';
+    return `${block.name}-${block.evr}${block.arch ? `.${block.arch}` : ''}${more}`;
+  }
+  return `${block.name} (${block.state ?? 'Unknown'})`;
+}
+
+/** Machines of a `?package=` list grouped by the version they run (`namespace/name`; `''`: unknown). */
+export function machinesByVersion(
+  machines: MachineInventoryChangelogSummary[],
+): Map<string, MachineInventoryChangelogSummary[]> {
+  const groups = new Map<string, MachineInventoryChangelogSummary[]>();
+  for (const machine of machines) {
+    const key = machine.current ? `${machine.metadata.namespace}/${machine.current.name}` : '';
+    const list = groups.get(key) ?? [];
+    list.push(machine);
+    groups.set(key, list);
+  }
+  return groups;
 }
 
 /** A CVE id as the server accepts it (any case). */
@@ -175,7 +225,12 @@ export class ChangelogApi {
     const scope = namespace ? `/namespaces/${seg(namespace)}` : '';
     return (
       `${this.prefix}${scope}/managedosversions` +
-      query({ cve: options.cve, labelSelector: options.labelSelector, arch: options.arch })
+      query({
+        cve: options.cve,
+        ...packageQuery(options.package),
+        labelSelector: options.labelSelector,
+        arch: options.arch,
+      })
     );
   }
 

@@ -4,6 +4,7 @@ export { default as ChangelogPanel } from './components/ChangelogPanel.vue';
 export { default as CveSearch } from './components/CveSearch.vue';
 export { default as LiveNotice } from './components/LiveNotice.vue';
 export { default as MachinePanel } from './components/MachinePanel.vue';
+export { default as PackageSearch } from './components/PackageSearch.vue';
 export { default as ProblemNotice } from './components/ProblemNotice.vue';
 export { default as SeverityBadge } from './components/SeverityBadge.vue';
 export * from './api';

@@ -119,6 +119,8 @@ export interface ManagedOSVersionChangelogSummary {
   summary?: ChangelogSummary;
   /** The state as Rancher's state badge shows it (read by Steve; the panels use `available` and `reason`). */
   status?: SummaryStatus;
+  /** With `?package=`: what the version carries of the package. */
+  package?: PackagePresence;
 }
 
 /** `status` of a summary: what Rancher's summarizer (Steve) reads for the state badge. */
@@ -130,6 +132,28 @@ export interface SummaryStatus {
     transitioning: boolean;
     message?: string;
   };
+}
+
+/** One package of the name asked for that a version carries. */
+export interface InstalledPackage {
+  evr: string;
+  arch: string;
+}
+
+/** Why a `package` block has no EVR. */
+export type PackageState = 'Absent' | 'NoPackageList' | 'Unknown';
+
+/** The `package` block of a `?package=` list: the package installed, or why there is none. */
+export interface PackagePresence {
+  name: string;
+  /** `[epoch:]version-release`: the highest installed, within the bounds asked for. */
+  evr?: string;
+  arch?: string;
+  /** Every package of the name installed, when there are several (architectures, kernels). */
+  installed?: InstalledPackage[];
+  state?: PackageState;
+  /** Why `Unknown`: the machine's reason. */
+  message?: string;
 }
 
 export interface ManagedOSVersionChangelogSummaryList {
@@ -210,6 +234,8 @@ export interface MachineInventoryChangelogSummary {
   cve?: MachineCve;
   /** The state as Rancher's state badge shows it (read by Steve; the panels use `state`). */
   status?: SummaryStatus;
+  /** With `?package=`: what the version the machine runs carries of the package. */
+  package?: PackagePresence;
 }
 
 export interface MachineInventoryChangelogSummaryList {

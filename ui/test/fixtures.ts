@@ -34,6 +34,13 @@ export const machine: MachineInventoryChangelogSummary = machineByName.items[0]!
 export const machineChangelog = load<ManagedOSVersionChangelog>('machine-changelog');
 /** Every machine with its exposure to the `cve` fixture's CVE. */
 export const machinesCve = load<MachineInventoryChangelogSummaryList>('machines-cve');
+/**
+ * `?package=xz` on every version and every machine (integration/tests/package.rs writes them):
+ * versions carrying xz at several EVRs, one without it, one without a package list; machines on
+ * each, and one whose version is unknown.
+ */
+export const packageVersions = load<ManagedOSVersionChangelogSummaryList>('package/versions');
+export const packageMachines = load<MachineInventoryChangelogSummaryList>('package/machines');
 
 /** Error answers by fixture name, with the HTTP status the server sent. */
 export const statuses = {
@@ -95,6 +102,8 @@ export function fixtureRoutes(path: string, query: URLSearchParams): ApiResponse
   }
   if (path === `${machines}/${machine.metadata.name}/changelog` && !query.get('to')) return ok(machineChangelog);
   if ((path === '/machineinventories' || path === machines) && query.get('cve')) return ok(machinesCve);
+  if (path === '/managedosversions' && query.get('package') === 'xz') return ok(packageVersions);
+  if (path === '/machineinventories' && query.get('package') === 'xz') return ok(packageMachines);
   return undefined;
 }
 

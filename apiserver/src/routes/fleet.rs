@@ -12,6 +12,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use elemental_changelog::package_index::PackageQuery;
 use elemental_changelog_apiservice::{
     API_VERSION, Arch, IMAGE_RESOURCE, MACHINE_RESOURCE, MACHINE_SUMMARY_LIST_KIND, content,
     content::Representation,
@@ -20,7 +21,7 @@ use elemental_changelog_apiservice::{
         MachineInventoryChangelogSummaryList, MachineReason,
     },
     status::{CauseReason, StatusCause, StatusError},
-    types::VersionRef,
+    types::{PackagePresence, PackageState, VersionRef},
 };
 use elemental_changelog_hub::{Item, Reader};
 
@@ -107,9 +108,15 @@ impl FleetView {
                     job: Job::Keep {
                         key,
                         render: Box::new(move || {
+                            let (this, arch) = (&this, &arch);
                             let exposure = params.cve.as_deref().map(|cve| {
                                 move |m: &MachineInventoryChangelogSummary| {
-                                    this.exposure(m, cve, &arch)
+                                    this.exposure(m, cve, arch)
+                                }
+                            });
+                            let package = params.package.as_ref().map(|query| {
+                                move |item: &Item<MachineInventoryChangelogSummary>| {
+                                    this.package(item, query, arch)
                                 }
                             });
                             kept_machines(
@@ -118,6 +125,7 @@ impl FleetView {
                                 &params,
                                 representation,
                                 exposure.as_ref().map(|f| f as &dyn Fn(&_) -> MachineCve),
+                                package.as_ref().map(|f| f as &MachinePackage<'_>),
                             )
                         }),
                     },
@@ -367,40 +375,118 @@ impl FleetView {
             fixed_in: Some(VersionRef { name, version }),
         }
     }
+
+    /// The `package` block of a kept machine answer: what the version it runs carries of
+    /// the package `query` names, in its channel's data for `arch` (`Unknown`, with the
+    /// machine's reason, when its version is unknown); `None` when `query`'s bounds leave the
+    /// machine out. Only the machine's resolution is read of its answer, and the package
+    /// comes from its version's entry of the channel's package index: nothing per machine.
+    pub fn package(
+        &self,
+        item: &Item<MachineInventoryChangelogSummary>,
+        query: &PackageQuery,
+        arch: &Arch,
+    ) -> Option<PackagePresence> {
+        let resolved: Resolved = serde_json::from_slice(&item.json()).ok()?;
+        self.package_of(item.namespace(), resolved, query, arch)
+    }
+
+    /// [`FleetView::package`] of a machine answer already parsed (a watch event's).
+    pub fn machine_package(
+        &self,
+        machine: &MachineInventoryChangelogSummary,
+        query: &PackageQuery,
+        arch: &Arch,
+    ) -> Option<PackagePresence> {
+        let resolved = Resolved {
+            current: machine.current.clone(),
+            reason: machine.reason,
+            message: machine.message.clone(),
+        };
+        self.package_of(&machine.metadata.namespace, resolved, query, arch)
+    }
+
+    fn package_of(
+        &self,
+        namespace: &str,
+        resolved: Resolved,
+        query: &PackageQuery,
+        arch: &Arch,
+    ) -> Option<PackagePresence> {
+        let Some(current) = resolved.current else {
+            if query.is_bounded() {
+                return None;
+            }
+            let mut block = PackagePresence::without(query.name(), PackageState::Unknown);
+            block.message = Some(match (resolved.reason, resolved.message) {
+                (Some(reason), Some(message)) => format!("{}: {message}", wire(&reason)),
+                (Some(reason), None) => wire(&reason),
+                (None, message) => message.unwrap_or_else(|| "not resolved".to_owned()),
+            });
+            return Some(block);
+        };
+        let snapshot = self.versions.snapshot(namespace, &current.channel, arch);
+        crate::objects::package(
+            snapshot.as_ref().map(|s| s.data.as_ref()),
+            &current.name,
+            query,
+        )
+    }
 }
+
+/// What [`FleetView::package`] reads of a machine's answer: its resolution.
+#[derive(serde::Deserialize)]
+struct Resolved {
+    current: Option<elemental_changelog_apiservice::fleet::ChannelVersion>,
+    reason: Option<MachineReason>,
+    message: Option<String>,
+}
+
+/// What `?package=` adds to a kept machine answer: its `package` block, or `None` when the
+/// bounds leave the machine out.
+type MachinePackage<'a> =
+    dyn Fn(&Item<MachineInventoryChangelogSummary>) -> Option<PackagePresence> + 'a;
 
 /// The kept machines of `namespace` (or all) that `params` select, as a list with the
 /// resourceVersion a watch may start from, ready to keep; with `exposure`, each with its
-/// exposure to the CVE asked. Written item by item (a Table row by row), compressed as it is
-/// written when large: no uncompressed copy of a large list is held.
+/// exposure to the CVE asked; with `package`, each with its `package` block, only those its
+/// bounds keep. Written item by item (a Table row by row), compressed as it is written when
+/// large: no uncompressed copy of a large list is held.
 fn kept_machines(
     hub: &Reader<MachineInventoryChangelogSummary>,
     namespace: Option<&str>,
     params: &ListParams,
     representation: Representation,
     exposure: Option<&dyn Fn(&MachineInventoryChangelogSummary) -> MachineCve>,
+    package: Option<&MachinePackage<'_>>,
 ) -> Result<Ready, StatusError> {
     let list = hub.list(namespace);
     let version = list.version;
-    let selected: Vec<_> = list.iter().filter(|i| selects_item(params, i)).collect();
+    let selected: Vec<_> = list
+        .iter()
+        .filter(|i| selects_item(params, i) && package.is_none_or(|f| f(i).is_some()))
+        .collect();
     let with_cve = |item: &Item<MachineInventoryChangelogSummary>| {
         let mut object = item.object();
         object.cve = exposure.map(|f| f(&object));
+        object.package = package.and_then(|f| f(item));
         object
     };
     let size = super::list::kept_bytes(&selected);
     let content_type = representation.content_type();
     let written = match representation {
         Representation::Json => Ready::written(size, content_type, |out| {
-            let each = |item: &Item<_>| serde_json::to_vec(&with_cve(item)).unwrap_or_default();
+            let each = |item: &Item<_>| match (exposure, package) {
+                (None, Some(package)) => with_package(item, package),
+                _ => serde_json::to_vec(&with_cve(item)).unwrap_or_default(),
+            };
             super::list::write_list(
                 out,
                 API_VERSION,
                 MACHINE_SUMMARY_LIST_KIND,
                 version,
                 &selected,
-                exposure
-                    .is_some()
+                (exposure.is_some() || package.is_some())
                     .then_some(&each as &dyn Fn(&Item<_>) -> Vec<u8>),
             )
         }),
@@ -416,6 +502,9 @@ fn kept_machines(
                 table_version,
                 include_object,
             );
+            if package.is_some() {
+                elemental_changelog_apiservice::table::add_package_column(&mut head, []);
+            }
             head.metadata.resource_version = version.text();
             let head = serde_json::to_vec(&head)?;
             // `{..,"rows":[]}`: the rows go between the brackets.
@@ -425,19 +514,48 @@ fn kept_machines(
                 if i > 0 {
                     out.write_all(b",")?;
                 }
-                let row = elemental_changelog_apiservice::fleet::table::row(
-                    &with_cve(item),
+                let object = with_cve(item);
+                let mut row = elemental_changelog_apiservice::fleet::table::row(
+                    &object,
                     true,
                     cve,
                     table_version,
                     include_object,
                 );
+                if package.is_some() {
+                    row.cells
+                        .push(elemental_changelog_apiservice::table::package_cell(
+                            object.package.as_ref(),
+                        ));
+                }
                 serde_json::to_writer(&mut *out, &row)?;
             }
             out.write_all(&head[open..])
         }),
     };
     written.map_err(|e| StatusError::internal(&e))
+}
+
+/// A kept machine answer with its `package` block: its JSON with the block added as its last
+/// field, as serializing the machine with it would write it (`package` is the last field), so
+/// the answer is not parsed and written again.
+fn with_package(
+    item: &Item<MachineInventoryChangelogSummary>,
+    package: &MachinePackage<'_>,
+) -> Vec<u8> {
+    let mut json = item.json();
+    let block = package(item);
+    let written = block.as_ref().and_then(|b| serde_json::to_vec(b).ok());
+    let (Some(written), Some(b'}')) = (written, json.last()) else {
+        let mut object = item.object();
+        object.package = block;
+        return serde_json::to_vec(&object).unwrap_or_default();
+    };
+    json.pop();
+    json.extend_from_slice(b",\"package\":");
+    json.extend_from_slice(&written);
+    json.push(b'}');
+    json
 }
 
 /// A job run off the async threads whose answer is made for this request.

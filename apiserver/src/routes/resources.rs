@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 
-use elemental_changelog::compute::QueryError;
+use elemental_changelog::{compute::QueryError, package_index::PackageQuery};
 use elemental_changelog_apiservice::{
     API_VERSION, Arch, RESOURCE, SUMMARY_LIST_KIND, content,
     content::{IncludeObject, Representation},
@@ -16,7 +16,7 @@ use elemental_changelog_apiservice::{
     table,
     types::{
         ManagedOSVersionChangelogSummary, ManagedOSVersionChangelogSummaryList, ObjectMeta,
-        UnavailableReason,
+        PackagePresence, UnavailableReason,
     },
 };
 use elemental_changelog_hub::{Item, Object, Reader, ResourceVersion};
@@ -79,6 +79,8 @@ pub enum AnswerKey {
         list: bool,
         /// `cve`, as asked.
         cve: Option<String>,
+        /// `package` and its bounds, as asked.
+        package: Option<Box<PackageQuery>>,
         /// Architecture.
         arch: Arch,
         /// SHA-256 of the versions matched.
@@ -100,6 +102,8 @@ pub enum AnswerKey {
         fields: FieldSelector,
         /// `cve`.
         cve: Option<String>,
+        /// `package` and its bounds.
+        package: Option<Box<PackageQuery>>,
         /// JSON or a Table.
         representation: Representation,
         /// The hub's last change.
@@ -128,6 +132,7 @@ impl AnswerKey {
             labels: params.labels.clone(),
             fields: params.fields.clone(),
             cve: params.cve.clone(),
+            package: params.package.clone(),
             representation,
             version,
             data,
@@ -146,14 +151,21 @@ impl AnswerKeyBytes for AnswerKey {
                     + text(&object.resource_version)
                     + text(from)
             }
-            Self::Summaries { cve, .. } => text(cve),
+            Self::Summaries { cve, package, .. } => text(cve) + package_bytes(package),
             Self::List {
                 namespace,
                 labels,
                 fields,
                 cve,
+                package,
                 ..
-            } => text(namespace) + labels.heap_bytes() + fields.heap_bytes() + text(cve),
+            } => {
+                text(namespace)
+                    + labels.heap_bytes()
+                    + fields.heap_bytes()
+                    + text(cve)
+                    + package_bytes(package)
+            }
         }
     }
 }
@@ -401,6 +413,19 @@ impl Resources {
         }
     }
 
+    /// The `package` block of ManagedOSVersion `namespace/name` (its data for `arch`), or
+    /// `None` when `query`'s bounds leave it out (what `?package=` selects).
+    pub fn package(
+        &self,
+        namespace: &str,
+        name: &str,
+        query: &PackageQuery,
+        arch: &Arch,
+    ) -> Option<PackagePresence> {
+        let version = self.stores.versions.get(namespace, name)?;
+        package_of(name, &self.data.lookup(&version, arch), query)
+    }
+
     /// The answers computed when their inputs change.
     pub fn projectors(&self) -> &Arc<Projectors> {
         &self.projectors
@@ -437,7 +462,13 @@ impl Resources {
                 }
                 // Not computed yet (created a moment ago): computed for this request.
                 let lookup = self.data.lookup(&version, &arch);
-                self.summaries_answering(vec![(version, lookup)], None, arch, representation, false)
+                self.summaries_answering(
+                    vec![(version, lookup)],
+                    (None, None),
+                    arch,
+                    representation,
+                    false,
+                )
             }
             Resource::List { namespace, params } => {
                 self.list_answering(namespace.as_deref(), params, accept)
@@ -484,7 +515,11 @@ impl Resources {
         params.fields.check_supported()?;
         let arch = self.arch(params.arch.as_ref())?.clone();
         let namespace = namespace.map(str::to_owned);
-        if let (None, Some(hub)) = (&params.cve, self.projectors.versions(&arch)) {
+        if let (None, None, Some(hub)) = (
+            &params.cve,
+            &params.package,
+            self.projectors.versions(&arch),
+        ) {
             let (hub, params) = (hub.clone(), params.clone());
             if let Representation::Table { .. } = representation {
                 // Made for each request: its ages change with the clock.
@@ -520,7 +555,13 @@ impl Resources {
             job: Job::Run(Box::new(move || {
                 let matched = resources.matching(namespace.as_deref(), &params, &arch);
                 resources
-                    .summaries_answering(matched, params.cve.clone(), arch, representation, true)?
+                    .summaries_answering(
+                        matched,
+                        (params.cve.clone(), params.package.clone()),
+                        arch,
+                        representation,
+                        true,
+                    )?
                     .run_here(&resources)
             })),
         }))
@@ -634,11 +675,12 @@ impl Resources {
     }
 
     /// How the summaries of `matched` are answered (with `cve`, only the versions fixing it,
-    /// first fix first). JSON is kept ready; a Table is made for each request.
+    /// first fix first; with `package`, each with what it carries of it). JSON is kept ready;
+    /// a Table is made for each request.
     fn summaries_answering(
         &self,
         matched: Matched,
-        cve: Option<String>,
+        (cve, package): (Option<String>, Option<Box<PackageQuery>>),
         arch: Arch,
         representation: Representation,
         list: bool,
@@ -648,8 +690,12 @@ impl Resources {
             return Ok(Answering::Render(Render {
                 cost,
                 job: Job::Run(Box::new(move || {
-                    let (body, content_type) =
-                        render_summaries(matched, cve.as_deref(), representation, list)?;
+                    let (body, content_type) = render_summaries(
+                        matched,
+                        (cve.as_deref(), package.as_deref()),
+                        representation,
+                        list,
+                    )?;
                     Ok(Answer::fresh(body, content_type))
                 })),
             }));
@@ -657,6 +703,7 @@ impl Resources {
         let key = AnswerKey::Summaries {
             list,
             cve: cve.clone(),
+            package: package.clone(),
             arch,
             fingerprint: fingerprint(&matched),
         };
@@ -668,8 +715,12 @@ impl Resources {
             job: Job::Keep {
                 key,
                 render: Box::new(move || {
-                    let (body, content_type) =
-                        render_summaries(matched, cve.as_deref(), representation, list)?;
+                    let (body, content_type) = render_summaries(
+                        matched,
+                        (cve.as_deref(), package.as_deref()),
+                        representation,
+                        list,
+                    )?;
                     Ok(Ready::answer(body, content_type))
                 }),
             },
@@ -839,11 +890,11 @@ fn fingerprint(matched: &Matched) -> [u8; 32] {
 /// Where a version stands: namespace, channel, index in the channel's order.
 type ChannelPosition = (Option<String>, Option<String>, usize);
 
-/// The summaries of `matched` (with `cve`, only the versions fixing it) in
-/// `representation`.
+/// The summaries of `matched` (with `cve`, only the versions fixing it; with `package`, each
+/// with what it carries of it, only those its bounds keep) in `representation`.
 fn render_summaries(
     matched: Matched,
-    cve: Option<&str>,
+    (cve, package): (Option<&str>, Option<&PackageQuery>),
     representation: Representation,
     list: bool,
 ) -> Result<(Vec<u8>, &'static str), StatusError> {
@@ -851,8 +902,40 @@ fn render_summaries(
         Some(cve) => fixing(matched, cve),
         None => matched,
     };
-    let items = matched.iter().map(|(v, l)| summary(v, l)).collect();
-    respond_summaries(representation, items, list, None)
+    let items = match package {
+        Some(query) => carrying(&matched, query),
+        None => matched.iter().map(|(v, l)| summary(v, l)).collect(),
+    };
+    respond_summaries(representation, items, list, None, package.is_some())
+}
+
+/// The summaries of `matched` with their `package` block, those `query`'s bounds keep.
+fn carrying(matched: &Matched, query: &PackageQuery) -> Vec<ManagedOSVersionChangelogSummary> {
+    matched
+        .iter()
+        .filter_map(|(version, lookup)| {
+            let package = package_of(&version.name_any(), lookup, query)?;
+            let mut item = summary(version, lookup);
+            item.package = Some(package);
+            Some(item)
+        })
+        .collect()
+}
+
+/// The `package` block of version `name` where its data stands (no data read: no list).
+fn package_of(name: &str, lookup: &Lookup, query: &PackageQuery) -> Option<PackagePresence> {
+    let data = match lookup {
+        Lookup::Found { snapshot, .. } => Some(snapshot.data.as_ref()),
+        Lookup::Unavailable { .. } => None,
+    };
+    objects::package(data, name, query)
+}
+
+/// Heap bytes of a kept answer's package query.
+fn package_bytes(package: &Option<Box<PackageQuery>>) -> usize {
+    package.as_ref().map_or(0, |q| {
+        q.name().len() + 2 * elemental_changelog::package_index::MAX_EVR_CHARS
+    })
 }
 
 /// One kept summary, as JSON or a Table.
@@ -870,7 +953,7 @@ fn kept_summary(
                 cost: Cost::Light,
                 job: Job::Run(Box::new(move || {
                     let (body, content_type) =
-                        respond_summaries(representation, vec![object], false, None)?;
+                        respond_summaries(representation, vec![object], false, None, false)?;
                     Ok(Answer::fresh(body, content_type))
                 })),
             })
@@ -915,7 +998,8 @@ fn summaries_table(
         .filter(|i| selects_item(params, i))
         .map(|i| i.object())
         .collect();
-    let (body, content_type) = respond_summaries(representation, objects, true, Some(version))?;
+    let (body, content_type) =
+        respond_summaries(representation, objects, true, Some(version), false)?;
     Ok(Answer::fresh(body, content_type))
 }
 
@@ -931,12 +1015,14 @@ pub fn selects_item<T: Object>(params: &ListParams, item: &Item<T>) -> bool {
         && (params.labels.is_empty() || params.labels.matches(&item.labels()))
 }
 
-/// The body and content type of summaries in `representation`.
+/// The body and content type of summaries in `representation` (`package_column`: a
+/// `?package=` list, whose Table has a PACKAGE column).
 fn respond_summaries(
     representation: Representation,
     items: Vec<ManagedOSVersionChangelogSummary>,
     list: bool,
     resource_version: Option<ResourceVersion>,
+    package_column: bool,
 ) -> Result<(Vec<u8>, &'static str), StatusError> {
     let content_type = representation.content_type();
     let body = match representation {
@@ -945,6 +1031,9 @@ fn respond_summaries(
             include_object,
         } => {
             let mut table = table::summaries_table_version(&items, true, version, include_object);
+            if package_column {
+                table::add_package_column(&mut table, items.iter().map(|i| i.package.as_ref()));
+            }
             if let Some(rv) = resource_version {
                 table.metadata.resource_version = rv.text();
             }

@@ -14,7 +14,7 @@ use elemental_changelog_apiservice::{
     content::{self, Representation},
     fleet::{MachineInventoryChangelogSummary, table::machines_table},
     status::StatusError,
-    table::summaries_table_version,
+    table::{add_package_column, summaries_table_version},
     types::ManagedOSVersionChangelogSummary,
 };
 use http::{HeaderValue, Response, StatusCode, header};
@@ -160,13 +160,22 @@ pub struct Kind<T> {
 /// What a watch adds to each object: a machine's exposure to the CVE asked (`?cve=`).
 pub type Transform<T> = Box<dyn Fn(T) -> T + Send + Sync>;
 
-/// What `?cve=` does to a watch.
+/// What `?cve=` (or `?package=`) does to a watch.
 pub enum CveWatch<T: Object> {
     /// Each machine carries its exposure to the CVE.
     Exposure(Transform<T>),
     /// Only the versions whose changelog fixes the CVE are seen (with the selectors'
     /// transitions: a version whose data comes to fix it is ADDED).
     Fixing(Visible<T>),
+    /// `?package=`: only the objects `visible` keeps are seen (with the selectors'
+    /// transitions: an object whose version comes into the bounds is ADDED, one that leaves
+    /// them DELETED), each as `transform` makes it (with its `package` block).
+    Package {
+        /// Which objects are seen.
+        visible: Visible<T>,
+        /// What each carries.
+        transform: Transform<T>,
+    },
 }
 
 /// Version summaries.
@@ -196,6 +205,9 @@ fn summary_row(
     };
     let mut table =
         summaries_table_version(std::slice::from_ref(item), true, version, include_object);
+    if item.package.is_some() {
+        add_package_column(&mut table, [item.package.as_ref()]);
+    }
     one_row(&mut table.column_definitions, first);
     table.metadata.resource_version = item.metadata.resource_version.clone().unwrap_or_default();
     serde_json::to_vec(&table).unwrap_or_default()
@@ -221,6 +233,9 @@ fn machine_row(
         version,
         include_object,
     );
+    if item.package.is_some() {
+        add_package_column(&mut table, [item.package.as_ref()]);
+    }
     one_row(&mut table.column_definitions, first);
     table.metadata.resource_version = item.metadata.resource_version.clone().unwrap_or_default();
     serde_json::to_vec(&table).unwrap_or_default()
@@ -265,6 +280,7 @@ pub fn watch<T: Object>(
         None => (None, None),
         Some(CveWatch::Exposure(transform)) => (Some(transform), None),
         Some(CveWatch::Fixing(fixing)) => (None, Some(fixing)),
+        Some(CveWatch::Package { visible, transform }) => (Some(transform), Some(visible)),
     };
     let representation = content::negotiate(accept, params.include_object)?;
     params.fields.check_supported()?;
@@ -290,7 +306,7 @@ pub fn watch<T: Object>(
         || matches!(representation, Representation::Table { .. });
     let selection = params.clone();
     let table = kind.table;
-    let cve = transform.is_some();
+    let cve = params.cve.is_some();
     let encoding = match (representation, transform) {
         (Representation::Json, None) => Encoding::Json,
         (Representation::Json, Some(transform)) => {

@@ -5,9 +5,10 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ALLOW_WATCH_BOOKMARKS, ARCH, CHANGELOG_TYPES, FORMAT, INCLUDE_OBJECT, JSON_TYPES, META,
-    NAMESPACE, Operation, PREFIX, Param, RESOURCE_VERSION, RESOURCE_VERSION_MATCH,
-    SEND_INITIAL_EVENTS, Scalar, Spec, TIMEOUT_SECONDS, WATCH, array_of, described_ref,
-    enum_values, enumeration, gvk, integer, kind_fields, object, string,
+    NAMESPACE, Operation, PACKAGE, PACKAGE_AT_LEAST, PACKAGE_BELOW, PREFIX, Param,
+    RESOURCE_VERSION, RESOURCE_VERSION_MATCH, SEND_INITIAL_EVENTS, Scalar, Spec, TIMEOUT_SECONDS,
+    WATCH, array_of, described_ref, enum_values, enumeration, gvk, integer, kind_fields, object,
+    string,
 };
 use crate::fleet::{
     CveState, MachineReason, MachineState, PlanTargetReason, SelectionReason, TargetReason,
@@ -123,7 +124,8 @@ pub(super) fn schemas(spec: Spec, m: &mut Map<String, Value>) {
             "message": string("Human-readable detail for reason."),
             "summary": described_ref(spec, &p("ChangelogSummary"), "Counts of the changelog from current to target, when there is one."),
             "cve": described_ref(spec, &p("MachineCve"), "Exposure to the CVE asked for with ?cve=."),
-            "status": described_ref(spec, &p("SummaryStatus"), "state, reason and message as Rancher's state badge shows them.")
+            "status": described_ref(spec, &p("SummaryStatus"), "state, reason and message as Rancher's state badge shows them."),
+            "package": described_ref(spec, &p("PackagePresence"), "What the version the machine runs carries of the package asked for with ?package=.")
         }),
     );
     machine["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, MACHINE_SUMMARY_KIND);
@@ -263,6 +265,9 @@ const MACHINE_LIST_PARAMS: &[Param] = &[
     MACHINE_LABEL_SELECTOR,
     MACHINE_FIELD_SELECTOR,
     MACHINE_CVE,
+    PACKAGE,
+    PACKAGE_AT_LEAST,
+    PACKAGE_BELOW,
     ARCH,
     INCLUDE_OBJECT,
     WATCH,

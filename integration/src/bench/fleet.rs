@@ -126,6 +126,11 @@ pub struct FleetResults {
     pub uncached_ms: Vec<f64>,
     /// See `uncached_ms`.
     pub cached_ms: Vec<f64>,
+    /// Uncached and cached times of a `?package=` list of the same machines (a bounded one that
+    /// keeps nearly all of them, as `?cve=` lists all), directly, milliseconds.
+    pub package_uncached_ms: Vec<f64>,
+    /// See `package_uncached_ms`.
+    pub package_cached_ms: Vec<f64>,
     /// The server's RSS before and after the machines were created (and resolved once).
     pub rss: (Rss, Rss),
     /// The server's RSS at the end of the phase (lists, watches and the poller served).
@@ -339,8 +344,19 @@ pub async fn run(
         });
     }
     // An uncached `?cve=` list of 50,000 machines takes seconds: 3 samples.
+    let samples = if settings.quick { SAMPLES } else { 3 };
     (results.uncached_ms, results.cached_ms) =
-        cached_vs_uncached(bed, &direct_list, if settings.quick { SAMPLES } else { 3 }).await?;
+        cached_vs_uncached(bed, &direct_list, samples, |n| {
+            format!("cve=CVE-2099-{n:05}")
+        })
+        .await?;
+    // `bash` climbs 1.0.0, 1.1.0, … in the generated channels: below 1.100 is every machine
+    // on a resolved version, each sample a new bound (a new answer).
+    (results.package_uncached_ms, results.package_cached_ms) =
+        cached_vs_uncached(bed, &direct_list, samples, |n| {
+            format!("package=bash&packageBelow=1.{}", 100 + n)
+        })
+        .await?;
     results.follow = follow(bed, &models).await?;
     let changes = if settings.quick { 5 } else { 20 };
     (results.watch, results.watch_profile) =
@@ -616,19 +632,21 @@ async fn create_configmaps(bed: &TestBed, count: usize, data: &str) -> Result<()
         .await
 }
 
-/// The same `?cve=` list three times, directly as admin: the first renders it (every machine
-/// resolved, its exposure computed); the cache's admission (quick_cache keeps a new entry in a
-/// small "cold" part, and a full cache may drop it at once; asked again, it is kept) may make
-/// the second render again; the third is the kept answer. Milliseconds: first, and third.
+/// The same list (`?cve=`, or `?package=`: `query(n)` for sample `n`) three times, directly as
+/// admin: the first renders it (every machine's exposure or package computed); the cache's
+/// admission (quick_cache keeps a new entry in a small "cold" part, and a full cache may drop
+/// it at once; asked again, it is kept) may make the second render again; the third is the
+/// kept answer. Milliseconds: first, and third.
 async fn cached_vs_uncached(
     bed: &TestBed,
     list: &str,
     samples: usize,
+    query: impl Fn(usize) -> String,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let http = bed.server_streaming_http(Some(&bed.pki().admin))?;
     let (mut uncached, mut cached) = (Vec::new(), Vec::new());
     for n in 0..samples {
-        let url = format!("{list}?cve=CVE-2099-{n:05}");
+        let url = format!("{list}?{}", query(n));
         let mut times = Vec::new();
         for _ in 0..3 {
             let started = Instant::now();
@@ -641,7 +659,7 @@ async fn cached_vs_uncached(
             response.bytes().await?;
             times.push(started.elapsed().as_secs_f64() * 1000.0);
         }
-        eprintln!("bench: ?cve= list: {times:.1?} ms");
+        eprintln!("bench: ?{} list: {times:.1?} ms", query(n));
         uncached.push(times[0]);
         cached.push(times[2]);
     }

@@ -847,6 +847,60 @@ fn cve_search_lists_the_fixing_versions_oldest_first() {
 }
 
 #[test]
+fn package_lists_carry_a_block_and_bounds_keep_only_carriers() {
+    let w = World::new();
+    // No image of this world carries package lists: every version says so, whether its data
+    // was read or not.
+    let all = w.list_names(None, "");
+    let body = json_body(
+        w.list(None, None, "package=xz")
+            .unwrap_or_else(|e| panic!("{e:?}")),
+    );
+    assert_eq!(items(&body).len(), all.len());
+    for item in items(&body) {
+        assert_eq!(
+            item["package"],
+            serde_json::json!({"name": "xz", "state": "NoPackageList"}),
+            "{item}"
+        );
+    }
+    // Without ?package=, no block.
+    let plain = json_body(w.list(None, None, "").unwrap_or_else(|e| panic!("{e:?}")));
+    assert!(items(&plain).iter().all(|i| i.get("package").is_none()));
+    // Bounds keep only the versions carrying the package within them: none here.
+    assert_eq!(
+        w.list_names(None, "package=xz&packageAtLeast=5.6.0&packageBelow=5.6.2"),
+        Vec::<String>::new()
+    );
+    // The Table has its Package column, also when empty.
+    for query in ["package=xz", "package=xz&packageBelow=5.6.2"] {
+        let table = json_body(
+            w.list(Some(NS), Some(content::TABLE_V1), query)
+                .unwrap_or_else(|e| panic!("{e:?}")),
+        );
+        let columns = table["columnDefinitions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            columns.last().map(|c| c["name"].clone()),
+            Some("Package".into())
+        );
+        for row in table["rows"].as_array().cloned().unwrap_or_default() {
+            assert_eq!(row["cells"][columns.len() - 1], "xz (NoPackageList)");
+        }
+    }
+    // Refusals name the parameter.
+    for query in [
+        "package=x%20y",
+        "packageBelow=1",
+        "package=xz&packageAtLeast=2&packageBelow=1",
+    ] {
+        assert_eq!(error(w.list(None, None, query)).code(), 400, "{query}");
+    }
+}
+
+#[test]
 fn tenants_with_the_same_names_never_mix() {
     let w = World::new();
     let ours = w.changelog_json(NS, NEWEST, "");
