@@ -111,164 +111,9 @@ fn kind_fields(kind: &str) -> (Value, Value) {
 
 /// All schemas, keyed by name.
 fn schemas(spec: Spec) -> Map<String, Value> {
-    let severity = enumeration(
-        enum_values(&[
-            Severity::Unspecified,
-            Severity::Low,
-            Severity::Moderate,
-            Severity::Important,
-            Severity::Critical,
-        ]),
-        "Severity, from lowest to highest.",
-    );
     let p = |n: &str| format!("{PREFIX}{n}");
     let mut m = Map::new();
-    m.insert(
-        p("ChannelRef"),
-        object(
-            "The channel a version belongs to and the image its data came from.",
-            &["name"],
-            json!({
-                "name": string("Name of the ManagedOSVersionChannel."),
-                "image": string("Image reference named by the channel (spec.options.image)."),
-                "digest": string("Manifest digest of the image the data was read from."),
-                "retained": {"type": "boolean", "description": "True when the data was kept from an earlier image of the channel that listed this version."}
-            }),
-        ),
-    );
-    m.insert(
-        p("VersionRef"),
-        object(
-            "A version of a channel.",
-            &["name", "version"],
-            json!({
-                "name": string("ManagedOSVersion name."),
-                "version": string("OS version (spec.version).")
-            }),
-        ),
-    );
-    m.insert(
-        p("Reference"),
-        object(
-            "A reference of an advisory.",
-            &[],
-            json!({
-                "id": string("Reference id (bug number, CVE id)."),
-                "type": string("Kind of reference (bugzilla, cve, ...)."),
-                "href": string("Link."),
-                "title": string("Title.")
-            }),
-        ),
-    );
-    m.insert(
-        p("AdvisoryPackage"),
-        object(
-            "A package an advisory ships.",
-            &["name", "version", "release", "arch"],
-            json!({
-                "name": string("Package name."),
-                "epoch": string("Epoch, when not 0."),
-                "version": string("Version."),
-                "release": string("Release."),
-                "arch": string("Architecture.")
-            }),
-        ),
-    );
-    m.insert(
-        p("Advisory"),
-        object(
-            "One advisory (patch) in a changelog.",
-            &["id", "type", "severity", "title"],
-            json!({
-                "id": string("Advisory id."),
-                "type": string("security, recommended, feature, optional, ..."),
-                "severity": severity.clone(),
-                "title": string("Title."),
-                "issued": date_time("Issue time."),
-                "cves": strings("CVE ids fixed."),
-                "bugs": strings("Bug ids fixed."),
-                "references": array_of(spec, &p("Reference"), "All references as published."),
-                "description": string("Description."),
-                "packages": array_of(spec, &p("AdvisoryPackage"), "Packages shipped.")
-            }),
-        ),
-    );
-    m.insert(
-        p("PackageChange"),
-        object(
-            "A package whose version changed.",
-            &["name", "arch"],
-            json!({
-                "name": string("Package name."),
-                "arch": string("Architecture."),
-                "from": string("EVR in the older version; absent when added."),
-                "to": string("EVR in the newer version; absent when removed.")
-            }),
-        ),
-    );
-    m.insert(
-        p("PackageChanges"),
-        object(
-            "Package differences between two OS versions.",
-            &[],
-            json!({
-                "upgraded": array_of(spec, &p("PackageChange"), "Packages at a higher EVR."),
-                "downgraded": array_of(spec, &p("PackageChange"), "Packages at a lower EVR."),
-                "added": array_of(spec, &p("PackageChange"), "Packages only in the newer version."),
-                "removed": array_of(spec, &p("PackageChange"), "Packages only in the older version.")
-            }),
-        ),
-    );
-    m.insert(
-        p("ChangelogSummary"),
-        object(
-            "Counts that describe a changelog at a glance.",
-            &["advisories", "cves", "highestSeverity"],
-            json!({
-                "advisories": integer("Number of advisories."),
-                "byType": {"type": "object", "additionalProperties": {"type": "integer", "format": "int64", "default": 0},
-                           "description": "Advisories by type."},
-                "cves": integer("Distinct CVEs fixed."),
-                "highestSeverity": severity,
-                "packagesUpgraded": integer("Packages upgraded, when package lists exist."),
-                "packagesDowngraded": integer("Packages downgraded, when package lists exist."),
-                "packagesAdded": integer("Packages added, when package lists exist."),
-                "packagesRemoved": integer("Packages removed, when package lists exist.")
-            }),
-        ),
-    );
-
-    let (api_version, kind) = kind_fields(CHANGELOG_KIND);
-    let mut changelog = object(
-        "What changed in a ManagedOSVersion, compared with an older version of the same channel.",
-        &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "channel",
-            "version",
-            "arch",
-            "source",
-            "summary",
-            "advisories",
-        ],
-        json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "metadata": described_ref(spec, &format!("{META}ObjectMeta"), "Standard object metadata: that of the ManagedOSVersion this changelog is for."),
-            "channel": described_ref(spec, &p("ChannelRef"), "Its channel and the image the data came from."),
-            "version": string("spec.version of the ManagedOSVersion."),
-            "from": described_ref(spec, &p("VersionRef"), "The older version compared against; absent for the oldest version."),
-            "arch": string("Architecture the data describes."),
-            "source": enumeration(enum_values(&[Source::Precomputed, Source::Computed]), "Where the advisories came from."),
-            "summary": described_ref(spec, &p("ChangelogSummary"), "Counts."),
-            "advisories": array_of(spec, &p("Advisory"), "Advisories, newest first."),
-            "packages": described_ref(spec, &p("PackageChanges"), "Package differences, when package lists exist."),
-            "warnings": strings("Remarks about the data for the reader.")
-        }),
-    );
-    changelog["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, CHANGELOG_KIND);
-    m.insert(p(CHANGELOG_KIND), changelog);
+    changelog_schemas(spec, &mut m);
 
     let (api_version, kind) = kind_fields(SUMMARY_KIND);
     let mut summary = object(
@@ -321,6 +166,191 @@ fn schemas(spec: Spec) -> Map<String, Value> {
     fleet::schemas(spec, &mut m);
     meta_schemas(spec, &mut m);
     m
+}
+
+/// `ManagedOSVersionChangelog` and what it is made of: the references of its channel and
+/// version, its advisories, its package changes and its counts (which a summary shows too).
+fn changelog_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
+    reference_schemas(m);
+    advisory_schemas(spec, m);
+    package_change_schemas(spec, m);
+    m.insert(
+        p("ChangelogSummary"),
+        object(
+            "Counts that describe a changelog at a glance.",
+            &["advisories", "cves", "highestSeverity"],
+            json!({
+                "advisories": integer("Number of advisories."),
+                "byType": {"type": "object", "additionalProperties": {"type": "integer", "format": "int64", "default": 0},
+                           "description": "Advisories by type."},
+                "cves": integer("Distinct CVEs fixed."),
+                "highestSeverity": severity(),
+                "packagesUpgraded": integer("Packages upgraded, when package lists exist."),
+                "packagesDowngraded": integer("Packages downgraded, when package lists exist."),
+                "packagesAdded": integer("Packages added, when package lists exist."),
+                "packagesRemoved": integer("Packages removed, when package lists exist.")
+            }),
+        ),
+    );
+
+    let (api_version, kind) = kind_fields(CHANGELOG_KIND);
+    let mut changelog = object(
+        "What changed in a ManagedOSVersion, compared with an older version of the same channel.",
+        &[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "channel",
+            "version",
+            "arch",
+            "source",
+            "summary",
+            "advisories",
+        ],
+        json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": described_ref(spec, &format!("{META}ObjectMeta"), "Standard object metadata: that of the ManagedOSVersion this changelog is for."),
+            "channel": described_ref(spec, &p("ChannelRef"), "Its channel and the image the data came from."),
+            "version": string("spec.version of the ManagedOSVersion."),
+            "from": described_ref(spec, &p("VersionRef"), "The older version compared against; absent for the oldest version."),
+            "arch": string("Architecture the data describes."),
+            "source": enumeration(enum_values(&[Source::Precomputed, Source::Computed]), "Where the advisories came from."),
+            "summary": described_ref(spec, &p("ChangelogSummary"), "Counts."),
+            "advisories": array_of(spec, &p("Advisory"), "Advisories, newest first."),
+            "packages": described_ref(spec, &p("PackageChanges"), "Package differences, when package lists exist."),
+            "warnings": strings("Remarks about the data for the reader.")
+        }),
+    );
+    changelog["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, CHANGELOG_KIND);
+    m.insert(p(CHANGELOG_KIND), changelog);
+}
+
+/// The references to a channel and to a version that changelogs, summaries and the fleet
+/// view's answers carry.
+fn reference_schemas(m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
+    m.insert(
+        p("ChannelRef"),
+        object(
+            "The channel a version belongs to and the image its data came from.",
+            &["name"],
+            json!({
+                "name": string("Name of the ManagedOSVersionChannel."),
+                "image": string("Image reference named by the channel (spec.options.image)."),
+                "digest": string("Manifest digest of the image the data was read from."),
+                "retained": {"type": "boolean", "description": "True when the data was kept from an earlier image of the channel that listed this version."}
+            }),
+        ),
+    );
+    m.insert(
+        p("VersionRef"),
+        object(
+            "A version of a channel.",
+            &["name", "version"],
+            json!({
+                "name": string("ManagedOSVersion name."),
+                "version": string("OS version (spec.version).")
+            }),
+        ),
+    );
+}
+
+/// An advisory, its references and the packages it ships.
+fn advisory_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
+    m.insert(
+        p("Reference"),
+        object(
+            "A reference of an advisory.",
+            &[],
+            json!({
+                "id": string("Reference id (bug number, CVE id)."),
+                "type": string("Kind of reference (bugzilla, cve, ...)."),
+                "href": string("Link."),
+                "title": string("Title.")
+            }),
+        ),
+    );
+    m.insert(
+        p("AdvisoryPackage"),
+        object(
+            "A package an advisory ships.",
+            &["name", "version", "release", "arch"],
+            json!({
+                "name": string("Package name."),
+                "epoch": string("Epoch, when not 0."),
+                "version": string("Version."),
+                "release": string("Release."),
+                "arch": string("Architecture.")
+            }),
+        ),
+    );
+    m.insert(
+        p("Advisory"),
+        object(
+            "One advisory (patch) in a changelog.",
+            &["id", "type", "severity", "title"],
+            json!({
+                "id": string("Advisory id."),
+                "type": string("security, recommended, feature, optional, ..."),
+                "severity": severity(),
+                "title": string("Title."),
+                "issued": date_time("Issue time."),
+                "cves": strings("CVE ids fixed."),
+                "bugs": strings("Bug ids fixed."),
+                "references": array_of(spec, &p("Reference"), "All references as published."),
+                "description": string("Description."),
+                "packages": array_of(spec, &p("AdvisoryPackage"), "Packages shipped.")
+            }),
+        ),
+    );
+}
+
+/// The package differences between two OS versions.
+fn package_change_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
+    m.insert(
+        p("PackageChange"),
+        object(
+            "A package whose version changed.",
+            &["name", "arch"],
+            json!({
+                "name": string("Package name."),
+                "arch": string("Architecture."),
+                "from": string("EVR in the older version; absent when added."),
+                "to": string("EVR in the newer version; absent when removed.")
+            }),
+        ),
+    );
+    m.insert(
+        p("PackageChanges"),
+        object(
+            "Package differences between two OS versions.",
+            &[],
+            json!({
+                "upgraded": array_of(spec, &p("PackageChange"), "Packages at a higher EVR."),
+                "downgraded": array_of(spec, &p("PackageChange"), "Packages at a lower EVR."),
+                "added": array_of(spec, &p("PackageChange"), "Packages only in the newer version."),
+                "removed": array_of(spec, &p("PackageChange"), "Packages only in the older version.")
+            }),
+        ),
+    );
+}
+
+/// An advisory's severity, as the changelog and its counts name it.
+fn severity() -> Value {
+    enumeration(
+        enum_values(&[
+            Severity::Unspecified,
+            Severity::Low,
+            Severity::Moderate,
+            Severity::Important,
+            Severity::Critical,
+        ]),
+        "Severity, from lowest to highest.",
+    )
 }
 
 /// The apimachinery schemas referenced, as k8s.io/apimachinery defines them.

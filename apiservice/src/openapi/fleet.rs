@@ -45,8 +45,53 @@ fn machine_reason(description: &str) -> Value {
     )
 }
 
-/// Adds the fleet view's schemas to `m`.
+/// Adds the fleet view's schemas to `m`: the machine kinds, and the plan's
+/// ([`plan_schemas`]).
 pub(super) fn schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
+    machine_part_schemas(spec, m);
+
+    let (api_version, kind) = kind_fields(MACHINE_SUMMARY_KIND);
+    let mut machine = object(
+        "A registered machine (MachineInventory): the version it runs, the version it would be upgraded to, and what is pending between them.",
+        &["apiVersion", "kind", "metadata", "os", "state"],
+        json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": described_ref(spec, &format!("{META}ObjectMeta"), "Standard object metadata: that of the MachineInventory."),
+            "os": described_ref(spec, &p("ReportedOs"), "What the machine reported about its OS."),
+            "current": described_ref(spec, &p("ChannelVersion"), "The ManagedOSVersion the machine runs, when resolved."),
+            "target": described_ref(spec, &p("MachineTarget"), "The version the machine would be upgraded to, when resolved."),
+            "state": machine_state(),
+            "reason": machine_reason("Why the machine is in its state, when that needs explaining."),
+            "message": string("Human-readable detail for reason."),
+            "summary": described_ref(spec, &p("ChangelogSummary"), "Counts of the changelog from current to target, when there is one."),
+            "cve": described_ref(spec, &p("MachineCve"), "Exposure to the CVE asked for with ?cve=.")
+        }),
+    );
+    machine["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, MACHINE_SUMMARY_KIND);
+    m.insert(p(MACHINE_SUMMARY_KIND), machine);
+
+    let (api_version, kind) = kind_fields(MACHINE_SUMMARY_LIST_KIND);
+    let mut list = object(
+        "A list of MachineInventoryChangelogSummary.",
+        &["apiVersion", "kind", "metadata", "items"],
+        json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": described_ref(spec, &format!("{META}ListMeta"), "Standard list metadata."),
+            "items": array_of(spec, &p(MACHINE_SUMMARY_KIND), "Items, sorted by namespace then name.")
+        }),
+    );
+    list["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, MACHINE_SUMMARY_LIST_KIND);
+    m.insert(p(MACHINE_SUMMARY_LIST_KIND), list);
+
+    plan_schemas(spec, m);
+}
+
+/// What a machine's answer is made of: its current version, its target, the OS it reported
+/// and its exposure to a CVE.
+fn machine_part_schemas(spec: Spec, m: &mut Map<String, Value>) {
     let p = |n: &str| format!("{PREFIX}{n}");
     m.insert(
         p("ChannelVersion"),
@@ -106,42 +151,13 @@ pub(super) fn schemas(spec: Spec, m: &mut Map<String, Value>) {
             }),
         ),
     );
+}
 
-    let (api_version, kind) = kind_fields(MACHINE_SUMMARY_KIND);
-    let mut machine = object(
-        "A registered machine (MachineInventory): the version it runs, the version it would be upgraded to, and what is pending between them.",
-        &["apiVersion", "kind", "metadata", "os", "state"],
-        json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "metadata": described_ref(spec, &format!("{META}ObjectMeta"), "Standard object metadata: that of the MachineInventory."),
-            "os": described_ref(spec, &p("ReportedOs"), "What the machine reported about its OS."),
-            "current": described_ref(spec, &p("ChannelVersion"), "The ManagedOSVersion the machine runs, when resolved."),
-            "target": described_ref(spec, &p("MachineTarget"), "The version the machine would be upgraded to, when resolved."),
-            "state": machine_state(),
-            "reason": machine_reason("Why the machine is in its state, when that needs explaining."),
-            "message": string("Human-readable detail for reason."),
-            "summary": described_ref(spec, &p("ChangelogSummary"), "Counts of the changelog from current to target, when there is one."),
-            "cve": described_ref(spec, &p("MachineCve"), "Exposure to the CVE asked for with ?cve=.")
-        }),
-    );
-    machine["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, MACHINE_SUMMARY_KIND);
-    m.insert(p(MACHINE_SUMMARY_KIND), machine);
-
-    let (api_version, kind) = kind_fields(MACHINE_SUMMARY_LIST_KIND);
-    let mut list = object(
-        "A list of MachineInventoryChangelogSummary.",
-        &["apiVersion", "kind", "metadata", "items"],
-        json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "metadata": described_ref(spec, &format!("{META}ListMeta"), "Standard list metadata."),
-            "items": array_of(spec, &p(MACHINE_SUMMARY_KIND), "Items, sorted by namespace then name.")
-        }),
-    );
-    list["x-kubernetes-group-version-kind"] = gvk(GROUP, VERSION, MACHINE_SUMMARY_LIST_KIND);
-    m.insert(p(MACHINE_SUMMARY_LIST_KIND), list);
-
+/// `ManagedOSImageChangelog`, a ManagedOSImage's upgrade plan, and what it is made of: the
+/// groups of machines by the version they run, the machines left out, the cluster targets
+/// that cannot be evaluated.
+fn plan_schemas(spec: Spec, m: &mut Map<String, Value>) {
+    let p = |n: &str| format!("{PREFIX}{n}");
     m.insert(
         p("PlanGroup"),
         object(
