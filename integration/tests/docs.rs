@@ -31,10 +31,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog::updateinfo;
 use elemental_changelog_apiserver::{request, server};
-use elemental_changelog_hub::Expired;
 use elemental_changelog_apiservice::discovery;
 use elemental_changelog_apiservice::status::{Denied, Reason, StatusError};
 use elemental_changelog_apiservice::types::UnavailableReason;
+use elemental_changelog_hub::Expired;
 use elemental_changelog_integration::markdown::{
     Document, Flag, Row, code_spans, help_flags, leading_code,
 };
