@@ -41,6 +41,7 @@ pub mod history;
 mod images;
 mod kept;
 pub mod metrics;
+mod progress;
 mod publish;
 mod reconcile;
 mod retained;

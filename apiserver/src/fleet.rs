@@ -11,6 +11,7 @@
 //! `Unknown` with a reason, never a guess. See `docs/api.md` (The fleet view)
 //! for the rules and `docs/fleet-research.md` for where they come from.
 
+pub mod caps;
 pub mod crd;
 pub mod labels;
 pub mod metrics;

@@ -114,6 +114,31 @@ impl fmt::Debug for Fetched {
     }
 }
 
+/// A pull's reservation once its working set is done with: resized to what parsing the
+/// kept `files` takes ([`PullMemory::parse`]), grown (refused past the budget) or shrunk.
+fn parse_reservation(
+    mut memory: Reservation,
+    files: &[(String, Vec<u8>)],
+    pull_memory: PullMemory,
+) -> Result<Arc<PulledMemory>, FetchError> {
+    let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
+    let parse = pull_memory.parse(kept);
+    if parse.total > memory.bytes() {
+        memory
+            .try_grow(parse.total - memory.bytes())
+            .map_err(FetchError::Budget)?;
+    } else {
+        memory.shrink_to(parse.total);
+    }
+    Ok(Arc::new(PulledMemory {
+        _reservation: memory,
+        allowance: ParseAllowance {
+            updateinfo_bytes: parse.updateinfo_bytes,
+            parse_bytes: parse.parse_bytes,
+        },
+    }))
+}
+
 /// The part of the memory budget a pulled image holds until its files are
 /// parsed (drop it then): the files, what parsing them takes, and the
 /// `updateinfo.xml` allowance ([`PullMemory::parse`]).
@@ -349,6 +374,8 @@ impl Inner {
         }
     }
 
+    /// Pulls the image `resolved` names for `arch`: its manifest, then its layers within
+    /// the memory budget, keeping the part of the budget its files' parse will take.
     async fn pull_image(
         &self,
         resolved: &Resolved,
@@ -365,30 +392,9 @@ impl Inner {
             .map_err(FetchError::Budget)?;
         let by_digest = resolved.by_digest();
         let by_digest = by_digest.reference();
-        let (manifest, platform) = match self.pull_manifest(by_digest, pull_for).await? {
-            OciManifest::Image(manifest) => (manifest, None),
-            OciManifest::ImageIndex(index) => {
-                let entry = platform::select(&index, arch).ok_or_else(|| {
-                    FetchError::NoMatchingPlatform {
-                        arch: arch.to_owned(),
-                        available: platform::available(&index),
-                    }
-                })?;
-                let chosen = resolved
-                    .image
-                    .reference()
-                    .clone_with_digest(entry.digest.clone());
-                match self.pull_manifest(&chosen, pull_for).await? {
-                    OciManifest::Image(manifest) => (manifest, Some(platform::describe(entry))),
-                    OciManifest::ImageIndex(_) => {
-                        return Err(FetchError::Manifest {
-                            digest: entry.digest.clone(),
-                            source: ManifestError::NestedIndex,
-                        });
-                    }
-                }
-            }
-        };
+        let (manifest, platform) = self
+            .image_manifest(resolved, by_digest, arch, pull_for)
+            .await?;
         tracing::debug!(
             digest = %resolved.digest,
             ?platform,
@@ -400,28 +406,9 @@ impl Inner {
             .await?;
         let uncompressed_bytes = extractor.uncompressed_bytes();
         let (files, memory) = extractor.into_parts();
-        let memory = match memory {
-            Some(mut memory) => {
-                // The working set is done with; parsing the files needs room.
-                let kept: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
-                let parse = pull_memory.parse(kept);
-                if parse.total > memory.bytes() {
-                    memory
-                        .try_grow(parse.total - memory.bytes())
-                        .map_err(FetchError::Budget)?;
-                } else {
-                    memory.shrink_to(parse.total);
-                }
-                Some(Arc::new(PulledMemory {
-                    _reservation: memory,
-                    allowance: ParseAllowance {
-                        updateinfo_bytes: parse.updateinfo_bytes,
-                        parse_bytes: parse.parse_bytes,
-                    },
-                }))
-            }
-            None => None,
-        };
+        let memory = memory
+            .map(|memory| parse_reservation(memory, &files, pull_memory))
+            .transpose()?;
         Ok(Fetched::Pulled {
             digest: resolved.digest.clone(),
             platform,
@@ -430,6 +417,38 @@ impl Inner {
             compressed_bytes,
             memory,
         })
+    }
+
+    /// The image manifest for `arch`: the one `by_digest` names, or, when that is an index,
+    /// the manifest of the entry that matches the architecture (described for the log and
+    /// the result). An index inside an index is refused.
+    async fn image_manifest(
+        &self,
+        resolved: &Resolved,
+        by_digest: &Reference,
+        arch: &str,
+        pull_for: PullFor<'_>,
+    ) -> Result<(OciImageManifest, Option<String>), FetchError> {
+        let index = match self.pull_manifest(by_digest, pull_for).await? {
+            OciManifest::Image(manifest) => return Ok((manifest, None)),
+            OciManifest::ImageIndex(index) => index,
+        };
+        let entry =
+            platform::select(&index, arch).ok_or_else(|| FetchError::NoMatchingPlatform {
+                arch: arch.to_owned(),
+                available: platform::available(&index),
+            })?;
+        let chosen = resolved
+            .image
+            .reference()
+            .clone_with_digest(entry.digest.clone());
+        match self.pull_manifest(&chosen, pull_for).await? {
+            OciManifest::Image(manifest) => Ok((manifest, Some(platform::describe(entry)))),
+            OciManifest::ImageIndex(_) => Err(FetchError::Manifest {
+                digest: entry.digest.clone(),
+                source: ManifestError::NestedIndex,
+            }),
+        }
     }
 
     /// Pulls the manifest `reference` names by digest and checks it.

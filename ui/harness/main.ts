@@ -8,7 +8,7 @@
 //   index.html?page=machine&namespace=NS&name=NAME   the panel of MachineInventory NS/NAME
 import { createApp, h } from 'vue';
 import { ChangelogApi, fetchRequester } from '../src/api';
-import { fetchStreamer } from '../src/watch';
+import { fetchStreamer } from '../src/stream';
 import ChangelogPanel from '../src/components/ChangelogPanel.vue';
 import CveSearch from '../src/components/CveSearch.vue';
 import MachinePanel from '../src/components/MachinePanel.vue';

@@ -13,7 +13,7 @@ import type {
   Status,
 } from './types';
 import { SEVERITIES } from './types';
-import type { Streamer } from './watch';
+import type { Streamer } from './stream';
 
 export const GROUP = 'changelog.elemental.cattle.io';
 /** The label the operator puts on a ManagedOSVersion: the name of its channel. */

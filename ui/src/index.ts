@@ -10,4 +10,5 @@ export { default as SeverityBadge } from './components/SeverityBadge.vue';
 export * from './api';
 export type * from './types';
 export * from './store';
+export * from './stream';
 export * from './watch';

@@ -2,7 +2,7 @@ import { mount } from '@vue/test-utils';
 import { describe, expect, it } from 'vitest';
 import { exposedByFix, groupByChannel } from '../src/api';
 import CveSearch from '../src/components/CveSearch.vue';
-import type { Streamer } from '../src/watch';
+import type { Streamer } from '../src/stream';
 import { cve, fakeServer, fixtureRoutes, machinesCve, settle, statusAnswer, statuses } from './fixtures';
 import { fakeWatches, watchQuery } from './streams';
 

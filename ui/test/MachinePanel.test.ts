@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { ApiResponse } from '../src/api';
 import MachinePanel from '../src/components/MachinePanel.vue';
 import type { MachineInventoryChangelogSummary } from '../src/types';
-import type { Streamer } from '../src/watch';
+import type { Streamer } from '../src/stream';
 import {
   fakeServer,
   fixtureRoutes,

@@ -2,7 +2,7 @@ import { mount } from '@vue/test-utils';
 import { describe, expect, it } from 'vitest';
 import { EVR_PATTERN, PACKAGE_NAME_PATTERN, groupByChannel, machinesByVersion, packageText } from '../src/api';
 import PackageSearch from '../src/components/PackageSearch.vue';
-import type { Streamer } from '../src/watch';
+import type { Streamer } from '../src/stream';
 import { fakeServer, fixtureRoutes, packageMachines, packageVersions, settle, statusAnswer, statuses } from './fixtures';
 import { fakeWatches, watchQuery } from './streams';
 

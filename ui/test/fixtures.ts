@@ -13,7 +13,7 @@ import type {
   ManagedOSVersionRef,
   Status,
 } from '../src/types';
-import type { Streamer } from '../src/watch';
+import type { Streamer } from '../src/stream';
 
 // vitest runs in ui/ (see vite.config.ts).
 function load<T>(name: string): T {

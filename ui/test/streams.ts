@@ -3,7 +3,7 @@
 // event a line in a body that stays open. The stream function under test is
 // the real `fetchStreamer` reading the `Response` body's `ReadableStream`.
 import { vi } from 'vitest';
-import { fetchStreamer } from '../src/watch';
+import { fetchStreamer } from '../src/stream';
 
 /** One watch request the fake answered with an open stream. */
 export interface OpenWatch {

@@ -23,10 +23,9 @@ use super::{
     ChannelEvent, ChannelStores, Context,
     crd::ManagedOSVersionChannel,
     history::{self, ChannelHistory, History},
-    kept::Refusals,
+    progress::Progress,
     publish::{Lease, Publisher},
-    reconcile::{Cause, Want, reconcile},
-    retained,
+    reconcile::{Cause, ChannelMemory, Want, reconcile},
 };
 use crate::{
     cache::{ChannelKey, RetainedStatuses, without_retained},
@@ -58,23 +57,19 @@ struct Run {
     prune: Arc<Notify>,
 }
 
-/// What a reconcile tells on its way, before its result: that the channel's first read was
-/// attempted (readiness), and which retained versions are being rebuilt from an older
-/// image (published at once, so that they answer "not fetched yet" meanwhile).
-pub(super) struct Progress<'a> {
+/// A worker's [`Progress`]: published under its lease, the first read told to readiness.
+struct WorkerProgress<'a> {
     lease: &'a Lease,
     publisher: &'a Publisher,
     attempted: &'a mpsc::UnboundedSender<ChannelKey>,
 }
 
-impl Progress<'_> {
-    /// The channel's image was read (or failed) for every architecture.
-    pub(super) fn attempted(&self) {
+impl Progress for WorkerProgress<'_> {
+    fn attempted(&self) {
         let _ = self.attempted.send(self.lease.key().clone());
     }
 
-    /// Retained versions are being rebuilt from older images.
-    pub(super) fn rebuilding(&self, statuses: RetainedStatuses) {
+    fn rebuilding(&self, statuses: RetainedStatuses) {
         self.publisher.rebuilding(self.lease, statuses);
     }
 }
@@ -334,25 +329,6 @@ async fn supervise(run: Run, trigger: watch::Receiver<Want>) {
     }
 }
 
-/// What a channel's worker keeps from one reconcile to the next.
-#[derive(Default)]
-pub(super) struct ChannelMemory {
-    /// Older images pulled for retained versions that had no data for them.
-    pub(super) retained: retained::Memory,
-    /// Images refused for the kept-data limit.
-    pub(super) refusals: Refusals,
-    /// Failed reconciles in a row (the backoff's step).
-    failures: u32,
-}
-
-impl ChannelMemory {
-    /// Failed reconciles in a row.
-    #[cfg(test)]
-    pub(super) fn failures(&self) -> u32 {
-        self.failures
-    }
-}
-
 /// When a channel is reconciled next, besides a change of the channel or of its history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Action {
@@ -405,7 +381,7 @@ async fn worker(run: &Run, mut trigger: watch::Receiver<Want>) {
         ctx.versions.wait_until_ready().await;
         // Kept data stored or dropped from now on wakes a refused refresh.
         kept_changes.mark_unchanged();
-        let progress = Progress {
+        let progress = WorkerProgress {
             lease: &run.lease,
             publisher: &run.publisher,
             attempted: &run.attempted,

@@ -14,11 +14,11 @@ use tracing::{debug, info, warn};
 
 use super::{
     Context,
-    controller::{ChannelMemory, Progress},
     crd::SyncKey,
     images::{self, Read, ReadError},
     kept::{Claim, ImageId, Refusals},
     metrics::{FetchResult, FileProblem},
+    progress::Progress,
     retained::{self, Retained},
 };
 use crate::{
@@ -31,6 +31,17 @@ use crate::{
 /// What a channel wants to be read: the image its spec names (as written; `None`: a
 /// channel without one) and the operator's sync key the data is read for.
 pub(super) type Want = (Option<String>, SyncKey);
+
+/// What a channel's worker keeps from one reconcile to the next.
+#[derive(Default)]
+pub(super) struct ChannelMemory {
+    /// Older images pulled for retained versions that had no data for them.
+    pub(super) retained: retained::Memory,
+    /// Images refused for the kept-data limit.
+    pub(super) refusals: Refusals,
+    /// Failed reconciles in a row (the backoff's step, counted by the error policy).
+    pub(super) failures: u32,
+}
 
 /// A channel's state after one reconcile, to publish: the new state (failures recorded
 /// next to the last good data), where retained versions stand, what the refresh was made
@@ -94,7 +105,7 @@ pub(super) async fn reconcile<'a>(
     want: &Want,
     ctx: &'a Context,
     memory: &mut ChannelMemory,
-    progress: &Progress<'_>,
+    progress: &dyn Progress,
 ) -> Result<NextState<'a>, RefreshError<'a>> {
     let (image, sync) = want;
     debug!(image = image.as_deref().unwrap_or(""), "refreshing");

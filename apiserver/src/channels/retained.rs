@@ -21,10 +21,10 @@ use tracing::{info, warn};
 
 use super::{
     Context,
-    controller::Progress,
     history::History,
     images::{self, Read},
     metrics::RetainedPull,
+    progress::Progress,
 };
 use crate::{
     cache::{
@@ -162,7 +162,7 @@ pub(super) async fn retain(
     mut archs: BTreeMap<Arch, ArchState>,
     ctx: &Context,
     memory: &mut Memory,
-    progress: &Progress<'_>,
+    progress: &dyn Progress,
 ) -> Retained {
     let history = ctx
         .history
@@ -227,7 +227,7 @@ async fn pull_retained(
     ctx: &Context,
     memory: &mut Memory,
     pulled: &mut Pulled,
-    progress: &Progress<'_>,
+    progress: &dyn Progress,
 ) -> Option<(ImageRef, ReadErrorKind)> {
     let rebuilding = retained_statuses(groups, archs, pulled);
     if !rebuilding.values().all(BTreeMap::is_empty) {

@@ -14,9 +14,9 @@ use elemental_changelog::data::ChannelData;
 use elemental_changelog_registry::{Access, FetchErrorKind, Repository};
 
 use super::{
-    controller::{Action, ChannelMemory, MIN_BACKOFF, controller, error_policy, grew, next_wait},
+    controller::{Action, MIN_BACKOFF, controller, error_policy, grew, next_wait},
     history::{Change, History},
-    reconcile::Cause,
+    reconcile::{Cause, ChannelMemory},
     *,
 };
 use crate::{
@@ -615,7 +615,7 @@ async fn the_error_policy_backs_off_and_waits_for_kept_data_only_when_refused() 
         backoff(INTERVAL, false),
         "a success starts the backoff over"
     );
-    assert_eq!(memory.failures(), 0);
+    assert_eq!(memory.failures, 0);
     assert_eq!(
         action(Some(&retained), &mut memory),
         backoff(MIN_BACKOFF, false)

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReferen
 use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
-use super::{labels::Labels, os::Reported};
+use super::{caps::Oversize, labels::Labels, os::Reported};
 
 /// Label CAPI's Machine controller puts on a Machine's infrastructure object
 /// (here the MachineInventorySelector): the name of its cluster.
@@ -50,65 +50,6 @@ pub struct MachineInventorySpec {
     /// dropped; never read from or written to the API.
     #[serde(skip)]
     pub oversize: Option<Oversize>,
-}
-
-/// Which cap of [`super::reflect`] a fleet object passed. Its labels and
-/// annotations (a ManagedOSImage: its spec too) were dropped, so it is never
-/// resolved from a partial copy: a machine is `Unknown`
-/// (`MetadataTooLarge`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Oversize {
-    /// A read `elemental.cattle.io/os.*` annotation's value is longer than
-    /// [`MAX_OS_VALUE_BYTES`](super::reflect::MAX_OS_VALUE_BYTES).
-    OsValue {
-        /// The annotation.
-        key: &'static str,
-        /// Its length.
-        bytes: usize,
-    },
-    /// More labels than [`MAX_LABELS`](super::reflect::MAX_LABELS).
-    LabelCount {
-        /// How many.
-        count: usize,
-    },
-    /// Labels (keys and values) longer than
-    /// [`MAX_LABEL_BYTES`](super::reflect::MAX_LABEL_BYTES) together.
-    LabelBytes {
-        /// Their length.
-        bytes: usize,
-    },
-    /// A ManagedOSImage's spec fields read, serialized, are longer than
-    /// [`MAX_IMAGE_SPEC_BYTES`](super::reflect::MAX_IMAGE_SPEC_BYTES).
-    SpecBytes {
-        /// Their length.
-        bytes: usize,
-    },
-}
-
-impl std::fmt::Display for Oversize {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use super::reflect::{
-            MAX_IMAGE_SPEC_BYTES, MAX_LABEL_BYTES, MAX_LABELS, MAX_OS_VALUE_BYTES,
-        };
-        match self {
-            Self::OsValue { key, bytes } => write!(
-                f,
-                "the annotation {key} is {bytes} bytes long, more than the {MAX_OS_VALUE_BYTES} this server keeps"
-            ),
-            Self::LabelCount { count } => write!(
-                f,
-                "it has {count} labels, more than the {MAX_LABELS} this server keeps"
-            ),
-            Self::LabelBytes { bytes } => write!(
-                f,
-                "its labels are {bytes} bytes long together, more than the {MAX_LABEL_BYTES} this server keeps"
-            ),
-            Self::SpecBytes { bytes } => write!(
-                f,
-                "its spec (osImage, managedOSVersionName, nodeSelector, clusterTargets) is {bytes} bytes long, more than the {MAX_IMAGE_SPEC_BYTES} this server keeps"
-            ),
-        }
-    }
 }
 
 /// `MachineInventorySelector.spec`: nothing of it is read (the cluster label

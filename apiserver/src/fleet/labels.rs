@@ -6,8 +6,7 @@
 
 use std::{cmp::Ordering, collections::BTreeMap, fmt};
 
-use super::crd::Oversize;
-use super::reflect::{MAX_LABEL_BYTES, labels_oversize};
+use super::caps::{MAX_LABEL_BYTES, Oversize, labels_oversize};
 
 // A kept machine's labels are at most MAX_LABEL_BYTES long: every end fits in a u16.
 const _: () = assert!(MAX_LABEL_BYTES <= u16::MAX as usize);
@@ -25,7 +24,7 @@ pub struct Labels {
 
 impl Labels {
     /// The labels of `map`, unless they pass a cap
-    /// ([`MAX_LABELS`](super::reflect::MAX_LABELS), [`MAX_LABEL_BYTES`]): then the cap passed.
+    /// ([`MAX_LABELS`](super::caps::MAX_LABELS), [`MAX_LABEL_BYTES`]): then the cap passed.
     pub fn capped(map: &BTreeMap<String, String>) -> Result<Self, Oversize> {
         if let Some(oversize) = labels_oversize(map) {
             return Err(oversize);
@@ -110,7 +109,7 @@ impl fmt::Debug for Labels {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::fleet::reflect::MAX_LABELS;
+    use crate::fleet::caps::MAX_LABELS;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

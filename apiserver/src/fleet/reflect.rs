@@ -15,21 +15,23 @@
 //! the machine's hardware data, without an administrator): a machine keeps what the
 //! resolution reads of the `os.*` annotations ([`READ_ANNOTATIONS`], each at most
 //! [`MAX_OS_VALUE_BYTES`]) parsed into its spec, not the annotations, and at most
-//! [`MAX_LABELS`] labels of at most [`MAX_LABEL_BYTES`] together. An object past a cap keeps
+//! [`MAX_LABELS`](super::caps::MAX_LABELS) labels of at most
+//! [`MAX_LABEL_BYTES`](super::caps::MAX_LABEL_BYTES) together. An object past a cap keeps
 //! only its identity (name, namespace, uid, resourceVersion, creation; a machine also the
 //! name of its MachineInventorySelector) and the [`Oversize`] marker: the view
 //! answers `Unknown` (`MetadataTooLarge`) for it, never from a partial copy. Lists are read
 //! in pages of [`LIST_PAGE_SIZE`] objects, so a list of padded objects is never held whole.
 
-use std::{collections::BTreeMap, io, sync::Arc};
+use std::{io, sync::Arc};
 
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Client, runtime::watcher};
 use tracing::warn;
 
+use super::caps::{MAX_IMAGE_SPEC_BYTES, MAX_OS_VALUE_BYTES, Oversize, labels_oversize};
 use super::crd::{
-    CLUSTER_NAME_LABEL, MachineInventory, MachineInventorySelector, ManagedOSImage, Oversize,
+    CLUSTER_NAME_LABEL, MachineInventory, MachineInventorySelector, ManagedOSImage,
     controller_selector,
 };
 use super::labels::Labels;
@@ -38,26 +40,6 @@ use crate::{
     health::Health,
     reflect::{self, Kind, Stores, WatchMetrics, WatchedResource},
 };
-
-/// Longest value of a read `os.*` annotation that is kept. `elemental-register` sends short
-/// os-release values (a `PRETTY_NAME` of a few dozen bytes; an image reference is at most a
-/// 255-byte name, a 128-byte tag and a digest, and a mirror prefix), which the operator
-/// HTML-escapes; 1 KiB leaves room for all of that.
-pub const MAX_OS_VALUE_BYTES: usize = 1024;
-
-/// Most labels of one object that are kept. The operator's inventory labels are the ones an
-/// administrator's MachineRegistration names (a few to a few dozen; their values come from the
-/// machine, at most 58 bytes each).
-pub const MAX_LABELS: usize = 64;
-
-/// Most bytes of one object's labels (keys and values together) that are kept: 64 labels of
-/// 128 bytes. Kubernetes bounds one label (a 317-byte key, a 63-byte value), not their number.
-pub const MAX_LABEL_BYTES: usize = 8 * 1024;
-
-/// Most bytes of the spec fields of a ManagedOSImage that are kept (`osImage`,
-/// `managedOSVersionName`, `nodeSelector`, `clusterTargets`, as JSON). Administrators write
-/// these, a few hundred bytes each.
-pub const MAX_IMAGE_SPEC_BYTES: usize = 64 * 1024;
 
 /// Objects per page when a fleet kind is listed (at start and at every re-list). A page is
 /// held whole while it is parsed, before its objects are trimmed, and the allocator keeps
@@ -73,7 +55,7 @@ pub const LIST_PAGE_SIZE: u32 = 10;
 #[derive(Clone)]
 pub struct FleetStores {
     /// MachineInventories: name, namespace, uid, resourceVersion, creation, and in the spec
-    /// at most [`MAX_LABELS`] labels ([`Labels`]), the OS reported and the selector's name only
+    /// at most [`MAX_LABELS`](super::caps::MAX_LABELS) labels ([`Labels`]), the OS reported and the selector's name only
     /// (or, past a cap, the [`Oversize`] marker instead of labels and report).
     pub machines: Stores<MachineInventory>,
     /// MachineInventorySelectors: the cluster-name label only.
@@ -87,17 +69,6 @@ fn trim_common(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     meta.finalizers = None;
     meta.annotations = None;
-}
-
-/// Which label cap `labels` pass, if any.
-pub(super) fn labels_oversize(labels: &BTreeMap<String, String>) -> Option<Oversize> {
-    if labels.len() > MAX_LABELS {
-        return Some(Oversize::LabelCount {
-            count: labels.len(),
-        });
-    }
-    let bytes = labels.iter().map(|(k, v)| k.len() + v.len()).sum();
-    (bytes > MAX_LABEL_BYTES).then_some(Oversize::LabelBytes { bytes })
 }
 
 /// What a MachineInventory keeps: its identity, and in its spec what the view reads of its
@@ -244,10 +215,13 @@ pub fn start(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
     use serde_json::json;
 
     use super::*;
+    use crate::fleet::caps::{MAX_LABEL_BYTES, MAX_LABELS};
     use crate::fleet::os::{
         OS_CPE_NAME, OS_IMAGE, OS_NAME, OS_PRETTY_NAME, OS_VERSION, OS_VERSION_ID,
     };

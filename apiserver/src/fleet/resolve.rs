@@ -11,7 +11,8 @@ use elemental_changelog_apiservice::fleet::{
 use elemental_changelog_apiservice::types::{ChangelogSummary, ObjectMeta, VersionRef};
 use kube::ResourceExt;
 
-use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage, Oversize};
+use super::caps::Oversize;
+use super::crd::{MachineInventory, MachineInventorySelector, ManagedOSImage};
 use super::os::{
     Reported, host_suffixes, is_container, normalize_image, normalize_version, upgrade_image,
 };

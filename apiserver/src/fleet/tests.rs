@@ -1198,7 +1198,7 @@ fn a_machine_past_a_cap_is_unknown_and_never_resolved_from_what_is_left() {
         "padded",
         json!({
             "elemental.cattle.io/os.image": image_of("a", 0),
-            "elemental.cattle.io/os.version": "v".repeat(reflect::MAX_OS_VALUE_BYTES + 1),
+            "elemental.cattle.io/os.version": "v".repeat(caps::MAX_OS_VALUE_BYTES + 1),
         }),
         json!({}),
         Some("sel-1"),
@@ -1209,7 +1209,7 @@ fn a_machine_past_a_cap_is_unknown_and_never_resolved_from_what_is_left() {
     assert!(
         r.message.as_deref().unwrap().contains(&format!(
             "elemental.cattle.io/os.version is {} bytes long",
-            reflect::MAX_OS_VALUE_BYTES + 1
+            caps::MAX_OS_VALUE_BYTES + 1
         )),
         "{r:?}"
     );
