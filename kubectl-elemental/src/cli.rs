@@ -58,7 +58,8 @@ pub enum Command {
 pub struct PackageArgs {
     /// The package name, such as xz.
     pub name: String,
-    /// Only versions and machines with the package at this EVR ([epoch:]version[-release])
+    /// Only versions and machines with the package at this EVR (epoch:version-release, the
+    /// epoch and the release optional)
     /// or a higher one.
     #[arg(long, value_name = "EVR")]
     pub at_least: Option<String>,
