@@ -634,7 +634,8 @@ async fn declared_query_parameters_are_honoured(bed: &TestBed, channel: &Channel
             // Watch options, on a watch.
             "resourceVersionMatch" => "Exact".to_owned(),
             "sendInitialEvents" | "allowWatchBookmarks" | "watch" => "maybe".to_owned(),
-            "timeoutSeconds" => "-1".to_owned(),
+            // Past 64 bits (a negative one is valid: it ends the watch at once, as kube-apiserver).
+            "timeoutSeconds" => "9223372036854775808".to_owned(),
             "resourceVersion" => "abc".to_owned(),
             _ => return None,
         })
