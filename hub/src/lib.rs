@@ -185,11 +185,6 @@ impl<T: Object> Writer<T> {
         }
     }
 
-    /// The objects as they are now (a snapshot).
-    pub fn objects(&self) -> Objects<T> {
-        self.inner.lock().objects.clone()
-    }
-
     fn set_locked(&self, state: &mut State<T>, key: (&str, &str), object: Option<T>) -> bool {
         let previous = state.objects.get(key).cloned();
         let event = match (object, previous) {
