@@ -91,6 +91,35 @@ impl Events {
     }
 }
 
+impl Events {
+    /// The names of a `sendInitialEvents` watch's initial objects (see [`Events::initial`]).
+    pub async fn initial_names(&mut self, wait: Duration, what: &str) -> Result<Vec<String>> {
+        let objects = self.initial(wait, what).await?;
+        Ok(objects
+            .iter()
+            .map(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect())
+    }
+
+    /// Fails on any event but BOOKMARKs during `quiet`: nothing was sent.
+    pub async fn quiet(&mut self, quiet: Duration, what: &str) -> Result<()> {
+        let until = tokio::time::Instant::now() + quiet;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_within(left).await? {
+                None => return Ok(()),
+                Some(event) if event["type"] == "BOOKMARK" => {}
+                Some(event) => bail!("{what}: unexpected event {event}"),
+            }
+        }
+    }
+}
+
 /// An event's type and its object's name.
 pub fn kind_and_name(event: &Value) -> (String, String) {
     (

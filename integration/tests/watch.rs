@@ -12,6 +12,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use elemental_changelog_integration::{
+    events::{Events, kind_and_name},
     fixtures::OperatorChannel,
     generated::Listing,
     image::{self, Compression, Format},
@@ -36,106 +37,6 @@ fn ours(path: &str) -> String {
 
 fn crd(path: &str) -> String {
     format!("/apis/elemental.cattle.io/v1beta1/namespaces/{FLEET_NAMESPACE}/{path}")
-}
-
-/// A watch response read event by event.
-struct Events {
-    response: reqwest::Response,
-    buffer: Vec<u8>,
-}
-
-impl Events {
-    async fn open(bed: &TestBed, path: &str) -> Result<Self> {
-        let response = bed
-            .apiserver_http(Some(&bed.pki().admin))?
-            .get(format!("{}{path}", bed.apiserver_url()))
-            .send()
-            .await
-            .with_context(|| format!("GET {path}"))?;
-        ensure!(
-            response.status() == 200,
-            "GET {path}: {} {}",
-            response.status(),
-            response.text().await.unwrap_or_default()
-        );
-        Ok(Self {
-            response,
-            buffer: Vec::new(),
-        })
-    }
-
-    /// The next event, or `None` when none comes within `wait` (or the stream ended).
-    async fn next_within(&mut self, wait: Duration) -> Result<Option<Value>> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=end).collect();
-                return Ok(Some(serde_json::from_slice(&line).with_context(|| {
-                    format!("event {}", String::from_utf8_lossy(&line))
-                })?));
-            }
-            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
-                Err(_) | Ok(Ok(None)) => return Ok(None),
-                Ok(Ok(Some(chunk))) => self.buffer.extend_from_slice(&chunk),
-                Ok(Err(error)) => return Err(error.into()),
-            }
-        }
-    }
-
-    /// The names of a `sendInitialEvents` watch's initial objects: ADDED events up to the
-    /// BOOKMARK annotated `k8s.io/initial-events-end`.
-    async fn initial_names(&mut self, what: &str) -> Result<Vec<String>> {
-        let mut names = Vec::new();
-        loop {
-            let event = self.next_within(EVENT).await?.context(what.to_owned())?;
-            if event["type"] == "BOOKMARK" {
-                ensure!(
-                    event["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"]
-                        == "true",
-                    "{event}"
-                );
-                return Ok(names);
-            }
-            ensure!(event["type"] == "ADDED", "{event}");
-            names.push(kind_and_name(&event).1);
-        }
-    }
-
-    /// The next event that is not a BOOKMARK.
-    async fn next(&mut self, what: &str) -> Result<Value> {
-        loop {
-            let event = self
-                .next_within(EVENT)
-                .await?
-                .with_context(|| format!("no event within {EVENT:?}: {what}"))?;
-            if event["type"] != "BOOKMARK" {
-                return Ok(event);
-            }
-        }
-    }
-
-    /// Fails on any event but BOOKMARKs during [`QUIET`].
-    async fn quiet(&mut self, what: &str) -> Result<()> {
-        let until = tokio::time::Instant::now() + QUIET;
-        loop {
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            match self.next_within(left).await? {
-                None => return Ok(()),
-                Some(event) if event["type"] == "BOOKMARK" => {}
-                Some(event) => bail!("{what}: unexpected event {event}"),
-            }
-        }
-    }
-}
-
-fn kind_and_name(event: &Value) -> (String, String) {
-    (
-        event["type"].as_str().unwrap_or_default().to_owned(),
-        event["object"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-    )
 }
 
 fn inventory(name: &str, version: &str, labels: &str) -> String {
@@ -236,14 +137,14 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
 
     let started = Instant::now();
     apply(bed, &inventory("m-a", "1.3.0", "{pool: a}")).await?;
-    let event = watch.next("m-a upgraded").await?;
+    let event = watch.next(EVENT, "m-a upgraded").await?;
     ensure!(
         kind_and_name(&event) == ("MODIFIED".to_owned(), "m-a".to_owned()),
         "{event}"
     );
     ensure!(event["object"]["state"] == "UpToDate", "{event}");
     let latency = started.elapsed();
-    let event = reference.next("m-a upgraded (CRD)").await?;
+    let event = reference.next(EVENT, "m-a upgraded (CRD)").await?;
     ensure!(kind_and_name(&event).0 == "MODIFIED", "{event}");
     eprintln!("annotation change to event: {latency:?}");
 
@@ -257,35 +158,37 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "example.com/note=unrelated",
     ])
     .await?;
-    let event = reference.next("m-b annotated (CRD)").await?;
+    let event = reference.next(EVENT, "m-b annotated (CRD)").await?;
     ensure!(
         kind_and_name(&event) == ("MODIFIED".to_owned(), "m-b".to_owned()),
         "{event}"
     );
-    watch.quiet("an annotation no answer reads").await?;
+    watch.quiet(QUIET, "an annotation no answer reads").await?;
 
     // A label change that takes m-b out of `pool=a`: DELETED for the selecting watch,
     // MODIFIED for the other (labels are in the answer).
-    let _ = selected.next("m-a upgraded (selected)").await?;
+    let _ = selected.next(EVENT, "m-a upgraded (selected)").await?;
     apply(bed, &inventory("m-b", "1.2.0", "{pool: b}")).await?;
-    let event = selected.next("m-b leaves pool a").await?;
+    let event = selected.next(EVENT, "m-b leaves pool a").await?;
     ensure!(
         kind_and_name(&event) == ("DELETED".to_owned(), "m-b".to_owned()),
         "{event}"
     );
-    let event = watch.next("m-b relabelled").await?;
+    let event = watch.next(EVENT, "m-b relabelled").await?;
     ensure!(
         kind_and_name(&event) == ("MODIFIED".to_owned(), "m-b".to_owned()),
         "{event}"
     );
-    let _ = reference.next("m-b relabelled (CRD)").await?;
+    let _ = reference.next(EVENT, "m-b relabelled (CRD)").await?;
 
     // Created, then deleted: the same sequence as kube-apiserver's, step by step.
     let mut mine = Vec::new();
     let mut theirs = Vec::new();
     apply(bed, &inventory("m-c", "1.3.0", "{pool: a}")).await?;
-    mine.push(kind_and_name(&watch.next("m-c added").await?));
-    theirs.push(kind_and_name(&reference.next("m-c added (CRD)").await?));
+    mine.push(kind_and_name(&watch.next(EVENT, "m-c added").await?));
+    theirs.push(kind_and_name(
+        &reference.next(EVENT, "m-c added (CRD)").await?,
+    ));
     bed.kubectl_ok(&[
         "delete",
         "machineinventories.elemental.cattle.io",
@@ -294,8 +197,10 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "m-a",
     ])
     .await?;
-    mine.push(kind_and_name(&watch.next("m-a deleted").await?));
-    theirs.push(kind_and_name(&reference.next("m-a deleted (CRD)").await?));
+    mine.push(kind_and_name(&watch.next(EVENT, "m-a deleted").await?));
+    theirs.push(kind_and_name(
+        &reference.next(EVENT, "m-a deleted (CRD)").await?,
+    ));
     ensure!(
         mine == theirs,
         "this API {mine:?}, kube-apiserver {theirs:?}"
@@ -316,7 +221,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     .await?;
     let mut replay = Vec::new();
     for _ in 0..4 {
-        replay.push(kind_and_name(&resumed.next("replay").await?));
+        replay.push(kind_and_name(&resumed.next(EVENT, "replay").await?));
     }
     ensure!(
         replay
@@ -328,7 +233,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
             ],
         "{replay:?}"
     );
-    resumed.quiet("nothing repeated").await?;
+    resumed.quiet(QUIET, "nothing repeated").await?;
     drop(resumed);
 
     // A resourceVersion of another replica or of an earlier run: 410 Expired, as
@@ -338,7 +243,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         &ours(&format!("{MACHINES}?watch=true&resourceVersion=12345")),
     )
     .await?;
-    let event = expired.next("expired").await?;
+    let event = expired.next(EVENT, "expired").await?;
     ensure!(event["type"] == "ERROR", "{event}");
     ensure!(
         event["object"]["code"] == 410 && event["object"]["reason"] == "Expired",
@@ -353,7 +258,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         )),
     )
     .await?;
-    let names = initial.initial_names("initial events").await?;
+    let names = initial.initial_names(EVENT, "initial events").await?;
     ensure!(names == ["m-b", "m-c"], "{names:?}");
     drop(initial);
     let (status, body) = bed
@@ -391,7 +296,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         )),
     )
     .await?;
-    let event = longest.next("timeoutSeconds=i64::MAX").await?;
+    let event = longest.next(EVENT, "timeoutSeconds=i64::MAX").await?;
     ensure!(event["type"] == "ADDED", "{event}");
     drop(longest);
     let mut negative = Events::open(
@@ -449,7 +354,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     channel.sync(&entries).await?;
     let newest = entries.last().context("entries")?.name.clone();
     let event = loop {
-        let event = versions.next("the fourth version").await?;
+        let event = versions.next(EVENT, "the fourth version").await?;
         if event["object"]["metadata"]["name"] == newest.as_str()
             && event["object"]["summary"].is_object()
         {
@@ -495,7 +400,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     )
     .await?;
     let mut seen = fixing_watch
-        .initial_names("versions fixing the CVE")
+        .initial_names(EVENT, "versions fixing the CVE")
         .await?;
     fixing.sort();
     seen.sort();
@@ -565,7 +470,7 @@ async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
         "kubectl get -w never showed m-c UpToDate: {seen:?}"
     );
     drop(kubectl);
-    let event = exposure.next("m-c upgraded (?cve=)").await?;
+    let event = exposure.next(EVENT, "m-c upgraded (?cve=)").await?;
     ensure!(
         kind_and_name(&event) == ("MODIFIED".to_owned(), "m-c".to_owned())
             && event["object"]["cve"]["id"] == cve.as_str()
