@@ -19,6 +19,7 @@
 pub mod fleet;
 pub mod load;
 pub mod nginx;
+pub mod pressure;
 pub mod report;
 
 use std::collections::BTreeMap;

@@ -20,6 +20,7 @@ pub mod publish;
 pub mod rbac;
 pub mod registry;
 pub mod sample;
+pub mod stalled;
 pub mod table;
 pub mod testbed;
 pub mod timing;

@@ -123,6 +123,8 @@ struct Published {
     /// version `fixed_in`: what the live checks re-register the pending and the exposed machine with.
     newest_image: String,
     fixed_image: String,
+    /// The `os.image` of the version before `fixed_in` (the exposed machine's first).
+    exposed_image: String,
 }
 
 #[tokio::test]
@@ -392,6 +394,7 @@ async fn publish(bed: &TestBed, registry: &Registry, hole: &BlackHole) -> Result
         fixed_in: generated.versions[first_fix].name.clone(),
         newest_image,
         fixed_image: image_of(first_fix),
+        exposed_image: image_of(first_fix - 1),
         generated,
     })
 }
@@ -802,6 +805,7 @@ fn expectations(
         exposure(FIXED_MACHINE)
     );
     ensure!(fixing.first() == Some(&published.fixed_in));
+    let package = package_expectations(published, admin, &annotate)?;
     let panel = |base: &str| {
         format!("{base}{STATIC_PREFIX}index.html?namespace={FLEET_NAMESPACE}&name={newest}")
     };
@@ -828,6 +832,7 @@ fn expectations(
             // Re-registered on the version that fixes it, it leaves the exposed machines.
             "live": { "annotate": annotate(EXPOSED_MACHINE, &published.fixed_image), "machine": EXPOSED_MACHINE },
         },
+        "package": package,
         "machine": {
             "url": format!("{}{STATIC_PREFIX}index.html?page=machine&namespace={FLEET_NAMESPACE}&name={PENDING_MACHINE}", admin.url),
             "current": oldest,
@@ -855,6 +860,68 @@ fn expectations(
                 "url": format!("{}{STATIC_PREFIX}index.html?namespace={FLEET_NAMESPACE}&name={iso}", admin.url),
             },
         ],
+    }))
+}
+
+/// What the package page shows, from the generated channel's model: a package (not the
+/// multi-version kernel) that version `fixed_in` upgrades, searched from its EVR there on;
+/// the versions carrying it in that range (a package climbs its ladder, whose EVRs rise in RPM
+/// order with its step), the package of each, and the machines on `fixed_in` once the CVE
+/// page's live step moved the exposed one there.
+fn package_expectations(
+    published: &Published,
+    admin: &KubectlProxy,
+    annotate: &dyn Fn(&str, &str) -> Value,
+) -> Result<Value> {
+    let generated = &published.generated;
+    let at = |name: &str| {
+        generated
+            .position(name)
+            .context("a version not in the model")
+    };
+    let (fix, before) = (at(&published.fixed_in)?, at(&published.exposed_runs)?);
+    let (name, installed) = generated.versions[fix]
+        .installed
+        .iter()
+        .find(|(name, p)| {
+            name.as_str() != elemental_changelog_integration::generated::MULTI_VERSION_PACKAGE
+                && generated.versions[before]
+                    .installed
+                    .get(*name)
+                    .is_some_and(|old| old.ladder == p.ladder && old.step < p.step)
+        })
+        .with_context(|| format!("{} upgrades no package", published.fixed_in))?;
+    let carrying: Vec<(&str, String)> = generated
+        .versions
+        .iter()
+        .filter_map(|v| {
+            let p = v.installed.get(name)?;
+            (p.ladder == installed.ladder && p.step >= installed.step).then(|| {
+                (
+                    v.name.as_str(),
+                    format!("{name}-{}.{}", p.evr().display(), p.arch),
+                )
+            })
+        })
+        .collect();
+    ensure!(
+        carrying.iter().any(|(v, _)| *v == published.fixed_in)
+            && !carrying.iter().any(|(v, _)| *v == published.exposed_runs),
+        "{name} from {}: {carrying:?}",
+        installed.evr().display()
+    );
+    Ok(json!({
+        "url": format!("{}{STATIC_PREFIX}index.html?page=package", admin.url),
+        "name": name,
+        "atLeast": installed.evr().display(),
+        "namespace": FLEET_NAMESPACE,
+        "channel": generated.name,
+        "versions": carrying.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        "texts": carrying.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(),
+        "machinesOn": published.fixed_in,
+        "machines": [EXPOSED_MACHINE, FIXED_MACHINE],
+        // Re-registered on the version before, below the range: it leaves the page.
+        "live": { "annotate": annotate(EXPOSED_MACHINE, &published.exposed_image), "machine": EXPOSED_MACHINE },
     }))
 }
 

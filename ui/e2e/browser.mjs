@@ -162,6 +162,52 @@ async function cve(browser) {
     `upgraded, gone from the page after ${took} ms`;
 }
 
+/**
+ * The package page (after the CVE page, whose live step moved the exposed machine onto the
+ * fixing version): the versions carrying a package from an EVR on, the package of each, the
+ * machines running it; one machine re-registered below the range leaves it without a reload.
+ */
+async function packages(browser) {
+  const want = expect.package;
+  const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+  await page.goto(want.url);
+  // A malformed bound is refused on the page, without a request.
+  await page.getByTestId('ecl-package-name').fill(want.name);
+  await page.getByTestId('ecl-package-at-least').fill('not a version');
+  await page.getByTestId('ecl-package-submit').click();
+  await page.getByTestId('ecl-package-invalid').waitFor({ timeout: TIMEOUT });
+
+  await page.getByTestId('ecl-package-at-least').fill(want.atLeast);
+  await page.getByTestId('ecl-package-namespace').fill(want.namespace);
+  await page.getByTestId('ecl-package-submit').click();
+  const group = page.locator(`[data-testid=ecl-package-group][data-namespace="${want.namespace}"][data-channel="${want.channel}"]`);
+  await group.waitFor({ timeout: TIMEOUT });
+  const versions = group.locator('[data-testid=ecl-package-version]');
+  same(await versions.evaluateAll((nodes) => nodes.map((n) => n.dataset.name)), want.versions, `versions carrying ${want.name} from ${want.atLeast}`);
+  same(await group.locator('[data-testid=ecl-package-text]').allTextContents(), want.texts, `the ${want.name} of each version`);
+  const on = group.locator(`[data-testid=ecl-package-version][data-name="${want.machinesOn}"]`);
+  await on.getByTestId('ecl-package-machine').nth(want.machines.length - 1).waitFor({ timeout: TIMEOUT });
+  const running = await on.getByTestId('ecl-package-machine').evaluateAll((nodes) => nodes.map((n) => n.dataset.name).sort());
+  same(running, want.machines, `machines on ${want.machinesOn}`);
+  await page.screenshot({ path: join(artifacts, 'package.png'), fullPage: true });
+
+  // Live: a machine re-registered on the version before (below the range) leaves the page.
+  const took = await changeAndWait(
+    page,
+    want.live.annotate,
+    (name) =>
+      document.querySelectorAll('[data-testid=ecl-package-machine]').length > 0 &&
+      ![...document.querySelectorAll('[data-testid=ecl-package-machine]')].some((n) => n.dataset.name === name),
+    want.live.machine,
+    `${want.live.machine} re-registered below ${want.name} ${want.atLeast}`,
+  );
+  same(await page.getByTestId('ecl-package-search').getAttribute('data-live'), 'live', 'the package page\'s watch');
+  await page.screenshot({ path: join(artifacts, 'package-live.png'), fullPage: true });
+  await page.close();
+  return `package: ${want.name} from ${want.atLeast} in ${want.versions.length} versions; ${running.join(', ')} on ${want.machinesOn}; ` +
+    `${want.live.machine} moved below, gone from the page after ${took} ms`;
+}
+
 /** The machine panel: what upgrading a machine to its target changes. */
 async function machine(browser) {
   const want = expect.machine;
@@ -249,7 +295,7 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-dev-shm-usage'],
 });
 try {
-  for (const run of [panel, cve, machine, forbidden, states]) {
+  for (const run of [panel, cve, packages, machine, forbidden, states]) {
     const started = Date.now();
     console.log(`${await run(browser)} (${Date.now() - started} ms)`);
   }

@@ -5,12 +5,14 @@
 // test, like Rancher's `/k8s/clusters/<cluster>/`):
 //   index.html?namespace=NS&name=NAME   the panel of ManagedOSVersion NS/NAME
 //   index.html?page=cve                 the CVE search
+//   index.html?page=package             the package search
 //   index.html?page=machine&namespace=NS&name=NAME   the panel of MachineInventory NS/NAME
 import { createApp, h } from 'vue';
 import { ChangelogApi, fetchRequester } from '../src/api';
 import { fetchStreamer } from '../src/stream';
 import ChangelogPanel from '../src/components/ChangelogPanel.vue';
 import CveSearch from '../src/components/CveSearch.vue';
+import PackageSearch from '../src/components/PackageSearch.vue';
 import MachinePanel from '../src/components/MachinePanel.vue';
 import ProblemNotice from '../src/components/ProblemNotice.vue';
 import type { MachineInventoryRef, ManagedOSVersionRef } from '../src/types';
@@ -23,6 +25,10 @@ const params = new URLSearchParams(window.location.search);
 async function main() {
   if (params.get('page') === 'cve') {
     createApp({ render: () => h(CveSearch, { api }) }).mount('#app');
+    return;
+  }
+  if (params.get('page') === 'package') {
+    createApp({ render: () => h(PackageSearch, { api }) }).mount('#app');
     return;
   }
   const namespace = params.get('namespace') ?? '';

@@ -20,8 +20,9 @@ use super::select::{Fleet, Selection, image_selects, target_issue};
 use crate::channels::crd::ManagedOSVersion;
 
 /// Each channel's versions, oldest first (the snapshot's
-/// `IndexedChannel::order`), by namespace and channel name.
-pub trait Orders {
+/// `IndexedChannel::order`), by namespace and channel name. `Sync`: the machines' projector
+/// keeps an index (which holds one) across its passes, on whichever thread runs them.
+pub trait Orders: Sync {
     /// The order of `channel` in `namespace`; `None` when its data is not
     /// fetched.
     fn order(&self, namespace: &str, channel: &str) -> Option<&[String]>;

@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::load::{self, Load, Measured, percentile};
+use super::pressure;
 use super::{Rss, Settings, settled_rss};
 use crate::fixtures::OperatorChannel;
 use crate::generated::{Channel, Spec};
@@ -62,17 +63,17 @@ pub const POLL_PERIOD: Duration = Duration::from_secs(5);
 /// Bound on the machines being created, resolved or served.
 const DEADLINE: Duration = Duration::from_secs(1800);
 /// Bound on one watch event reaching every watcher.
-const EVENT_DEADLINE: Duration = Duration::from_secs(60);
+pub(super) const EVENT_DEADLINE: Duration = Duration::from_secs(60);
 /// kubectl's Table `Accept`.
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 /// The annotation a machine's OS image is registered in.
-const OS_IMAGE: &str = "elemental.cattle.io/os.image";
+pub(super) const OS_IMAGE: &str = "elemental.cattle.io/os.image";
 /// Changes after the timed ones, recorded with perf (not timed: perf slows the server).
 pub const PROFILED_CHANGES: usize = 5;
 /// Polls after the measured ones, recorded with perf.
 pub const PROFILED_LISTS: usize = 3;
 /// The machine whose annotation the watch latency and the follow samples change.
-const CHANGED: &str = "m-00000";
+pub(super) const CHANGED: &str = "m-00000";
 
 /// One measured cell.
 #[derive(Clone, Debug)]
@@ -152,6 +153,14 @@ pub struct FleetResults {
     pub watch_profile: Option<String>,
     /// The server's CPU profile over [`PROFILED_LISTS`] more polls after the measured ones.
     pub poller_profile: Option<String>,
+    /// The server's CPU per single-machine change: with a fifth of the machines, then all.
+    pub change_cpu: Vec<pressure::ChangeCpu>,
+    /// Watches of every machine from `resourceVersion=0` whose client never reads.
+    pub zero_window: Option<pressure::ZeroWindow>,
+    /// GETs of other machines with and without a PATCH loop on one.
+    pub patch_loop: Option<pressure::PatchLoop>,
+    /// The server's memory with channels of 800 packages a version and their package index.
+    pub package_memory: Option<pressure::PackageMemory>,
 }
 
 /// Clients that list all machines at once without accepting gzip (issue 35).
@@ -169,7 +178,7 @@ pub struct PlainLists {
 }
 
 /// The image a machine of channel `c` on version `version` reports.
-fn os_image(channel: &str, version: &str) -> String {
+pub(super) fn os_image(channel: &str, version: &str) -> String {
     format!("registry.example.com/{channel}/os:{version}")
 }
 
@@ -200,12 +209,6 @@ pub async fn run(
         step.elapsed(),
     ));
     results.rss.0 = settled_rss(bed).await?;
-    let step = Instant::now();
-    create_machines(bed, &models, machines).await?;
-    results.setup.push((
-        format!("{machines} MachineInventories created ({CREATE_CONCURRENCY} at once)"),
-        step.elapsed(),
-    ));
     let server = bed.server().context("no server")?;
     let pid = server
         .process()
@@ -215,31 +218,31 @@ pub async fn run(
         "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories",
         server.url()
     );
-    let http = bed.server_streaming_http(Some(&bed.pki().admin))?;
+    // A fifth of the fleet first: the CPU of a single-machine change there, next to the same
+    // with the whole fleet (issue 35: within 1.5×).
+    let cpu_changes = if settings.quick { 200 } else { 1000 };
+    let fifth = (machines / 5).max(1);
+    let step = Instant::now();
+    create_machines(bed, &models, 0..fifth).await?;
+    results.setup.push((
+        format!("{fifth} MachineInventories created ({CREATE_CONCURRENCY} at once)"),
+        step.elapsed(),
+    ));
+    resolved(bed, &direct_list, fifth).await?;
+    results
+        .change_cpu
+        .push(pressure::change_cpu(bed, token, &models[0], fifth, cpu_changes, pid).await?);
+    let step = Instant::now();
+    create_machines(bed, &models, fifth..machines).await?;
+    results.setup.push((
+        format!(
+            "{} more MachineInventories created ({CREATE_CONCURRENCY} at once)",
+            machines - fifth
+        ),
+        step.elapsed(),
+    ));
     let started = Instant::now();
-    let said = std::cell::Cell::new(Instant::now());
-    let body = poll("the machines resolved", DEADLINE, POLL, async || {
-        let asked = Instant::now();
-        let body = http.get(&direct_list).send().await?.bytes().await?;
-        let list: Value = serde_json::from_slice(&body)?;
-        let items = list["items"].as_array().map_or(0, Vec::len);
-        let known = list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|m| m["state"] != "Unknown")
-            .count();
-        if said.get().elapsed() > Duration::from_secs(10) {
-            said.set(Instant::now());
-            eprintln!(
-                "bench: {items} machines listed, {known} resolved ({:?} for the list)",
-                asked.elapsed()
-            );
-        }
-        Ok((items == machines && known == machines).then_some(body))
-    })
-    .await?
-    .0;
+    let body = resolved(bed, &direct_list, machines).await?;
     eprintln!(
         "bench: {machines} machines resolved {:?} after the last was created, list {} bytes",
         started.elapsed(),
@@ -278,7 +281,9 @@ pub async fn run(
 
     // Lists of all machines, one at a time, the rounds interleaved.
     let rounds = if settings.quick { 5 } else { 20 };
-    let lists: [(&str, &str, bool); 5] = [
+    let cve_list = format!("{aggregated}?cve=CVE-2099-00001");
+    let package_list = format!("{aggregated}?package=bash");
+    let lists: [(&str, &str, bool); 7] = [
         (
             "(a) ConfigMap list, JSON (kube-apiserver)",
             &configmaps,
@@ -292,6 +297,16 @@ pub async fn run(
         ("(b) machine list, JSON (aggregated)", &aggregated, false),
         ("(b) machine list, Table (aggregated)", &aggregated, true),
         ("(d) machine list, JSON (direct)", &direct_list, false),
+        (
+            "(c) machine list ?cve=, JSON (aggregated)",
+            &cve_list,
+            false,
+        ),
+        (
+            "(p) machine list ?package=, JSON (aggregated)",
+            &package_list,
+            false,
+        ),
     ];
     results
         .cells
@@ -362,6 +377,16 @@ pub async fn run(
     (results.watch, results.watch_profile) =
         watch_latency(bed, token, &models[0], changes, pid).await?;
     results.watch_changes = changes;
+    results
+        .change_cpu
+        .push(pressure::change_cpu(bed, token, &models[0], machines, cpu_changes, pid).await?);
+    results.zero_window = Some(pressure::zero_window(bed, pid).await?);
+    let loop_for = if settings.quick {
+        Duration::from_secs(10)
+    } else {
+        Duration::from_secs(60)
+    };
+    results.patch_loop = Some(pressure::patch_loop(bed, token, &models[0], loop_for, pid).await?);
     // Lists at 0, 5, … s: 12 in the minute (3 in 15 s quick).
     let poll_for = if settings.quick {
         Duration::from_secs(15)
@@ -383,6 +408,8 @@ pub async fn run(
         .transpose()?
         .flatten();
     results.rss_end = super::rss(pid)?;
+    // Last: it adds channels (and their memory) to the server.
+    results.package_memory = Some(pressure::package_memory(bed, registry, settings).await?);
     Ok(results)
 }
 
@@ -417,6 +444,35 @@ async fn plain_lists(bed: &TestBed, url: &str, pid: u32) -> Result<PlainLists> {
         bytes,
         rss: (before, after),
     })
+}
+
+/// The list of all machines at `direct_list` (as admin) once it holds `count`, every one
+/// resolved (not `Unknown`).
+async fn resolved(bed: &TestBed, direct_list: &str, count: usize) -> Result<bytes::Bytes> {
+    let http = bed.server_streaming_http(Some(&bed.pki().admin))?;
+    let said = std::cell::Cell::new(Instant::now());
+    Ok(poll("the machines resolved", DEADLINE, POLL, async || {
+        let asked = Instant::now();
+        let body = http.get(direct_list).send().await?.bytes().await?;
+        let list: Value = serde_json::from_slice(&body)?;
+        let items = list["items"].as_array().map_or(0, Vec::len);
+        let known = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["state"] != "Unknown")
+            .count();
+        if said.get().elapsed() > Duration::from_secs(10) {
+            said.set(Instant::now());
+            eprintln!(
+                "bench: {items} machines listed, {known} resolved ({:?} for the list)",
+                asked.elapsed()
+            );
+        }
+        Ok((items == count && known == count).then_some(body))
+    })
+    .await?
+    .0)
 }
 
 fn report_cell(label: &str, measured: &Measured) {
@@ -547,7 +603,7 @@ async fn publish_channels(
 }
 
 /// The MachineInventory API of [`NAMESPACE`].
-fn machine_api(bed: &TestBed) -> Api<DynamicObject> {
+pub(super) fn machine_api(bed: &TestBed) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("elemental.cattle.io", "v1beta1", "MachineInventory"),
         "machineinventories",
@@ -555,12 +611,17 @@ fn machine_api(bed: &TestBed) -> Api<DynamicObject> {
     Api::namespaced_with(bed.client(), NAMESPACE, &resource)
 }
 
-/// `count` machines `m-NNNNN`, machine `i` on version `i / CHANNELS` (cycling) of channel
+/// Machines `m-NNNNN` of `range`, machine `i` on version `i / CHANNELS` (cycling) of channel
 /// `i % CHANNELS`, as the operator registers them.
-async fn create_machines(bed: &TestBed, models: &[Channel], count: usize) -> Result<()> {
+async fn create_machines(
+    bed: &TestBed,
+    models: &[Channel],
+    range: std::ops::Range<usize>,
+) -> Result<()> {
     let api = machine_api(bed);
     let started = Instant::now();
-    futures::stream::iter(0..count)
+    let count = range.len();
+    futures::stream::iter(range)
         .map(|i| {
             let api = api.clone();
             let model = &models[i % models.len()];
@@ -702,7 +763,7 @@ async fn follow(bed: &TestBed, models: &[Channel]) -> Result<Vec<Duration>> {
 
 /// Which side a watcher is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
+pub(super) enum Side {
     /// This server's machines through the aggregator.
     Ours,
     /// kube-apiserver's MachineInventory CRD.
@@ -711,7 +772,7 @@ enum Side {
 
 /// What a watcher saw: its side, when, and what marks the change (our answer's current
 /// version name, the CRD object's `os.image` annotation), or why it ended.
-type Seen = (Side, Instant, Result<String, String>);
+pub(super) type Seen = (Side, Instant, Result<String, String>);
 
 /// [`WATCHERS`] watchers on each side from a list's resourceVersion, then `changes` changes of
 /// [`CHANGED`]'s OS annotation, alternating between an older version and the newest, so that
@@ -828,7 +889,7 @@ async fn watch_latency(
 }
 
 /// The resourceVersion of the list at `url` as the reader (the items skipped).
-async fn list_resource_version(bed: &TestBed, token: &str, url: &str) -> Result<String> {
+pub(super) async fn list_resource_version(bed: &TestBed, token: &str, url: &str) -> Result<String> {
     #[derive(serde::Deserialize)]
     struct List {
         metadata: Meta,
@@ -851,7 +912,7 @@ async fn list_resource_version(bed: &TestBed, token: &str, url: &str) -> Result<
 
 /// One watcher: opens `url`, says so on `ready`, then sends what each event of [`CHANGED`]
 /// marks, until the watch ends (the error says how).
-async fn watcher(
+pub(super) async fn watcher(
     client: &reqwest::Client,
     url: &str,
     token: &str,
@@ -890,7 +951,7 @@ async fn watcher(
 }
 
 /// The CPU time (user and system) process `pid` has used.
-fn cpu_time(pid: u32, ticks_per_second: u64) -> Result<Duration> {
+pub(super) fn cpu_time(pid: u32, ticks_per_second: u64) -> Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (in parentheses, which may hold spaces): state is
     // field 3, utime 14, stime 15.
@@ -912,7 +973,7 @@ fn cpu_time(pid: u32, ticks_per_second: u64) -> Result<Duration> {
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`).
-fn ticks_per_second() -> Result<u64> {
+pub(super) fn ticks_per_second() -> Result<u64> {
     let output = std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()

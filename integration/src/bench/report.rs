@@ -212,6 +212,7 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
         f.follow.len(),
         ms(follow_max)
     );
+    pressure_section(w, f);
     let b_json = find("(b) machine list, JSON");
     let b_table = find("(b) machine list, Table");
     let ratio = |b: Option<Measured>, a: Option<Measured>| {
@@ -264,7 +265,10 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
         ),
     ];
     let _ = writeln!(w, "| goal | met |\n|---|---|");
-    for (goal, ok) in checks {
+    for (goal, ok) in checks
+        .into_iter()
+        .chain(pressure_goals(f, &watch_p99, find))
+    {
         let _ = writeln!(w, "| {goal} | {} |", verdict(ok));
     }
     let _ = writeln!(w);
@@ -289,6 +293,198 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
             let _ = writeln!(w, "{title}:\n\n```\n{profile}\n```\n");
         }
     }
+}
+
+/// Issue 35's and issue 34's figures of the fleet under pressure: CPU per change at two fleet
+/// sizes, zero-window watches, the PATCH loop, the package lists and their index.
+fn pressure_section(w: &mut String, f: &FleetResults) {
+    use super::pressure::{
+        PACKAGE_CHANNELS, PACKAGE_PACKAGES, PATCHES_PER_SECOND, ZERO_WINDOW_TIMEOUT,
+        ZERO_WINDOW_WATCHES, ZeroWindow, p99,
+    };
+    if !f.change_cpu.is_empty() {
+        let _ = writeln!(
+            w,
+            "CPU of a single-machine change: machine `m-00000`'s `os.image` annotation changed \
+             (between an older version and the newest), each change awaited at a watcher through \
+             the aggregator before the next; the server's CPU (user and system, \
+             `/proc/<pid>/stat`) from the first PATCH to the last event.\n\n\
+             | machines | changes | server CPU | per change | wall time |\n|---|---|---|---|---|"
+        );
+        for c in &f.change_cpu {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {:.2} ms | {:.1} s |",
+                c.machines,
+                c.changes,
+                ms(c.cpu),
+                c.per_change().as_secs_f64() * 1000.0,
+                c.took.as_secs_f64()
+            );
+        }
+        if let [small, all] = &f.change_cpu[..] {
+            let _ = writeln!(
+                w,
+                "\nPer change with {} machines ÷ with {}: {:.2}.\n",
+                all.machines,
+                small.machines,
+                all.per_change().as_secs_f64() / small.per_change().as_secs_f64().max(1e-9)
+            );
+        }
+    }
+    if let Some(z) = &f.zero_window {
+        let _ = writeln!(
+            w,
+            "{ZERO_WINDOW_WATCHES} HTTP/2 watches of every machine from `resourceVersion=0` (all \
+             {} as initial events), `timeoutSeconds={}`, straight to the server on 4 connections \
+             whose client never opens its flow-control window: {}. VmRSS {:.1} MiB before, {:.1} \
+             MiB at most while they were held (sampled every 50 ms; **growth {:.1} MiB**), {:.1} \
+             MiB after; ended by their deadline (reset within {} of their headers): {}.\n",
+            f.machines,
+            ZERO_WINDOW_TIMEOUT.as_secs(),
+            z.summary,
+            mib(z.before.rss_kib),
+            mib(z.held_kib),
+            mib(z.growth_kib()),
+            mib(z.after.rss_kib),
+            ms(ZeroWindow::bound()),
+            if z.ended_by_deadline {
+                "all"
+            } else {
+                "**not all**"
+            }
+        );
+    }
+    if let Some(l) = &f.patch_loop {
+        let _ = writeln!(
+            w,
+            "PATCH loop: machine `m-00000`'s `os.image` annotation changed {PATCHES_PER_SECOND} \
+             times a second for {} s ({} PATCHes answered, {} failed), while other clients GET \
+             machines `m-00001`… (and, as the baseline, ConfigMaps `cm-00001`… from \
+             kube-apiserver) 20 times a second each, every GET sent on its schedule; the \
+             same GETs for as long with no loop first. The server's CPU: {} idle, {} with the \
+             loop ({:.2} ms per PATCH more).\n\n\
+             | GETs | idle p50 | idle p99 | with the loop p50 | with the loop p99 | p99 ÷ idle | errors |\n|---|---|---|---|---|---|---|",
+            l.duration.as_secs(),
+            l.patches.0,
+            l.patches.1,
+            ms(l.cpu.0),
+            ms(l.cpu.1),
+            l.cpu.1.saturating_sub(l.cpu.0).as_secs_f64() * 1000.0 / l.patches.0.max(1) as f64
+        );
+        for (idle, loaded) in l.idle.iter().zip(&l.loaded) {
+            let (mut a, mut b) = (idle.ms.clone(), loaded.ms.clone());
+            a.sort_by(f64::total_cmp);
+            b.sort_by(f64::total_cmp);
+            let _ = writeln!(
+                w,
+                "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} | {} |",
+                idle.label,
+                median(&a),
+                p99(&a),
+                median(&b),
+                p99(&b),
+                p99(&b) / p99(&a).max(1e-6),
+                idle.errors + loaded.errors
+            );
+        }
+        let _ = writeln!(w);
+    }
+    if let Some(p) = &f.package_memory {
+        let _ = writeln!(
+            w,
+            "Package lists and their index (issue 34): {PACKAGE_CHANNELS} more channels of {} \
+             versions × {PACKAGE_PACKAGES} packages ({} raw) published in the same namespace, then \
+             every version of the namespace listed with `?package=bash` straight to the server \
+             (the package index built for every channel by the first list). VmRSS {:.1} MiB \
+             before them, {:.1} MiB with them served, {:.1} MiB with their index built \
+             (**index {:+.1} MiB**); the first `?package=` list {:.1} ms, kept {:.1} ms (median of \
+             {}).\n",
+            p.versions,
+            bytes(p.raw_bytes as f64),
+            mib(p.rss.0.rss_kib),
+            mib(p.rss.1.rss_kib),
+            mib(p.rss.2.rss_kib),
+            mib(p.rss.2.rss_kib) - mib(p.rss.1.rss_kib),
+            p.first_ms,
+            median(&p.kept_ms),
+            p.kept_ms.len()
+        );
+    }
+}
+
+/// The goals of issues 34 and 35 over [`pressure_section`]'s figures and the lists.
+fn pressure_goals(
+    f: &FleetResults,
+    watch_p99: &[Duration],
+    find: impl Fn(&str) -> Option<Measured>,
+) -> Vec<(String, bool)> {
+    let mut goals = Vec::new();
+    if let [ours, kube] = watch_p99 {
+        let ratio = ours.as_secs_f64() / kube.as_secs_f64().max(1e-6);
+        goals.push((
+            format!("watch event p99 (b) ÷ kube-apiserver's CRD watch (a) ≤ 1.5: {ratio:.2}"),
+            ratio <= 1.5,
+        ));
+    }
+    if let [small, all] = &f.change_cpu[..] {
+        let ratio = all.per_change().as_secs_f64() / small.per_change().as_secs_f64().max(1e-9);
+        goals.push((
+            format!(
+                "CPU per single-machine change with {} machines ÷ with {} ≤ 1.5: {ratio:.2}",
+                all.machines, small.machines
+            ),
+            ratio <= 1.5,
+        ));
+    }
+    if let Some(z) = &f.zero_window {
+        goals.push((
+            format!(
+                "zero-window watches from resourceVersion=0: RSS growth ≤ 16 MiB: {:.1} MiB",
+                mib(z.growth_kib())
+            ),
+            mib(z.growth_kib()) <= 16.0,
+        ));
+        goals.push((
+            "zero-window watches: every one ended by its timeoutSeconds".to_owned(),
+            z.ended_by_deadline,
+        ));
+    }
+    if let Some(l) = &f.patch_loop
+        && let (Some(idle), Some(loaded)) = (l.idle.first(), l.loaded.first())
+    {
+        let ratio = super::pressure::p99(&loaded.ms) / super::pressure::p99(&idle.ms).max(1e-6);
+        goals.push((
+            format!(
+                "GETs straight to the server during the PATCH loop: p99 ÷ idle ≤ 1.5: {ratio:.2}"
+            ),
+            ratio <= 1.5 && idle.errors + loaded.errors == 0,
+        ));
+    }
+    let plain_peak = mib(f.plain_lists.rss.1.peak_kib);
+    goals.push((
+        format!(
+            "{} lists without gzip at once: VmHWM after them ≤ {FLEET_RSS_GOAL_MIB} MiB: {plain_peak:.1} MiB",
+            super::fleet::PLAIN_CLIENTS
+        ),
+        plain_peak <= FLEET_RSS_GOAL_MIB,
+    ));
+    if let Some(p) = find("(p) machine list ?package=") {
+        goals.push((
+            format!(
+                "`?package=` machine list (p) kept, p99 ≤ 100 ms: {:.1} ms",
+                p.p99_ms
+            ),
+            p.p99_ms <= 100.0,
+        ));
+    }
+    if let Some(first) = f.package_uncached_ms.iter().copied().reduce(f64::max) {
+        goals.push((
+            format!("`?package=` machine list, first answer ≤ 1 s: {first:.0} ms (the slowest)"),
+            first <= 1000.0,
+        ));
+    }
+    goals
 }
 
 /// Bytes each machine added to the server's RSS (0 when it shrank).

@@ -2,20 +2,12 @@
 //! server's port: silent after the handshake, HTTP/2 idle after one answer (pings and
 //! settings answered), HTTP/1 and HTTP/2 answers never read, request heads never finished.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use elemental_changelog_integration::testbed::TestBed;
-use elemental_changelog_integration::testbed::{Ca, CertPair};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject as _};
+use elemental_changelog_integration::stalled::Tls;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
-use tokio_rustls::{TlsConnector, client::TlsStream};
-
-/// A TLS connection to the server under test.
-pub type Tls = TlsStream<TcpStream>;
 
 /// The HTTP/2 connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -28,69 +20,6 @@ const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 /// `SETTINGS_INITIAL_WINDOW_SIZE`.
 const INITIAL_WINDOW_SIZE: u16 = 0x4;
-
-/// TLS connections to the server, with ALPN `h2` and `http/1.1` as kube-apiserver's
-/// proxy offers them.
-#[derive(Clone)]
-pub struct Dialer {
-    connector: TlsConnector,
-    port: u16,
-}
-
-impl Dialer {
-    /// Connections without a client certificate, or with `identity`'s.
-    pub fn new(bed: &TestBed, identity: Option<&CertPair>) -> Result<Self> {
-        let port = bed.server().context("server")?.port();
-        Self::to(&bed.pki().server_ca, port, identity, &[b"h2", b"http/1.1"])
-    }
-
-    /// Connections to kube-apiserver (its aggregator), with `identity`'s certificate.
-    pub fn apiserver(bed: &TestBed, identity: &CertPair) -> Result<Self> {
-        let port = bed.apiserver_addr().port();
-        Self::to(&bed.pki().cluster_ca, port, Some(identity), &[b"h2"])
-    }
-
-    /// Connections to the server that offer HTTP/1.1 alone.
-    pub fn http1(bed: &TestBed, identity: &CertPair) -> Result<Self> {
-        let port = bed.server().context("server")?.port();
-        Self::to(&bed.pki().server_ca, port, Some(identity), &[b"http/1.1"])
-    }
-
-    fn to(ca: &Ca, port: u16, identity: Option<&CertPair>, alpn: &[&[u8]]) -> Result<Self> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca.cert_pem().as_bytes()) {
-            roots.add(cert?)?;
-        }
-        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-        let mut config = match identity {
-            None => builder.with_no_client_auth(),
-            Some(identity) => builder.with_client_auth_cert(
-                CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
-                    .collect::<Result<Vec<_>, _>>()?,
-                PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())?,
-            )?,
-        };
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Ok(Self {
-            connector: TlsConnector::from(Arc::new(config)),
-            port,
-        })
-    }
-
-    /// A TLS connection; `receive_buffer` sets `SO_RCVBUF` before connecting, so that
-    /// a client that does not read soon stops the server's writes.
-    pub async fn connect(&self, receive_buffer: Option<u32>) -> Result<Tls> {
-        let socket = TcpSocket::new_v4()?;
-        if let Some(size) = receive_buffer {
-            socket.set_recv_buffer_size(size)?;
-        }
-        let tcp = socket.connect(([127, 0, 0, 1], self.port).into()).await?;
-        Ok(self
-            .connector
-            .connect(ServerName::try_from("localhost")?.to_owned(), tcp)
-            .await?)
-    }
-}
 
 /// How a connection the client kept open ended.
 #[derive(Debug)]

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
-use bytes::Bytes;
+use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_apiserver::deadline::GRACE;
 use elemental_changelog_integration::bench::rss;
 use elemental_changelog_integration::registry::Registry;
@@ -19,7 +18,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
 use super::GROUP_VERSION;
-use super::clients::{Dialer, H2_HEADERS, Tls, h2_get, h2_preface, until_closed};
+use elemental_changelog_integration::stalled::{Dialer, Tls, zero_window_watches};
+
+use super::clients::{H2_HEADERS, h2_get, h2_preface, until_closed};
 
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -646,7 +647,14 @@ pub async fn zero_window_watchers_end_at_their_deadline(
     };
     let before = rss(pid)?;
     let direct = Dialer::new(bed, Some(&admin))?;
-    let watches = zero_window_watches(&direct, &versions(WATCH_TIMEOUT), limit).await?;
+    let watches = zero_window_watches(
+        &direct,
+        &versions(WATCH_TIMEOUT),
+        WATCHERS,
+        WATCH_CONNECTIONS,
+        limit,
+    )
+    .await?;
     let one_more = bed
         .server_http(Some(&admin))?
         .get(format!("{}{}", bed.server_url()?, versions(WATCH_TIMEOUT)))
@@ -672,14 +680,28 @@ pub async fn zero_window_watchers_end_at_their_deadline(
 
     // Through the aggregator: all served (every slot came back), then what the client sees.
     let aggregator = Dialer::apiserver(bed, &admin)?;
-    let watches = zero_window_watches(&aggregator, &versions(WATCH_TIMEOUT), limit).await?;
+    let watches = zero_window_watches(
+        &aggregator,
+        &versions(WATCH_TIMEOUT),
+        WATCHERS,
+        WATCH_CONNECTIONS,
+        limit,
+    )
+    .await?;
     let ends = watches.ends().await?;
     eprintln!(
         "{WATCHERS} HTTP/2 watches with no window through kube-apiserver's aggregator: {}",
         ends.summary()
     );
     // What reached the server was read: its watches ended, and their slots came back.
-    let again = zero_window_watches(&direct, &versions(Duration::from_secs(1)), limit).await?;
+    let again = zero_window_watches(
+        &direct,
+        &versions(Duration::from_secs(1)),
+        WATCHERS,
+        WATCH_CONNECTIONS,
+        limit,
+    )
+    .await?;
     let ends = again.ends().await?;
     eprintln!(
         "{WATCHERS} more HTTP/2 watches with no window, timeoutSeconds 1: {}",
@@ -780,138 +802,4 @@ async fn create_big_machines(bed: &TestBed) -> Result<()> {
     })
     .await?;
     Ok(())
-}
-
-/// How one watch ended, as its client saw it, counted from its response's headers.
-#[derive(Debug)]
-enum End {
-    /// `RST_STREAM`.
-    Reset(Duration),
-    /// `END_STREAM`: the server finished it.
-    Finished(Duration),
-    /// Data came, though the window was never opened.
-    Data,
-    /// Still open at the limit.
-    Open,
-}
-
-/// Watches in flight, each read by a task until it ends or its limit.
-struct Watches {
-    ends: Vec<tokio::task::JoinHandle<End>>,
-    /// The HTTP/2 connections' tasks, ended when `Watches` is dropped.
-    conns: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for Watches {
-    fn drop(&mut self) {
-        for conn in &self.conns {
-            conn.abort();
-        }
-    }
-}
-
-impl Watches {
-    async fn ends(mut self) -> Result<Ends> {
-        let mut ends = Vec::new();
-        for end in std::mem::take(&mut self.ends) {
-            ends.push(end.await?);
-        }
-        Ok(Ends(ends))
-    }
-}
-
-struct Ends(Vec<End>);
-
-impl Ends {
-    fn summary(&self) -> String {
-        let resets: Vec<Duration> = self
-            .0
-            .iter()
-            .filter_map(|e| match e {
-                End::Reset(after) => Some(*after),
-                _ => None,
-            })
-            .collect();
-        let finished: Vec<Duration> = self
-            .0
-            .iter()
-            .filter_map(|e| match e {
-                End::Finished(after) => Some(*after),
-                _ => None,
-            })
-            .collect();
-        let count = |f: fn(&End) -> bool| self.0.iter().filter(|e| f(e)).count();
-        format!(
-            "{} reset ({:?} to {:?} after their headers), {} finished (the last {:?} after), {} sent data, {} still open",
-            resets.len(),
-            resets.iter().min().copied().unwrap_or_default(),
-            resets.iter().max().copied().unwrap_or_default(),
-            finished.len(),
-            finished.iter().max().copied().unwrap_or_default(),
-            count(|e| matches!(e, End::Data)),
-            count(|e| matches!(e, End::Open)),
-        )
-    }
-
-    /// Every watch reset, none before `from` nor after `to`.
-    fn all_reset_between(&self, from: Duration, to: Duration) -> Result<()> {
-        for end in &self.0 {
-            match end {
-                End::Reset(after) => ensure!(
-                    *after >= from && *after <= to,
-                    "a watch was reset {after:?} after its headers, not within {from:?}..{to:?}: {}",
-                    self.summary()
-                ),
-                other => bail!("a watch ended {other:?}: {}", self.summary()),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// [`WATCHERS`] watches of `path` on [`WATCH_CONNECTIONS`] HTTP/2 connections whose
-/// streams' flow-control window is 0 and never opened; each must be answered 200.
-async fn zero_window_watches(dialer: &Dialer, path: &str, limit: Duration) -> Result<Watches> {
-    let mut watches = Watches {
-        ends: Vec::new(),
-        conns: Vec::new(),
-    };
-    let mut responses = Vec::new();
-    for _ in 0..WATCH_CONNECTIONS {
-        let tls = dialer.connect(None).await?;
-        let (send, conn) = h2::client::Builder::new()
-            .initial_window_size(0)
-            .handshake::<_, Bytes>(tls)
-            .await?;
-        watches.conns.push(tokio::spawn(async move {
-            let _ = conn.await;
-        }));
-        for _ in 0..WATCHERS / WATCH_CONNECTIONS {
-            let mut send = send.clone().ready().await?;
-            let request = http::Request::get(format!("https://localhost{path}")).body(())?;
-            responses.push(send.send_request(request, true)?.0);
-        }
-    }
-    for response in responses {
-        let response = tokio::time::timeout(Duration::from_secs(10), response)
-            .await
-            .context("no answer's headers")??;
-        ensure!(
-            response.status() == StatusCode::OK.as_u16(),
-            "watch answered {}",
-            response.status()
-        );
-        let since = Instant::now();
-        let mut body = response.into_body();
-        watches.ends.push(tokio::spawn(async move {
-            match tokio::time::timeout_at(since + limit, body.data()).await {
-                Err(_) => End::Open,
-                Ok(None) => End::Finished(since.elapsed()),
-                Ok(Some(Err(error))) if error.is_reset() => End::Reset(since.elapsed()),
-                Ok(Some(Err(_))) => End::Finished(since.elapsed()),
-                Ok(Some(Ok(_))) => End::Data,
-            }
-        }));
-    }
-    Ok(watches)
 }

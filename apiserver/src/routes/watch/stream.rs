@@ -15,9 +15,12 @@ use tokio::{sync::mpsc, time::Instant};
 /// How often a watch that asked for bookmarks gets one (kube-apiserver: about every minute).
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
 /// Bytes of objects read from the hub at once, written as one chunk (at least one object).
-const CHUNK_BYTES: usize = 64 << 10;
-/// Chunks between a watch's task and its connection: with [`CHUNK_BYTES`], what a watch
-/// holds of its own while its client does not read.
+/// A watch whose client does not read holds [`BODY_CHUNKS`] of them queued and one waiting to
+/// be queued: 100 such watches from `resourceVersion=0` add 9 MiB to the server, whatever the
+/// fleet's size (issue 35: at most 16 MiB; 64 KiB chunks whose buffers grew by doubling held
+/// about 280 KiB a watch).
+const CHUNK_BYTES: usize = 32 << 10;
+/// Chunks between a watch's task and its connection.
 const BODY_CHUNKS: usize = 2;
 
 /// Whether a watch sees an object (its selectors).
@@ -166,6 +169,9 @@ async fn run<T: Object>(
         if chunk.is_empty() {
             continue;
         }
+        // Held until the client reads it: no slack from the buffer's growth.
+        let mut chunk = chunk;
+        chunk.shrink_to_fit();
         tokio::select! {
             sent = tx.send(Bytes::from(chunk)) => if sent.is_err() { return End::Client },
             () = tokio::time::sleep_until(deadline) => return End::Timeout,
