@@ -131,6 +131,8 @@ const RESET_MARGIN: Duration = Duration::from_secs(2);
 /// straight to the server, whose client never opens its window.
 #[derive(Clone, Debug, Default)]
 pub struct ZeroWindow {
+    /// Machines served.
+    pub machines: usize,
     /// The server's memory before the watches.
     pub before: Rss,
     /// The highest `VmRSS` sampled (every 50 ms) while they were held.
@@ -157,7 +159,7 @@ impl ZeroWindow {
 }
 
 /// Measures [`ZeroWindow`] on the server `pid`.
-pub async fn zero_window(bed: &TestBed, pid: u32) -> Result<ZeroWindow> {
+pub async fn zero_window(bed: &TestBed, machines: usize, pid: u32) -> Result<ZeroWindow> {
     let path = format!(
         "{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories?watch=true&resourceVersion=0&timeoutSeconds={}",
         ZERO_WINDOW_TIMEOUT.as_secs()
@@ -187,6 +189,7 @@ pub async fn zero_window(bed: &TestBed, pid: u32) -> Result<ZeroWindow> {
     let _ = stop_tx.send(());
     let held_kib = sampler.await?;
     let measured = ZeroWindow {
+        machines,
         before,
         held_kib,
         after: settled_rss(bed).await?,
@@ -196,7 +199,7 @@ pub async fn zero_window(bed: &TestBed, pid: u32) -> Result<ZeroWindow> {
             .is_ok(),
     };
     eprintln!(
-        "bench: {ZERO_WINDOW_WATCHES} zero-window watches from resourceVersion=0: {}; RSS {} KiB before, {} KiB at most while held, {} KiB after",
+        "bench: {ZERO_WINDOW_WATCHES} zero-window watches of {machines} machines from resourceVersion=0: {}; RSS {} KiB before, {} KiB at most while held, {} KiB after",
         measured.summary, measured.before.rss_kib, measured.held_kib, measured.after.rss_kib
     );
     Ok(measured)
