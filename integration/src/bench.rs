@@ -18,6 +18,7 @@
 
 pub mod fleet;
 pub mod load;
+pub mod machines;
 pub mod nginx;
 pub mod pressure;
 pub mod report;
@@ -373,7 +374,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         namespaces: vec![
             FLEET_NAMESPACE.to_owned(),
             MEMORY_NAMESPACE.to_owned(),
-            fleet::NAMESPACE.to_owned(),
+            machines::NAMESPACE.to_owned(),
         ],
         ..TestBedOptions::default()
     })
@@ -612,7 +613,7 @@ rules:
   verbs: [get, list]
 ",
     );
-    for namespace in [FLEET_NAMESPACE, MEMORY_NAMESPACE, fleet::NAMESPACE] {
+    for namespace in [FLEET_NAMESPACE, MEMORY_NAMESPACE, machines::NAMESPACE] {
         yaml.push_str(&format!(
             "---
 apiVersion: rbac.authorization.k8s.io/v1

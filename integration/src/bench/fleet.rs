@@ -24,16 +24,20 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::load::{self, Load, Measured, percentile};
+use super::machines::{
+    CHANGED, EVENT_DEADLINE, NAMESPACE, OS_IMAGE, Seen, Side, cpu_time, list_resource_version,
+    machine_api, os_image, ticks_per_second, watcher,
+};
 use super::pressure;
 use super::{Rss, Settings, settled_rss};
 use crate::fixtures::OperatorChannel;
@@ -44,8 +48,6 @@ use crate::registry::Registry;
 use crate::testbed::TestBed;
 use crate::wait::{POLL, poll};
 
-/// The namespace of the fleet phase's channels, machines and ConfigMaps.
-pub const NAMESPACE: &str = "bench-fleet";
 /// Channels the machines run versions of.
 const CHANNELS: usize = 4;
 /// Packages of each version: the machine answers read summaries, not package lists.
@@ -62,18 +64,12 @@ pub const WATCHERS: usize = 100;
 pub const POLL_PERIOD: Duration = Duration::from_secs(5);
 /// Bound on the machines being created, resolved or served.
 const DEADLINE: Duration = Duration::from_secs(1800);
-/// Bound on one watch event reaching every watcher.
-pub(super) const EVENT_DEADLINE: Duration = Duration::from_secs(60);
 /// kubectl's Table `Accept`.
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
-/// The annotation a machine's OS image is registered in.
-pub(super) const OS_IMAGE: &str = "elemental.cattle.io/os.image";
 /// Changes after the timed ones, recorded with perf (not timed: perf slows the server).
 pub const PROFILED_CHANGES: usize = 5;
 /// Polls after the measured ones, recorded with perf.
 pub const PROFILED_LISTS: usize = 3;
-/// The machine whose annotation the watch latency and the follow samples change.
-pub(super) const CHANGED: &str = "m-00000";
 
 /// One measured cell.
 #[derive(Clone, Debug)]
@@ -176,11 +172,6 @@ pub struct PlainLists {
     pub bytes: usize,
     /// The server's `VmRSS` and `VmHWM` before the lists and after them.
     pub rss: (Rss, Rss),
-}
-
-/// The image a machine of channel `c` on version `version` reports.
-pub(super) fn os_image(channel: &str, version: &str) -> String {
-    format!("registry.example.com/{channel}/os:{version}")
 }
 
 /// Runs the fleet phase on `bed`, whose server watches [`NAMESPACE`]; `token` is the
@@ -623,15 +614,6 @@ async fn publish_channels(
     Ok(models)
 }
 
-/// The MachineInventory API of [`NAMESPACE`].
-pub(super) fn machine_api(bed: &TestBed) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("elemental.cattle.io", "v1beta1", "MachineInventory"),
-        "machineinventories",
-    );
-    Api::namespaced_with(bed.client(), NAMESPACE, &resource)
-}
-
 /// Machines `m-NNNNN` of `range`, machine `i` on version `i / CHANNELS` (cycling) of channel
 /// `i % CHANNELS`, as the operator registers them.
 async fn create_machines(
@@ -782,19 +764,6 @@ async fn follow(bed: &TestBed, models: &[Channel]) -> Result<Vec<Duration>> {
     Ok(took)
 }
 
-/// Which side a watcher is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Side {
-    /// This server's machines through the aggregator.
-    Ours,
-    /// kube-apiserver's MachineInventory CRD.
-    Kube,
-}
-
-/// What a watcher saw: its side, when, and what marks the change (our answer's current
-/// version name, the CRD object's `os.image` annotation), or why it ended.
-pub(super) type Seen = (Side, Instant, Result<String, String>);
-
 /// [`WATCHERS`] watchers on each side from a list's resourceVersion, then `changes` changes of
 /// [`CHANGED`]'s OS annotation, alternating between an older version and the newest, so that
 /// its state changes each time; each change timed from just before its PATCH is sent to its
@@ -907,100 +876,6 @@ async fn watch_latency(
         },
     ];
     Ok((latencies, profile))
-}
-
-/// The resourceVersion of the list at `url` as the reader (the items skipped).
-pub(super) async fn list_resource_version(bed: &TestBed, token: &str, url: &str) -> Result<String> {
-    #[derive(serde::Deserialize)]
-    struct List {
-        metadata: Meta,
-    }
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(rename = "resourceVersion")]
-        resource_version: String,
-    }
-    let response = bed
-        .apiserver_streaming_http(None)?
-        .get(url)
-        .bearer_auth(token)
-        .send()
-        .await?;
-    ensure!(response.status() == 200, "{url}: {}", response.status());
-    let list: List = serde_json::from_slice(&response.bytes().await?)?;
-    Ok(list.metadata.resource_version)
-}
-
-/// One watcher: opens `url`, says so on `ready`, then sends what each event of [`CHANGED`]
-/// marks, until the watch ends (the error says how).
-pub(super) async fn watcher(
-    client: &reqwest::Client,
-    url: &str,
-    token: &str,
-    side: Side,
-    tx: &mpsc::UnboundedSender<Seen>,
-    ready: &mpsc::UnboundedSender<Result<()>>,
-) -> Result<()> {
-    let mut response = client.get(url).bearer_auth(token).send().await?;
-    ensure!(response.status() == 200, "{url}: {}", response.status());
-    let _ = ready.send(Ok(()));
-    let mut buffer: Vec<u8> = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        let at = Instant::now();
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            let event: Value = serde_json::from_slice(&line)?;
-            let object = &event["object"];
-            match event["type"].as_str() {
-                Some("ERROR") => bail!("{url}: ERROR event {object}"),
-                Some("ADDED" | "MODIFIED") if object["metadata"]["name"] == CHANGED => {
-                    let mark = match side {
-                        Side::Ours => &object["current"]["name"],
-                        Side::Kube => &object["metadata"]["annotations"][OS_IMAGE],
-                    };
-                    let mark = mark.as_str().unwrap_or_default().to_owned();
-                    if tx.send((side, at, Ok(mark))).is_err() {
-                        return Ok(());
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    bail!("{url}: the watch ended")
-}
-
-/// The CPU time (user and system) process `pid` has used.
-pub(super) fn cpu_time(pid: u32, ticks_per_second: u64) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (in parentheses, which may hold spaces): state is
-    // field 3, utime 14, stime 15.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .context("no command name in /proc/<pid>/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<u64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse().ok())
-            .with_context(|| format!("field {} of /proc/{pid}/stat", i + 3))
-    };
-    let total = ticks(11)? + ticks(12)?;
-    Ok(Duration::from_secs_f64(
-        total as f64 / ticks_per_second as f64,
-    ))
-}
-
-/// Clock ticks per second (`getconf CLK_TCK`).
-pub(super) fn ticks_per_second() -> Result<u64> {
-    let output = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .context("running getconf CLK_TCK")?;
-    ensure!(output.status.success(), "getconf CLK_TCK failed");
-    Ok(String::from_utf8(output.stdout)?.trim().parse()?)
 }
 
 /// A Rancher-style poller for `duration`: a LIST of all machines at `url` (JSON, gzip) every

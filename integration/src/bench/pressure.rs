@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use super::fleet::{
+use super::machines::{
     CHANGED, EVENT_DEADLINE, NAMESPACE, OS_IMAGE, Side, cpu_time, list_resource_version,
     machine_api, os_image, ticks_per_second, watcher,
 };
