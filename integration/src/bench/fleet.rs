@@ -317,9 +317,13 @@ pub async fn run(
             .await?;
         ensure!(response.status() == 200, "{label}: {}", response.status());
         response.bytes().await?;
-        results
-            .cells
-            .extend(sampled_lists(bed, token, &[(label, url, false)], rounds).await?);
+        let misses = answer_cache_misses(bed).await?;
+        let mut cells = sampled_lists(bed, token, &[(label, url, false)], rounds).await?;
+        let rendered = answer_cache_misses(bed).await? - misses;
+        for cell in &mut cells {
+            cell.how = format!("{}; answer-cache misses meanwhile: {rendered}", cell.how);
+        }
+        results.cells.extend(cells);
     }
     let cells: [(&str, &str, bool); 3] = [
         (
@@ -562,6 +566,17 @@ async fn sampled_lists(
         });
     }
     Ok(cells)
+}
+
+/// Answers the server rendered because none was kept (`answer_cache_requests_total{result="miss"}`).
+async fn answer_cache_misses(bed: &TestBed) -> Result<u64> {
+    let text = bed.server_metrics().await?;
+    let misses = crate::fixtures::metric(
+        &text,
+        "elemental_changelog_answer_cache_requests_total",
+        &[("result", "miss")],
+    );
+    Ok(misses as u64)
 }
 
 /// The length of the body `url` answers `token` (uncompressed).

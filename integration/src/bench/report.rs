@@ -56,7 +56,8 @@ pub fn fleet_section(w: &mut String, f: &FleetResults) {
         w,
         "Lists of all machines are asked one at a time, the five lists taking turns in each round \
          (a first round unmeasured), so both sides see the same load; with under 100 rounds, p99 \
-         is the slowest. The small answers (v, m) are loaded with `wrk` (HTTP/1.1, 2 threads).\n\n\
+         is the slowest. The `?cve=` (c) and `?package=` (p) lists follow, each on its own once \
+         kept (asked twice before its unmeasured round). The small answers (v, m) are loaded with `wrk` (HTTP/1.1, 2 threads).\n\n\
          | request | how | req/s | p50 | p99 | bytes/response | errors | p99 ÷ (a) of the same format | req/s ÷ (a) |\n|---|---|---|---|---|---|---|---|---|"
     );
     for c in &f.cells {
