@@ -29,6 +29,7 @@ use crate::paths::GROUP_VERSION;
 use crate::registry::Registry;
 use crate::stalled::{Dialer, zero_window_watches};
 use crate::testbed::TestBed;
+use crate::wait::{POLL, poll};
 
 /// The server's CPU over a number of single-machine changes, each awaited (its event through
 /// the aggregator) before the next.
@@ -53,7 +54,7 @@ impl ChangeCpu {
 
 /// `changes` changes of [`CHANGED`]'s OS annotation (between an older version and the newest,
 /// so that its answer changes each time), each awaited at a watcher through the aggregator
-/// (as `token`); the server's (`pid`) CPU over them.
+/// (as `token`), the only watch open; the server's (`pid`) CPU over them.
 pub async fn change_cpu(
     bed: &TestBed,
     token: &str,
@@ -66,6 +67,20 @@ pub async fn change_cpu(
         "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories",
         bed.apiserver_url()
     );
+    // The same work at both sizes: every change is sent to this one watch only, so the
+    // watches of earlier steps (through the aggregator, whose proxy lets go of them a little
+    // after their clients) must have ended first.
+    poll(
+        "no watch left open",
+        Duration::from_secs(60),
+        POLL,
+        async || {
+            let text = bed.server_metrics().await?;
+            let open = crate::fixtures::metric(&text, "elemental_changelog_watches_open", &[]);
+            Ok((open < 0.5).then_some(()))
+        },
+    )
+    .await?;
     let version = list_resource_version(bed, token, &url).await?;
     let watch = format!("{url}?watch=true&resourceVersion={version}&timeoutSeconds=1800");
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -142,7 +157,7 @@ pub struct ZeroWindow {
     /// How they ended.
     pub summary: String,
     /// Whether every one was reset between its `timeoutSeconds` and that plus the server's
-    /// grace and [`RESET_MARGIN`].
+    /// grace and a margin ([`ZeroWindow::bound`]).
     pub ended_by_deadline: bool,
 }
 
