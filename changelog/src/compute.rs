@@ -620,6 +620,12 @@ impl IndexedChannel {
         })
     }
 
+    /// Where version `name` stands in [`IndexedChannel::order`]; `None` when it is not in the
+    /// data.
+    pub fn position_of(&self, name: &str) -> Option<usize> {
+        self.position(name).ok()
+    }
+
     /// What version `name` carries of package `package`; `None` for a version not in the data.
     pub fn presence(&self, name: &str, package: &str) -> Option<Presence<'_>> {
         let pos = self.position(name).ok()?;

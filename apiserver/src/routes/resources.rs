@@ -836,27 +836,42 @@ impl ChangelogRequest {
     }
 }
 
-/// The versions of `matched` whose changelog fixes `cve`, oldest first: by namespace and
-/// channel, then the channel data's own order (`created`, then version), so the first is the
-/// first fix.
+/// The versions of `matched` whose changelog fixes `cve`, oldest first ([`oldest_first`]), so
+/// the first of each channel is its first fix.
 fn fixing(matched: Matched, cve: &str) -> Matched {
-    let mut hits: Vec<(ChannelPosition, (Arc<ManagedOSVersion>, Lookup))> = Vec::new();
-    for (version, lookup) in matched {
-        let name = version.name_any();
-        if let Lookup::Found { snapshot, .. } = &lookup
-            && snapshot.data.fixes_cve(&name, cve)
-        {
-            let position = snapshot.data.order().iter().position(|n| *n == name);
+    oldest_first(
+        matched
+            .into_iter()
+            .filter(|(version, lookup)| {
+                matches!(lookup, Lookup::Found { snapshot, .. }
+                    if snapshot.data.fixes_cve(&version.name_any(), cve))
+            })
+            .collect(),
+    )
+}
+
+/// `matched` by namespace and channel, then oldest first in the channel data's own order
+/// (`created`, then version); a version without data (or not in it) last in its channel, by
+/// name.
+fn oldest_first(matched: Matched) -> Matched {
+    let mut keyed: Vec<(ChannelPosition, (Arc<ManagedOSVersion>, Lookup))> = matched
+        .into_iter()
+        .map(|(version, lookup)| {
+            let position = match &lookup {
+                Lookup::Found { snapshot, .. } => snapshot.data.position_of(&version.name_any()),
+                Lookup::Unavailable { .. } => None,
+            };
             let key = (
                 version.namespace(),
                 version.channel_name().map(str::to_owned),
                 position.unwrap_or(usize::MAX),
             );
-            hits.push((key, (version, lookup)));
-        }
-    }
-    hits.sort_by(|a, b| a.0.cmp(&b.0));
-    hits.into_iter().map(|(_, hit)| hit).collect()
+            (key, (version, lookup))
+        })
+        .collect();
+    // Stable: versions of equal keys keep the list's order (by name).
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.into_iter().map(|(_, hit)| hit).collect()
 }
 
 /// What the summaries of `matched` depend on, hashed: each version's identity and
@@ -903,7 +918,8 @@ fn render_summaries(
         None => matched,
     };
     let items = match package {
-        Some(query) => carrying(&matched, query),
+        // Oldest first, as with `cve`: which versions carry the package, in the order they came.
+        Some(query) => carrying(&oldest_first(matched), query),
         None => matched.iter().map(|(v, l)| summary(v, l)).collect(),
     };
     respond_summaries(representation, items, list, None, package.is_some())
