@@ -42,12 +42,13 @@ demo: deps-demo tools server
 
 ## bench: this server next to kube-apiserver and nginx on the real test bed, plus memory,
 ## re-sync latency and the criterion benches; writes docs/performance.md (not part of `test`;
-## BENCH_QUICK=1 for a short run, see docs/development.md#benchmarks)
+## BENCH_QUICK=1 for a short run, see docs/development.md#benchmarks); the load generator is a
+## release build too (a debug one spends the cores it measures on its own TLS)
 BENCH_SERVER ?= $(CURDIR)/target/release/elemental-changelog-apiserver
 bench: deps-demo tools
 	$(CARGO) build --locked --release -p elemental-changelog-apiserver
-	$(CARGO) build --locked -p elemental-changelog-integration --bin bench
-	ELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked -p elemental-changelog-integration --bin bench
+	$(CARGO) build --locked --release -p elemental-changelog-integration --bin bench
+	ELEMENTAL_CHANGELOG_BIN=$(BENCH_SERVER) $(CARGO) run --locked --release -p elemental-changelog-integration --bin bench
 
 ## test: every check: format, clippy, docs, chart, UI unit tests, the Rancher extension's build,
 ## unit, property and end-to-end tests (integration/tests/ui.rs is the UI's browser test,

@@ -408,8 +408,8 @@ fn pressure_section(w: &mut String, f: &FleetResults) {
              versions × {PACKAGE_PACKAGES} packages ({} raw) published in the same namespace, then \
              every version of the namespace listed with `?package=bash` straight to the server \
              (the package index built for every channel by the first list). VmRSS {:.1} MiB \
-             before them, {:.1} MiB with them served, {:.1} MiB with their index built \
-             (**index {:+.1} MiB**); the first `?package=` list {:.1} ms, kept {:.1} ms (median of \
+             before them, {:.1} MiB with them served, {:.1} MiB with their index built and \
+             the first answers kept ({:+.1} MiB; RSS, not the index's own bytes); the first `?package=` list {:.1} ms, kept {:.1} ms (median of \
              {}).\n",
             p.versions,
             bytes(p.raw_bytes as f64),
