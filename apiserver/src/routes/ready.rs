@@ -46,9 +46,10 @@ pub const INFLATE_CHUNK: usize = 64 * 1024;
 /// Smallest part of the cache's bytes one of its shards holds: quick_cache splits its capacity
 /// among shards (4 per CPU by default) and never keeps an item larger than a shard, so with
 /// the default 32 MiB on 2 CPUs no answer of 4 MiB or more (the list of 5,000 machines) was
-/// ever kept. Shards of at least this size keep answers of several MiB (up to the shard's hot
-/// part, `hot_allocation` of it).
-const SHARD_MIN_BYTES: u64 = 16 << 20;
+/// ever kept. With 16 MiB shards, lists of 50,000 machines (about 5 MB gzipped each, one per
+/// query) landing three in a shard pushed one another out: a `?package=` list asked 20 times
+/// on its own was rendered 5 times (`make bench`). The default cache is one shard.
+const SHARD_MIN_BYTES: u64 = 64 << 20;
 /// `Cache-Control` of answers that depend on who asks (what kube-apiserver sends).
 const PRIVATE: HeaderValue = HeaderValue::from_static("no-cache, private");
 
@@ -831,5 +832,36 @@ mod tests {
             assert!(cache.contains(&key), "{mib} MiB not kept");
         }
         assert!(cache.weight() <= 32 << 20);
+    }
+
+    /// Five answers of 5 MiB (lists of 50,000 machines, one per query) asked in turn fit the
+    /// default cache: once each was asked twice (the cache keeps a large answer on its second
+    /// request), none is rendered again. With 16 MiB shards, three landing in one shard pushed
+    /// one another out.
+    #[test]
+    fn large_answers_asked_in_turn_stay_kept() {
+        let cache = ReadyCache::new(32 << 20, Registry::default().register());
+        let renders = std::sync::atomic::AtomicUsize::new(0);
+        let mut ask = |key: u32| {
+            cache
+                .get_or_render::<()>(key, || {
+                    renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    Ok(Ready::answer(vec![b'x'; 5 << 20], "application/json"))
+                })
+                .unwrap();
+        };
+        for _ in 0..2 {
+            for key in 0..5 {
+                ask(key);
+            }
+        }
+        let warm = renders.load(std::sync::atomic::Ordering::SeqCst);
+        for _ in 0..4 {
+            for key in 0..5 {
+                ask(key);
+            }
+        }
+        let again = renders.load(std::sync::atomic::Ordering::SeqCst) - warm;
+        assert_eq!(again, 0, "{again} of 20 requests rendered again");
     }
 }
