@@ -842,7 +842,7 @@ mod tests {
     fn large_answers_asked_in_turn_stay_kept() {
         let cache = ReadyCache::new(32 << 20, Registry::default().register());
         let renders = std::sync::atomic::AtomicUsize::new(0);
-        let mut ask = |key: u32| {
+        let ask = |key: u32| {
             cache
                 .get_or_render::<()>(key, || {
                     renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
