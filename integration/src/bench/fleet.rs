@@ -779,7 +779,8 @@ async fn follow(bed: &TestBed, models: &[Channel]) -> Result<Vec<Duration>> {
     Ok(took)
 }
 
-/// [`WATCHERS`] watchers on each side from a list's resourceVersion, then `changes` changes of
+/// [`WATCHERS`] watchers on each side (and as many straight to the server, as admin) from a
+/// list's resourceVersion, then `changes` changes of
 /// [`CHANGED`]'s OS annotation, alternating between an older version and the newest, so that
 /// its state changes each time; each change timed from just before its PATCH is sent to its
 /// event at every watcher. The first change is not counted (connections and paths warm up);
@@ -799,23 +800,38 @@ async fn watch_latency(
         "{}/apis/elemental.cattle.io/v1beta1/namespaces/{NAMESPACE}/machineinventories",
         bed.apiserver_url()
     );
+    let direct = format!(
+        "{}{GROUP_VERSION}/namespaces/{NAMESPACE}/machineinventories",
+        bed.server_url()?
+    );
     let (tx, mut rx) = mpsc::unbounded_channel::<Seen>();
     let mut tasks = Vec::new();
-    for (side, url) in [(Side::Ours, &ours), (Side::Kube, &kube)] {
-        let version = list_resource_version(bed, token, url).await?;
+    let mut ours_version = String::new();
+    for (side, url) in [
+        (Side::Ours, &ours),
+        (Side::Kube, &kube),
+        (Side::Direct, &direct),
+    ] {
+        // The direct watchers resume from the aggregated list's resourceVersion: the same
+        // server's.
+        let version = match side {
+            Side::Direct => ours_version.clone(),
+            _ => list_resource_version(bed, token, url).await?,
+        };
+        if side == Side::Ours {
+            ours_version.clone_from(&version);
+        }
         eprintln!("bench: {WATCHERS} watchers of {url} from resourceVersion {version}");
         let watch = format!("{url}?watch=true&resourceVersion={version}&timeoutSeconds=1800");
         let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<Result<()>>();
         for _ in 0..WATCHERS {
-            let client = bed.apiserver_streaming_http(None)?;
-            let (watch, token, tx, ready) = (
-                watch.clone(),
-                token.to_owned(),
-                tx.clone(),
-                ready_tx.clone(),
-            );
+            let (client, token) = match side {
+                Side::Direct => (bed.server_streaming_http(Some(&bed.pki().admin))?, None),
+                _ => (bed.apiserver_streaming_http(None)?, Some(token.to_owned())),
+            };
+            let (watch, tx, ready) = (watch.clone(), tx.clone(), ready_tx.clone());
             tasks.push(tokio::spawn(async move {
-                let ended = watcher(&client, &watch, &token, side, &tx, &ready).await;
+                let ended = watcher(&client, &watch, token.as_deref(), side, &tx, &ready).await;
                 let _ = ready.send(Err(anyhow::anyhow!("watch ended before it was open")));
                 let _ = tx.send((
                     side,
@@ -830,7 +846,8 @@ async fn watch_latency(
     }
     let api = machine_api(bed);
     let newest = model.versions.last().context("no version")?;
-    let (mut ours_latency, mut kube_latency) = (Vec::new(), Vec::new());
+    let (mut ours_latency, mut kube_latency, mut direct_latency) =
+        (Vec::new(), Vec::new(), Vec::new());
     let mut recording = None;
     for n in 0..=changes + PROFILED_CHANGES {
         if n == changes + 1 {
@@ -846,16 +863,20 @@ async fn watch_latency(
         let started = Instant::now();
         api.patch(CHANGED, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        let (mut ours_seen, mut kube_seen) = (Vec::new(), Vec::new());
-        while ours_seen.len() < WATCHERS || kube_seen.len() < WATCHERS {
+        let (mut ours_seen, mut kube_seen, mut direct_seen) = (Vec::new(), Vec::new(), Vec::new());
+        while ours_seen.len() < WATCHERS
+            || kube_seen.len() < WATCHERS
+            || direct_seen.len() < WATCHERS
+        {
             let (side, at, what) = tokio::time::timeout(EVENT_DEADLINE, rx.recv())
                 .await
                 .with_context(|| {
                     format!(
-                        "change {n}: after {EVENT_DEADLINE:?}, {} of our watchers and {} of \
-                         kube-apiserver's saw it",
+                        "change {n}: after {EVENT_DEADLINE:?}, {} of our watchers, {} of \
+                         kube-apiserver's and {} direct ones saw it",
                         ours_seen.len(),
-                        kube_seen.len()
+                        kube_seen.len(),
+                        direct_seen.len()
                     )
                 })?
                 .context("every watcher ended")?;
@@ -863,12 +884,14 @@ async fn watch_latency(
             match side {
                 Side::Ours if mark == version.name => ours_seen.push(at - started),
                 Side::Kube if mark == image => kube_seen.push(at - started),
+                Side::Direct if mark == version.name => direct_seen.push(at - started),
                 _ => {}
             }
         }
         if (1..=changes).contains(&n) {
             ours_latency.extend(ours_seen);
             kube_latency.extend(kube_seen);
+            direct_latency.extend(direct_seen);
         }
     }
     let profile = recording
@@ -888,6 +911,12 @@ async fn watch_latency(
             label: "(a) machineinventories.elemental.cattle.io (the CRD, kube-apiserver)"
                 .to_owned(),
             latencies: kube_latency,
+        },
+        WatchLatency {
+            label: "(d) machineinventories.changelog.elemental.cattle.io straight to the server \
+                    (what the aggregator's proxy adds is (b) − (d))"
+                .to_owned(),
+            latencies: direct_latency,
         },
     ];
     Ok((latencies, profile))

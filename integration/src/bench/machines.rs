@@ -45,6 +45,9 @@ pub enum Side {
     Ours,
     /// kube-apiserver's MachineInventory CRD.
     Kube,
+    /// This server's machines straight to it (admin's client certificate): what the
+    /// aggregator's proxy adds is the difference with [`Side::Ours`].
+    Direct,
 }
 
 /// What a watcher saw: its side, when, and what marks the change (our answer's current
@@ -78,12 +81,16 @@ pub async fn list_resource_version(bed: &TestBed, token: &str, url: &str) -> Res
 pub async fn watcher(
     client: &reqwest::Client,
     url: &str,
-    token: &str,
+    token: Option<&str>,
     side: Side,
     tx: &mpsc::UnboundedSender<Seen>,
     ready: &mpsc::UnboundedSender<Result<()>>,
 ) -> Result<()> {
-    let mut response = client.get(url).bearer_auth(token).send().await?;
+    let mut request = client.get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let mut response = request.send().await?;
     ensure!(response.status() == 200, "{url}: {}", response.status());
     let _ = ready.send(Ok(()));
     let mut buffer: Vec<u8> = Vec::new();
@@ -98,7 +105,7 @@ pub async fn watcher(
                 Some("ERROR") => bail!("{url}: ERROR event {object}"),
                 Some("ADDED" | "MODIFIED") if object["metadata"]["name"] == CHANGED => {
                     let mark = match side {
-                        Side::Ours => &object["current"]["name"],
+                        Side::Ours | Side::Direct => &object["current"]["name"],
                         Side::Kube => &object["metadata"]["annotations"][OS_IMAGE],
                     };
                     let mark = mark.as_str().unwrap_or_default().to_owned();

@@ -88,7 +88,15 @@ pub async fn change_cpu(
     let client = bed.apiserver_streaming_http(None)?;
     let token_owned = token.to_owned();
     let task = tokio::spawn(async move {
-        let ended = watcher(&client, &watch, &token_owned, Side::Ours, &tx, &ready_tx).await;
+        let ended = watcher(
+            &client,
+            &watch,
+            Some(&token_owned),
+            Side::Ours,
+            &tx,
+            &ready_tx,
+        )
+        .await;
         let _ = ready_tx.send(Err(anyhow::anyhow!("the watch ended before it was open")));
         let _ = tx.send((Side::Ours, Instant::now(), Err(format!("{ended:?}"))));
     });
