@@ -12,6 +12,8 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::{Value, json};
 
+use crate::generated::Listing;
+use crate::image::{Compression, Format};
 use crate::registry::Registry;
 use crate::testbed::elemental::{self, VersionEntry};
 
@@ -35,6 +37,34 @@ impl std::fmt::Debug for OperatorChannel {
 }
 
 impl OperatorChannel {
+    /// `listing` pushed to `registry` as `tag` (one OCI layer, gzip, amd64) and applied as the
+    /// `custom` channel `namespace/name`, not synced yet; with the ManagedOSVersions the operator
+    /// makes of it, each upgrade image `{os}:{version}`.
+    pub async fn of_listing(
+        client: &Client,
+        registry: &Registry,
+        listing: &Listing,
+        (namespace, name, tag): (&str, &str, &str),
+        os: &str,
+    ) -> Result<(Self, Vec<VersionEntry>)> {
+        crate::image::push(
+            registry,
+            tag,
+            &listing.image(Format::Oci, Compression::Gzip, "amd64"),
+        )
+        .await?;
+        let channel = Self::custom(client, namespace, name, &registry.image(tag)).await?;
+        let entries = listing
+            .entries()
+            .into_iter()
+            .map(|mut e| {
+                e.upgrade_image = format!("{os}:{}", e.version);
+                e
+            })
+            .collect();
+        Ok((channel, entries))
+    }
+
     /// Applies a `custom` channel naming `image`.
     pub async fn custom(client: &Client, namespace: &str, name: &str, image: &str) -> Result<Self> {
         let object = elemental::apply_custom_channel(client, namespace, name, image).await?;

@@ -19,7 +19,6 @@ use anyhow::{Context as _, Result, ensure};
 use elemental_changelog_integration::{
     fixtures::OperatorChannel,
     generated::Listing,
-    image::{self, Compression, Format},
     markdown::Document,
     paths::GROUP_VERSION,
     registry::Registry,
@@ -346,27 +345,14 @@ async fn set_up(
     registry: &Registry,
 ) -> Result<(String, std::collections::BTreeMap<String, String>)> {
     let stable = Listing::generate("stable", 1, 1..=3);
-    image::push(
-        registry,
-        "elemental/stable:1",
-        &stable.image(Format::Oci, Compression::Gzip, "amd64"),
-    )
-    .await?;
-    let mut channel = OperatorChannel::custom(
+    let (mut channel, entries) = OperatorChannel::of_listing(
         &bed.client(),
-        FLEET_NAMESPACE,
-        "stable",
-        &registry.image("elemental/stable:1"),
+        registry,
+        &stable,
+        (FLEET_NAMESPACE, "stable", "elemental/stable:1"),
+        OS,
     )
     .await?;
-    let entries: Vec<_> = stable
-        .entries()
-        .into_iter()
-        .map(|mut e| {
-            e.upgrade_image = format!("{OS}:{}", e.version);
-            e
-        })
-        .collect();
     channel.sync(&entries).await?;
     // A CVE the newest version's changelog (against the one before it) fixes.
     let cve = stable

@@ -22,7 +22,6 @@ use elemental_changelog_apiservice::{MACHINE_RESOURCE, RESOURCE, identity};
 use elemental_changelog_integration::{
     fixtures::OperatorChannel,
     generated::Listing,
-    image::{self, Compression, Format},
     paths::GROUP_VERSION,
     registry::Registry,
     testbed::{FLEET_NAMESPACE, Steve, SteveCache, Subscription, TestBed, TestBedOptions},
@@ -93,27 +92,14 @@ fn with_log<T>(result: Result<T>, steve: &Steve) -> Result<T> {
 /// machines can report.
 async fn fleet(bed: &TestBed, registry: &Registry) -> Result<Vec<String>> {
     let stable = Listing::generate("stable", 1, 1..=4);
-    image::push(
-        registry,
-        "elemental/stable:1",
-        &stable.image(Format::Oci, Compression::Gzip, "amd64"),
-    )
-    .await?;
-    let mut channel = OperatorChannel::custom(
+    let (mut channel, entries) = OperatorChannel::of_listing(
         &bed.client(),
-        FLEET_NAMESPACE,
-        "stable",
-        &registry.image("elemental/stable:1"),
+        registry,
+        &stable,
+        (FLEET_NAMESPACE, "stable", "elemental/stable:1"),
+        OS,
     )
     .await?;
-    let entries: Vec<_> = stable
-        .entries()
-        .into_iter()
-        .map(|mut e| {
-            e.upgrade_image = format!("{OS}:{}", e.version);
-            e
-        })
-        .collect();
     channel.sync(&entries).await?;
     let versions: Vec<String> = entries.iter().map(|e| e.version.clone()).collect();
     let newest = versions.last().context("no version")?;

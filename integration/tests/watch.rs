@@ -15,7 +15,6 @@ use elemental_changelog_integration::{
     events::{Events, kind_and_name},
     fixtures::OperatorChannel,
     generated::Listing,
-    image::{self, Compression, Format},
     paths::GROUP_VERSION,
     registry::Registry,
     testbed::{FLEET_NAMESPACE, TestBed, TestBedOptions, tools_dir},
@@ -65,27 +64,14 @@ async fn watch_end_to_end() -> Result<()> {
 
 async fn checks(bed: &TestBed, registry: &Registry) -> Result<()> {
     let stable = Listing::generate("stable", 1, 1..=4);
-    image::push(
-        registry,
-        "elemental/stable:1",
-        &stable.image(Format::Oci, Compression::Gzip, "amd64"),
-    )
-    .await?;
-    let mut channel = OperatorChannel::custom(
+    let (mut channel, entries) = OperatorChannel::of_listing(
         &bed.client(),
-        FLEET_NAMESPACE,
-        "stable",
-        &registry.image("elemental/stable:1"),
+        registry,
+        &stable,
+        (FLEET_NAMESPACE, "stable", "elemental/stable:1"),
+        OS,
     )
     .await?;
-    let entries: Vec<_> = stable
-        .entries()
-        .into_iter()
-        .map(|mut e| {
-            e.upgrade_image = format!("{OS}:{}", e.version);
-            e
-        })
-        .collect();
     // Three versions first: the fourth comes later, and version summaries are watched for it.
     channel.sync(&entries[..3]).await?;
     apply(bed, &inventory("m-a", "1.1.0", "{pool: a}")).await?;
